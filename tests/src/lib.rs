@@ -1,0 +1,10 @@
+#![forbid(unsafe_code)]
+//! Test support for Flotilla: the moto emulator endpoint, fixture upstream catalog servers
+//! (Iceberg REST, Unity Catalog, Delta Sharing) that record the requests they answered, and
+//! shared helpers. End-to-end tests live in `tests/tests/`.
+
+pub mod delta_sharing_fixture;
+pub mod iceberg_fixture;
+pub mod moto;
+pub mod recorder;
+pub mod unity_fixture;
