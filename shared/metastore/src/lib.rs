@@ -18,6 +18,8 @@ pub mod fault;
 pub mod metrics;
 pub mod redb_store;
 
+mod codec;
+
 use std::fmt;
 use std::sync::Arc;
 
@@ -46,7 +48,10 @@ pub struct Key {
 
 impl Key {
     pub fn new(pk: impl Into<String>, sk: impl Into<String>) -> Self {
-        Self { pk: pk.into(), sk: sk.into() }
+        Self {
+            pk: pk.into(),
+            sk: sk.into(),
+        }
     }
 }
 
@@ -116,9 +121,17 @@ pub enum Condition {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// Write the whole item. The new version is the old version plus one, or 1.
-    Put { key: Key, body: Vec<u8>, expires_at: Option<i64>, condition: Option<Condition> },
+    Put {
+        key: Key,
+        body: Vec<u8>,
+        expires_at: Option<i64>,
+        condition: Option<Condition>,
+    },
     /// Remove the item. Deleting an absent item without a condition is not an error.
-    Delete { key: Key, condition: Option<Condition> },
+    Delete {
+        key: Key,
+        condition: Option<Condition>,
+    },
     /// Only assert a condition; writes nothing.
     Check { key: Key, condition: Condition },
 }
@@ -132,27 +145,48 @@ impl Op {
 
     /// Create: put only if absent.
     pub fn create(key: Key, body: Vec<u8>) -> Self {
-        Op::Put { key, body, expires_at: None, condition: Some(Condition::Absent) }
+        Op::Put {
+            key,
+            body,
+            expires_at: None,
+            condition: Some(Condition::Absent),
+        }
     }
 
     /// Replace: put only if the item is at `version`.
     pub fn replace(key: Key, version: u64, body: Vec<u8>) -> Self {
-        Op::Put { key, body, expires_at: None, condition: Some(Condition::Version(version)) }
+        Op::Put {
+            key,
+            body,
+            expires_at: None,
+            condition: Some(Condition::Version(version)),
+        }
     }
 
     /// Unconditional put.
     pub fn put(key: Key, body: Vec<u8>) -> Self {
-        Op::Put { key, body, expires_at: None, condition: None }
+        Op::Put {
+            key,
+            body,
+            expires_at: None,
+            condition: None,
+        }
     }
 
     /// Delete only if the item is at `version`.
     pub fn delete_at(key: Key, version: u64) -> Self {
-        Op::Delete { key, condition: Some(Condition::Version(version)) }
+        Op::Delete {
+            key,
+            condition: Some(Condition::Version(version)),
+        }
     }
 
     /// Unconditional delete.
     pub fn delete(key: Key) -> Self {
-        Op::Delete { key, condition: None }
+        Op::Delete {
+            key,
+            condition: None,
+        }
     }
 
     pub fn check(key: Key, condition: Condition) -> Self {
@@ -200,10 +234,14 @@ impl Transaction {
     /// Checks the limits every backend enforces identically, before anything is sent.
     pub fn validate(&self) -> Result<(), MetastoreError> {
         if self.ops.is_empty() {
-            return Err(MetastoreError::Invalid("a transaction needs at least one operation".into()));
+            return Err(MetastoreError::Invalid(
+                "a transaction needs at least one operation".into(),
+            ));
         }
         if self.ops.len() > MAX_TRANSACTION_OPS {
-            return Err(MetastoreError::TooManyOperations { count: self.ops.len() });
+            return Err(MetastoreError::TooManyOperations {
+                count: self.ops.len(),
+            });
         }
         let mut seen = std::collections::HashSet::with_capacity(self.ops.len());
         for op in &self.ops {
@@ -217,7 +255,10 @@ impl Transaction {
             if let Op::Put { key, body, .. } = op {
                 let size = item_size(key, body);
                 if size > MAX_ITEM_BYTES {
-                    return Err(MetastoreError::ItemTooLarge { key: key.clone(), size });
+                    return Err(MetastoreError::ItemTooLarge {
+                        key: key.clone(),
+                        size,
+                    });
                 }
             }
         }
@@ -233,7 +274,9 @@ pub fn item_size(key: &Key, body: &[u8]) -> usize {
 /// Keys must be non-empty and within DynamoDB's key length limits.
 pub fn validate_key(key: &Key) -> Result<(), MetastoreError> {
     if key.pk.is_empty() || key.sk.is_empty() {
-        return Err(MetastoreError::Invalid("partition and sort keys must be non-empty".into()));
+        return Err(MetastoreError::Invalid(
+            "partition and sort keys must be non-empty".into(),
+        ));
     }
     if key.pk.len() > MAX_PK_BYTES || key.sk.len() > MAX_SK_BYTES {
         return Err(MetastoreError::KeyTooLong { key: key.clone() });
@@ -340,7 +383,11 @@ pub struct Query {
 }
 
 impl Query {
-    pub fn new(pk: impl Into<String>, sk_prefix: impl Into<String>, consistency: Consistency) -> Self {
+    pub fn new(
+        pk: impl Into<String>,
+        sk_prefix: impl Into<String>,
+        consistency: Consistency,
+    ) -> Self {
         Self {
             pk: pk.into(),
             sk_prefix: sk_prefix.into(),
@@ -383,16 +430,29 @@ pub struct Page {
 #[async_trait]
 pub trait Metastore: Send + Sync + 'static {
     /// Point read.
-    async fn get(&self, key: &Key, consistency: Consistency) -> Result<Option<Item>, MetastoreError>;
+    async fn get(
+        &self,
+        key: &Key,
+        consistency: Consistency,
+    ) -> Result<Option<Item>, MetastoreError>;
 
     /// Point reads of up to 100 keys; absent keys are omitted. Order is unspecified.
-    async fn batch_get(&self, keys: &[Key], consistency: Consistency) -> Result<Vec<Item>, MetastoreError>;
+    async fn batch_get(
+        &self,
+        keys: &[Key],
+        consistency: Consistency,
+    ) -> Result<Vec<Item>, MetastoreError>;
 
     /// One page of a prefix query.
     async fn query(&self, query: &Query) -> Result<Page, MetastoreError>;
 
     /// Number of items in a partition whose sort key begins with `sk_prefix`.
-    async fn count(&self, pk: &str, sk_prefix: &str, consistency: Consistency) -> Result<u64, MetastoreError>;
+    async fn count(
+        &self,
+        pk: &str,
+        sk_prefix: &str,
+        consistency: Consistency,
+    ) -> Result<u64, MetastoreError>;
 
     /// Applies every operation atomically, or none.
     async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError>;
