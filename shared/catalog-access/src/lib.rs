@@ -1,1 +1,14 @@
 #![forbid(unsafe_code)]
+//! Connector-independent catalog access: the SPI ([`spi`]), shared HTTP hardening
+//! ([`http`]), and the providers for Iceberg REST ([`iceberg_rest`]), Unity Catalog
+//! ([`unity`]) and Delta Sharing ([`delta_sharing`]). See `docs/catalog-access.md`.
+
+pub mod delta_sharing;
+pub mod error;
+pub mod http;
+pub mod iceberg_rest;
+pub mod spi;
+pub mod unity;
+
+pub use error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
+pub use spi::*;

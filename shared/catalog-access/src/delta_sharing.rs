@@ -1,0 +1,1 @@
+//! Delta Sharing provider (placeholder: being written on top of [`crate::spi`]).

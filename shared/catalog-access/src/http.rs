@@ -1,0 +1,793 @@
+//! HTTP hardening shared by every provider.
+//!
+//! Integration URIs are user input, so every upstream call is untrusted (DESIGN.md
+//! "Upstream calls are untrusted"):
+//!
+//! - [`AddressPolicy`] is enforced at *connect* time on the *resolved* addresses (a custom
+//!   DNS resolver that resolves, then filters), on literal-IP hosts before sending, and on
+//!   every redirect hop (scheme and host re-checked, at most [`HttpPolicy::max_redirects`]).
+//!   Checking the URI once at configuration time would be defeated by DNS rebinding and by
+//!   redirects to the metadata service.
+//! - Connect and total timeouts; response bodies are streamed and cut at
+//!   [`HttpPolicy::max_response_bytes`] (a `Protocol` error, never an allocation bomb).
+//! - Upstream text in errors and logs is bounded ([`crate::error::BoundedText`]).
+//! - Idempotent reads are retried with jittered exponential backoff, a bounded number of
+//!   times. Nothing else is retried here (the token POST is retried by its caller's logic).
+//! - System proxies are ignored: a proxy would resolve names itself and bypass the policy.
+
+use std::collections::BTreeMap;
+use std::error::Error as StdError;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rand::Rng;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::header::HeaderMap;
+use url::{Host, Url};
+
+use crate::error::{BoundedText, CatalogAccessError, Result};
+
+/// Which upstream addresses may be contacted.
+///
+/// Always refused, whatever the mode: unspecified (`0.0.0.0`, `::`), broadcast, multicast,
+/// link-local (`169.254.0.0/16`, `fe80::/10`) and cloud metadata addresses
+/// (`169.254.169.254`, `fd00:ec2::254`, `100.100.100.200`), including IPv4 addresses
+/// embedded in IPv6 (mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::/96`).
+///
+/// Allowed only with `allow_insecure` (local mode, `flotilla serve`, tests): loopback,
+/// private ranges (RFC 1918, CGNAT `100.64.0.0/10`, unique-local `fc00::/7`, benchmarking
+/// and reserved ranges) and plain `http`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AddressPolicy {
+    /// Permit loopback, private ranges and plain http.
+    pub allow_insecure: bool,
+}
+
+/// An address or URL refused by [`AddressPolicy`]. Travels through reqwest's error chain
+/// from the resolver and redirect policy so the caller can report it precisely.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressRefused(String);
+
+impl AddressRefused {
+    /// Why it was refused.
+    pub fn reason(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AddressRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "refused by address policy: {}", self.0)
+    }
+}
+
+impl StdError for AddressRefused {}
+
+const METADATA_V4: [Ipv4Addr; 2] = [
+    Ipv4Addr::new(169, 254, 169, 254),
+    Ipv4Addr::new(100, 100, 100, 200),
+];
+const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
+
+/// How an address is classified by the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AddressClass {
+    Public,
+    /// Loopback or private: allowed only when insecure.
+    NonPublic(&'static str),
+    /// Never allowed.
+    Forbidden(&'static str),
+}
+
+fn classify_v4(ip: Ipv4Addr) -> AddressClass {
+    let o = ip.octets();
+    if METADATA_V4.contains(&ip) {
+        AddressClass::Forbidden("cloud metadata address")
+    } else if ip.is_unspecified() || o[0] == 0 {
+        AddressClass::Forbidden("unspecified address")
+    } else if ip.is_broadcast() {
+        AddressClass::Forbidden("broadcast address")
+    } else if ip.is_multicast() {
+        AddressClass::Forbidden("multicast address")
+    } else if ip.is_link_local() {
+        AddressClass::Forbidden("link-local address")
+    } else if o[0] >= 240 {
+        AddressClass::Forbidden("reserved address")
+    } else if ip.is_loopback() {
+        AddressClass::NonPublic("loopback address")
+    } else if ip.is_private() {
+        AddressClass::NonPublic("private address")
+    } else if o[0] == 100 && (o[1] & 0xc0) == 64 {
+        AddressClass::NonPublic("shared (CGNAT) address")
+    } else if o[0] == 198 && (o[1] & 0xfe) == 18 {
+        AddressClass::NonPublic("benchmarking address")
+    } else if o[0] == 192 && o[1] == 0 && o[2] == 0 {
+        AddressClass::NonPublic("IETF protocol assignment address")
+    } else {
+        AddressClass::Public
+    }
+}
+
+fn classify_v6(ip: Ipv6Addr) -> AddressClass {
+    let seg = ip.segments();
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return classify_v4(v4);
+    }
+    // NAT64 well-known prefix embeds an IPv4 address in the last 32 bits.
+    if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0] {
+        let o = ip.octets();
+        return classify_v4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
+    }
+    if ip == METADATA_V6 {
+        AddressClass::Forbidden("cloud metadata address")
+    } else if ip.is_unspecified() {
+        AddressClass::Forbidden("unspecified address")
+    } else if ip.is_multicast() {
+        AddressClass::Forbidden("multicast address")
+    } else if (seg[0] & 0xffc0) == 0xfe80 {
+        AddressClass::Forbidden("link-local address")
+    } else if ip.is_loopback() {
+        AddressClass::NonPublic("loopback address")
+    } else if (seg[0] & 0xfe00) == 0xfc00 {
+        AddressClass::NonPublic("unique-local address")
+    } else if (seg[0] & 0xffc0) == 0xfec0 {
+        AddressClass::NonPublic("site-local address")
+    } else {
+        AddressClass::Public
+    }
+}
+
+impl AddressPolicy {
+    /// Production policy: public https only.
+    pub fn strict() -> Self {
+        Self {
+            allow_insecure: false,
+        }
+    }
+
+    /// Local-mode policy: loopback, private ranges and plain http allowed; link-local and
+    /// metadata addresses still refused.
+    pub fn insecure() -> Self {
+        Self {
+            allow_insecure: true,
+        }
+    }
+
+    /// Checks one resolved or literal address.
+    pub fn check_ip(&self, ip: IpAddr) -> std::result::Result<(), AddressRefused> {
+        let class = match ip {
+            IpAddr::V4(v4) => classify_v4(v4),
+            IpAddr::V6(v6) => classify_v6(v6),
+        };
+        match class {
+            AddressClass::Public => Ok(()),
+            AddressClass::NonPublic(_) if self.allow_insecure => Ok(()),
+            AddressClass::NonPublic(what) => Err(AddressRefused(format!(
+                "{ip} is a {what}; only allowed in local (insecure) mode"
+            ))),
+            AddressClass::Forbidden(what) => {
+                Err(AddressRefused(format!("{ip} is a {what}; never contacted")))
+            }
+        }
+    }
+
+    /// Checks a URL's scheme and, for a literal-IP host, the address. Named hosts are
+    /// checked when resolved (see [`PolicyResolver`]).
+    pub fn check_url(&self, url: &Url) -> std::result::Result<(), AddressRefused> {
+        match url.scheme() {
+            "https" => {}
+            "http" if self.allow_insecure => {}
+            "http" => {
+                return Err(AddressRefused(
+                    "plain http is only allowed in local (insecure) mode".to_owned(),
+                ));
+            }
+            other => return Err(AddressRefused(format!("scheme `{other}` is not http(s)"))),
+        }
+        match url.host() {
+            Some(Host::Ipv4(v4)) => self.check_ip(IpAddr::V4(v4)),
+            Some(Host::Ipv6(v6)) => self.check_ip(IpAddr::V6(v6)),
+            Some(Host::Domain(d)) if !d.is_empty() => Ok(()),
+            _ => Err(AddressRefused("URL has no host".to_owned())),
+        }
+    }
+}
+
+/// Retry policy for idempotent reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts including the first (1 = no retry).
+    pub max_attempts: u32,
+    /// Backoff base; attempt `n` waits a random time in `[d/2, d]`, `d = base * 2^(n-1)`.
+    pub base_delay: Duration,
+    /// Cap on one backoff wait (and on an honoured `Retry-After`).
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            base_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(3),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries.
+    pub fn none() -> Self {
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// The jittered wait before attempt `attempt + 1` (`attempt` starts at 1).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .base_delay
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let ceiling = exp.min(self.max_delay);
+        let floor = ceiling / 2;
+        if ceiling <= floor {
+            return ceiling;
+        }
+        rand::rng().random_range(floor..=ceiling)
+    }
+}
+
+/// The hardening applied to every upstream call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpPolicy {
+    /// Which addresses may be contacted.
+    pub address: AddressPolicy,
+    /// TCP/TLS connect timeout.
+    pub connect_timeout: Duration,
+    /// Total time for one attempt, body included.
+    pub request_timeout: Duration,
+    /// Largest response body accepted; larger bodies are a `Protocol` error.
+    pub max_response_bytes: usize,
+    /// Redirect hops followed (each re-checked).
+    pub max_redirects: usize,
+    /// Retries for idempotent reads.
+    pub retry: RetryPolicy,
+    /// Names resolved to fixed addresses before asking the system resolver. The address
+    /// policy still applies to them: this is a test seam for DNS answers (e.g. a name that
+    /// resolves to the metadata address), not a bypass.
+    pub static_hosts: BTreeMap<String, Vec<IpAddr>>,
+}
+
+impl Default for HttpPolicy {
+    fn default() -> Self {
+        Self {
+            address: AddressPolicy::strict(),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            max_response_bytes: 16 * 1024 * 1024,
+            max_redirects: 5,
+            retry: RetryPolicy::default(),
+            static_hosts: BTreeMap::new(),
+        }
+    }
+}
+
+impl HttpPolicy {
+    /// Local-mode defaults: insecure addresses allowed.
+    pub fn local() -> Self {
+        Self {
+            address: AddressPolicy::insecure(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A resolver that resolves, then drops every address the policy refuses; when nothing is
+/// left the connection fails with [`AddressRefused`]. Because hyper connects only to the
+/// addresses returned here, DNS rebinding between a check and the connect is impossible.
+#[derive(Debug, Clone)]
+pub struct PolicyResolver {
+    policy: AddressPolicy,
+    static_hosts: Arc<BTreeMap<String, Vec<IpAddr>>>,
+}
+
+impl PolicyResolver {
+    /// A resolver enforcing `policy`, answering `static_hosts` names without DNS.
+    pub fn new(policy: AddressPolicy, static_hosts: BTreeMap<String, Vec<IpAddr>>) -> Self {
+        Self {
+            policy,
+            static_hosts: Arc::new(static_hosts),
+        }
+    }
+
+    /// Resolves `host` and filters by policy.
+    pub async fn resolve_host(
+        &self,
+        host: &str,
+    ) -> std::result::Result<Vec<SocketAddr>, Box<dyn StdError + Send + Sync>> {
+        let key = host.to_ascii_lowercase();
+        let candidates: Vec<SocketAddr> = match self.static_hosts.get(&key) {
+            Some(ips) => ips.iter().map(|ip| SocketAddr::new(*ip, 0)).collect(),
+            None => tokio::net::lookup_host((host, 0)).await?.collect(),
+        };
+        filter_addrs(self.policy, host, candidates).map_err(|e| Box::new(e) as _)
+    }
+}
+
+/// Keeps the allowed addresses; refuses when none is left.
+fn filter_addrs(
+    policy: AddressPolicy,
+    host: &str,
+    candidates: Vec<SocketAddr>,
+) -> std::result::Result<Vec<SocketAddr>, AddressRefused> {
+    let mut first_refusal = None;
+    let mut allowed = Vec::new();
+    for addr in candidates {
+        match policy.check_ip(addr.ip()) {
+            Ok(()) => allowed.push(addr),
+            Err(e) => {
+                first_refusal.get_or_insert(e);
+            }
+        }
+    }
+    if allowed.is_empty() {
+        let host: String = host.chars().take(128).collect();
+        return Err(match first_refusal {
+            Some(e) => AddressRefused(format!("host `{host}` resolves to {}", e.0)),
+            None => AddressRefused(format!("host `{host}` resolves to no address")),
+        });
+    }
+    Ok(allowed)
+}
+
+impl Resolve for PolicyResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let this = self.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs = this.resolve_host(&host).await?;
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// Whether a failed request may be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryMode {
+    /// An idempotent read (GET/HEAD): retried on 5xx, 429, timeouts and connect errors.
+    IdempotentRead,
+    /// Sent once (e.g. the OAuth token POST).
+    Once,
+}
+
+/// A fully read, size-capped response.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    /// HTTP status code.
+    pub status: u16,
+    /// Response headers.
+    pub headers: HeaderMap,
+    /// Body, at most [`HttpPolicy::max_response_bytes`].
+    pub body: Bytes,
+}
+
+impl HttpResponse {
+    /// A header value as text, if present and valid.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Parses the body as JSON; malformed JSON is a `Protocol` error on `<body>`.
+    pub fn json_value(&self) -> Result<serde_json::Value> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            CatalogAccessError::protocol(
+                "<body>",
+                format!(
+                    "malformed JSON (HTTP {}): {} at line {} column {}",
+                    self.status,
+                    classify_serde(&e),
+                    e.line(),
+                    e.column()
+                ),
+            )
+        })
+    }
+
+    /// The upstream's error message, bounded: Iceberg `{"error":{"message"}}`, Unity /
+    /// Databricks `{"error_code","message"}`, or the raw text.
+    pub fn upstream_message(&self) -> BoundedText {
+        upstream_message(&self.body)
+    }
+}
+
+fn classify_serde(e: &serde_json::Error) -> &'static str {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Io => "read error",
+        Category::Syntax => "syntax error",
+        Category::Data => "unexpected data",
+        Category::Eof => "truncated document",
+    }
+}
+
+/// Extracts a bounded error message from an upstream error body.
+pub fn upstream_message(body: &[u8]) -> BoundedText {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+        let msg = v
+            .pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("error_description"))
+            .or_else(|| v.get("error"))
+            .and_then(serde_json::Value::as_str);
+        if let Some(m) = msg {
+            return BoundedText::new(m);
+        }
+    }
+    let cut = &body[..body.len().min(1024)];
+    BoundedText::new(&String::from_utf8_lossy(cut))
+}
+
+/// Maps a non-success status to a typed error, the default for every endpoint: providers
+/// handle endpoint-specific statuses (304, 204, ...) before calling this.
+pub fn classify_status(response: &HttpResponse, what: &str) -> CatalogAccessError {
+    let detail = BoundedText::new(&format!("{what}: {}", response.upstream_message()));
+    match response.status {
+        401 | 403 | 419 => CatalogAccessError::Authentication {
+            status: Some(response.status),
+            detail,
+        },
+        404 => CatalogAccessError::NotFound(detail),
+        408 | 429 | 500..=599 => CatalogAccessError::Retryable {
+            status: Some(response.status),
+            detail,
+        },
+        status => CatalogAccessError::UnexpectedStatus { status, detail },
+    }
+}
+
+fn is_retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
+}
+
+/// The hardened HTTP client. Cheap to clone.
+#[derive(Clone)]
+pub struct HttpClient {
+    client: reqwest::Client,
+    policy: Arc<HttpPolicy>,
+}
+
+impl fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl HttpClient {
+    /// Builds a client enforcing `policy`.
+    pub fn new(policy: HttpPolicy) -> Result<Self> {
+        let address = policy.address;
+        let max_redirects = policy.max_redirects;
+        let redirect = reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() > max_redirects {
+                return attempt.error(AddressRefused(format!(
+                    "more than {max_redirects} redirects"
+                )));
+            }
+            match address.check_url(attempt.url()) {
+                Ok(()) => attempt.follow(),
+                Err(e) => attempt.error(e),
+            }
+        });
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(redirect)
+            .connect_timeout(policy.connect_timeout)
+            .timeout(policy.request_timeout)
+            .https_only(!policy.address.allow_insecure)
+            .dns_resolver(PolicyResolver::new(
+                policy.address,
+                policy.static_hosts.clone(),
+            ))
+            .user_agent(concat!(
+                "flotilla-catalog-access/",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .build()
+            .map_err(|e| {
+                CatalogAccessError::config(format!("cannot build HTTP client: {}", error_chain(&e)))
+            })?;
+        Ok(Self {
+            client,
+            policy: Arc::new(policy),
+        })
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &HttpPolicy {
+        &self.policy
+    }
+
+    /// Starts a request on the hardened client.
+    pub fn request(&self, method: reqwest::Method, url: Url) -> reqwest::RequestBuilder {
+        self.client.request(method, url)
+    }
+
+    /// Sends a request under the policy: checks the URL, retries idempotent reads, caps the
+    /// body. Statuses are returned as-is (use [`classify_status`]) except that a retryable
+    /// status still present after the last attempt is returned too, for the caller to map.
+    pub async fn execute(
+        &self,
+        request: reqwest::Request,
+        mode: RetryMode,
+    ) -> Result<HttpResponse> {
+        self.policy
+            .address
+            .check_url(request.url())
+            .map_err(|e| CatalogAccessError::Connection(BoundedText::new(&e.to_string())))?;
+        let max_attempts = match mode {
+            RetryMode::IdempotentRead => self.policy.retry.max_attempts.max(1),
+            RetryMode::Once => 1,
+        };
+        let method = request.method().clone();
+        let path = request.url().path().to_owned();
+        let mut pending = Some(request);
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let Some(current) = pending.take() else {
+                return Err(CatalogAccessError::Connection(BoundedText::new(
+                    "request could not be retried",
+                )));
+            };
+            let last = attempt >= max_attempts;
+            if !last {
+                pending = current.try_clone();
+            }
+            let outcome = match self.client.execute(current).await {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    if !last && pending.is_some() && is_retryable_status(status) {
+                        let wait = retry_after(resp.headers(), self.policy.retry.max_delay)
+                            .unwrap_or_else(|| self.policy.retry.backoff(attempt));
+                        tracing::debug!(%method, path = %bounded(&path), status, attempt, "retrying upstream read");
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                    self.read_body(resp).await
+                }
+                Err(e) => Err(map_reqwest_error(e)),
+            };
+            match outcome {
+                Err(e) if !last && pending.is_some() && transient(&e) => {
+                    tracing::debug!(%method, path = %bounded(&path), attempt, error = %e, "retrying upstream read");
+                    tokio::time::sleep(self.policy.retry.backoff(attempt)).await;
+                }
+                other => {
+                    if let Ok(r) = &other {
+                        tracing::debug!(%method, path = %bounded(&path), status = r.status, attempt, "upstream answered");
+                    }
+                    return other;
+                }
+            }
+        }
+    }
+
+    async fn read_body(&self, mut resp: reqwest::Response) -> Result<HttpResponse> {
+        let max = self.policy.max_response_bytes;
+        let status = resp.status().as_u16();
+        let too_big = || {
+            CatalogAccessError::protocol(
+                "<body>",
+                format!("response body exceeds the {max}-byte limit"),
+            )
+        };
+        if resp.content_length().is_some_and(|n| n > max as u64) {
+            return Err(too_big());
+        }
+        let headers = resp.headers().clone();
+        let mut body = BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(map_reqwest_error)? {
+            if body.len() + chunk.len() > max {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(HttpResponse {
+            status,
+            headers,
+            body: body.freeze(),
+        })
+    }
+}
+
+fn bounded(s: &str) -> BoundedText {
+    BoundedText::new(s)
+}
+
+/// Transient transport failures worth retrying (a refused address never is).
+fn transient(e: &CatalogAccessError) -> bool {
+    match e {
+        CatalogAccessError::Retryable { .. } => true,
+        CatalogAccessError::Connection(t) => !t.as_str().contains("refused by address policy"),
+        _ => false,
+    }
+}
+
+fn retry_after(headers: &HeaderMap, cap: Duration) -> Option<Duration> {
+    let secs: u64 = headers
+        .get("retry-after")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs).min(cap))
+}
+
+/// Renders an error and its sources on one line (reqwest hides the cause in `source()`).
+fn error_chain(e: &(dyn StdError + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = s.source();
+    }
+    out
+}
+
+fn find_refusal<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a AddressRefused> {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = err.downcast_ref::<AddressRefused>() {
+            return Some(r);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+fn map_reqwest_error(e: reqwest::Error) -> CatalogAccessError {
+    let e = e.without_url();
+    if let Some(refusal) = find_refusal(&e) {
+        return CatalogAccessError::Connection(BoundedText::new(&refusal.to_string()));
+    }
+    let text = error_chain(&e);
+    if e.is_timeout() {
+        CatalogAccessError::Retryable {
+            status: None,
+            detail: BoundedText::new(&format!("timed out: {text}")),
+        }
+    } else if e.is_redirect() {
+        CatalogAccessError::Connection(BoundedText::new(&format!("redirect refused: {text}")))
+    } else if e.is_body() || e.is_decode() {
+        CatalogAccessError::Retryable {
+            status: None,
+            detail: BoundedText::new(&format!("response interrupted: {text}")),
+        }
+    } else {
+        CatalogAccessError::Connection(BoundedText::new(&text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn metadata_and_link_local_are_refused_even_when_insecure() {
+        for mode in [AddressPolicy::strict(), AddressPolicy::insecure()] {
+            for bad in [
+                "169.254.169.254",
+                "169.254.1.1",
+                "100.100.100.200",
+                "fd00:ec2::254",
+                "fe80::1",
+                "0.0.0.0",
+                "::",
+                "224.0.0.1",
+                "ff02::1",
+                "255.255.255.255",
+                "::ffff:169.254.169.254",
+                "64:ff9b::a9fe:a9fe",
+            ] {
+                assert!(mode.check_ip(ip(bad)).is_err(), "{bad} allowed in {mode:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn private_ranges_need_insecure_mode() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "::1",
+            "fd12::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(
+                AddressPolicy::strict().check_ip(ip(private)).is_err(),
+                "{private}"
+            );
+            assert!(
+                AddressPolicy::insecure().check_ip(ip(private)).is_ok(),
+                "{private}"
+            );
+        }
+        assert!(AddressPolicy::strict().check_ip(ip("8.8.8.8")).is_ok());
+        assert!(
+            AddressPolicy::strict()
+                .check_ip(ip("2606:4700::1111"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn urls_are_checked_for_scheme_and_literal_hosts() {
+        let strict = AddressPolicy::strict();
+        let u = |s: &str| Url::parse(s).unwrap();
+        assert!(strict.check_url(&u("http://example.com/")).is_err());
+        assert!(strict.check_url(&u("https://example.com/")).is_ok());
+        assert!(strict.check_url(&u("https://169.254.169.254/")).is_err());
+        assert!(strict.check_url(&u("https://[fd00:ec2::254]/")).is_err());
+        assert!(strict.check_url(&u("https://10.0.0.1/")).is_err());
+        let insecure = AddressPolicy::insecure();
+        assert!(insecure.check_url(&u("http://127.0.0.1:8181/")).is_ok());
+        assert!(insecure.check_url(&u("http://169.254.169.254/")).is_err());
+        assert!(insecure.check_url(&u("file:///etc/passwd")).is_err());
+    }
+
+    #[tokio::test]
+    async fn resolver_filters_names_resolving_to_forbidden_addresses() {
+        let hosts = BTreeMap::from([
+            ("metadata.evil.test".to_owned(), vec![ip("169.254.169.254")]),
+            ("private.evil.test".to_owned(), vec![ip("10.0.0.7")]),
+            (
+                "mixed.test".to_owned(),
+                vec![ip("10.0.0.7"), ip("93.184.216.34")],
+            ),
+        ]);
+        let strict = PolicyResolver::new(AddressPolicy::strict(), hosts.clone());
+        let e = strict.resolve_host("metadata.evil.test").await.unwrap_err();
+        assert!(e.to_string().contains("metadata"), "{e}");
+        let e = strict.resolve_host("private.evil.test").await.unwrap_err();
+        assert!(e.to_string().contains("private"), "{e}");
+        let mixed = strict.resolve_host("mixed.test").await.unwrap();
+        assert_eq!(mixed, vec![SocketAddr::new(ip("93.184.216.34"), 0)]);
+        // `localhost` resolves (through the system resolver) to loopback only.
+        assert!(strict.resolve_host("localhost").await.is_err());
+        let insecure = PolicyResolver::new(AddressPolicy::insecure(), hosts);
+        assert!(insecure.resolve_host("private.evil.test").await.is_ok());
+        assert!(insecure.resolve_host("metadata.evil.test").await.is_err());
+    }
+
+    #[test]
+    fn backoff_is_bounded_and_jittered() {
+        let r = RetryPolicy {
+            max_attempts: 5,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(300),
+        };
+        for attempt in 1..10 {
+            let d = r.backoff(attempt);
+            assert!(d <= Duration::from_millis(300), "{d:?}");
+        }
+        let first = r.backoff(1);
+        assert!(first >= Duration::from_millis(50) && first <= Duration::from_millis(100));
+    }
+}

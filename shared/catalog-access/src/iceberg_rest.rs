@@ -1,0 +1,1 @@
+//! Iceberg REST catalog provider (being written).

@@ -1,0 +1,1 @@
+//! Unity Catalog provider (placeholder: being written on top of [`crate::spi`]).
