@@ -1,1 +1,1027 @@
-//! Placeholder: being written.
+//! A Delta Sharing fixture server, built from the Delta Sharing protocol (delta-io
+//! `PROTOCOL.md`), for testing the catalog-access Delta Sharing provider against evidence.
+//!
+//! Routes, under a configurable prefix (default [`DEFAULT_PREFIX`]; unitycatalog-rs uses
+//! `/api/v1/delta-sharing`): `GET /shares`, `/shares/{s}`, `/shares/{s}/schemas`,
+//! `/shares/{s}/schemas/{sc}/tables`, `/shares/{s}/all-tables` (all paginated with
+//! `maxResults` / `pageToken` / `nextPageToken`), `GET .../tables/{t}/version` (answer in the
+//! `Delta-Table-Version` header), `GET .../tables/{t}/metadata` (NDJSON `protocol` and
+//! `metaData` lines) and `POST .../tables/{t}/temporary-table-credentials` (the
+//! directory-based access addition to the protocol). Authentication is the recipient's bearer
+//! token only; share, schema and table names match case-insensitively as the protocol says.
+//!
+//! Tables carry `accessModes` (`["url"]`, `["dir"]`, both, or absent: the protocol reads
+//! absent as url only, and the reference server never sends the field). Switches reproduce
+//! what real servers do (see `INTEROP.md`): the `metaData` line before `protocol`, empty
+//! lists as `{}`, an empty-string `nextPageToken` on the last page, a credentials endpoint
+//! that answers 404, and a flat (unwrapped) credentials body. Faults and held "slow"
+//! responses use the same [`FaultRule`] / [`Fault`] as the Unity fixture.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::recorder::{RecordedRequest, RequestLog, parse_query, percent_decode};
+pub use crate::unity_fixture::{Fault, FaultRule};
+use crate::unity_fixture::{HoldGate, take_fault};
+
+/// Default route prefix.
+pub const DEFAULT_PREFIX: &str = "/delta-sharing";
+/// The recipient bearer token accepted by default.
+pub const DEFAULT_RECIPIENT_TOKEN: &str = "recipient-token-0001";
+
+/// How the `temporary-table-credentials` endpoint behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CredentialsEndpoint {
+    /// Answer `{"credentials": {"location", "awsTempCredentials", "expirationTime"}}`.
+    Wrapped,
+    /// Answer `{"awsTempCredentials", "expirationTime"}` without the wrapper object.
+    Flat,
+    /// No such route: 404, as unitycatalog-rs answers.
+    NotFound,
+}
+
+/// A shared table as the fixture serves it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharingTable {
+    pub name: String,
+    /// Optional stable table id (`id` in listings and `metaData.id`-independent).
+    pub id: Option<String>,
+    /// Table root, listed as `location` when present.
+    pub location: Option<String>,
+    /// `accessModes`; `None` omits the field.
+    pub access_modes: Option<Vec<String>>,
+    /// `metaData.schemaString`: a Spark `StructType` serialized as JSON.
+    pub schema_string: String,
+    pub partition_columns: Vec<String>,
+    /// `metaData.format.provider`.
+    pub format_provider: String,
+    /// Answered in `Delta-Table-Version`.
+    pub version: i64,
+    /// `metaData.id` (the Delta table's metadata id).
+    pub metadata_id: String,
+    pub configuration: BTreeMap<String, String>,
+    pub description: Option<String>,
+}
+
+impl SharingTable {
+    /// A table at `location` with an id, no `accessModes` (like the reference server), and a
+    /// schema covering primitives, a decimal, an array, a map and a nested struct.
+    pub fn new(name: &str, location: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            id: Some(uuid::Uuid::new_v4().to_string()),
+            location: Some(location.to_owned()),
+            access_modes: None,
+            schema_string: sample_schema_string(),
+            partition_columns: vec!["day".to_owned()],
+            format_provider: "parquet".to_owned(),
+            version: 3,
+            metadata_id: uuid::Uuid::new_v4().to_string(),
+            configuration: BTreeMap::new(),
+            description: None,
+        }
+    }
+
+    /// Sets `accessModes` (e.g. `&["url"]`, `&["dir"]`, `&["url", "dir"]`).
+    pub fn with_access_modes(mut self, modes: &[&str]) -> Self {
+        self.access_modes = Some(modes.iter().map(|m| (*m).to_owned()).collect());
+        self
+    }
+
+    /// Omits `accessModes`.
+    pub fn without_access_modes(mut self) -> Self {
+        self.access_modes = None;
+        self
+    }
+
+    /// Omits the table `id`.
+    pub fn without_id(mut self) -> Self {
+        self.id = None;
+        self
+    }
+
+    /// Replaces `schemaString`.
+    pub fn with_schema_string(mut self, schema: &str) -> Self {
+        self.schema_string = schema.to_owned();
+        self
+    }
+
+    fn offers_dir(&self) -> bool {
+        self.access_modes
+            .as_ref()
+            .is_none_or(|m| m.iter().any(|x| x == "dir"))
+    }
+
+    fn to_json(&self, share: &str, share_id: Option<&str>, schema: &str) -> Value {
+        let mut v = json!({"name": self.name, "schema": schema, "share": share});
+        if let Some(obj) = v.as_object_mut() {
+            if let Some(id) = share_id {
+                obj.insert("shareId".into(), json!(id));
+            }
+            if let Some(id) = &self.id {
+                obj.insert("id".into(), json!(id));
+            }
+            if let Some(l) = &self.location {
+                obj.insert("location".into(), json!(l));
+            }
+            if let Some(m) = &self.access_modes {
+                obj.insert("accessModes".into(), json!(m));
+            }
+        }
+        v
+    }
+}
+
+/// The Spark schema of [`SharingTable::new`].
+pub fn sample_schema_string() -> String {
+    json!({
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": false, "metadata": {}},
+            {"name": "name", "type": "string", "nullable": true, "metadata": {}},
+            {"name": "ts", "type": "timestamp", "nullable": true, "metadata": {}},
+            {"name": "amount", "type": "decimal(10,2)", "nullable": true, "metadata": {}},
+            {"name": "day", "type": "date", "nullable": true, "metadata": {}},
+            {"name": "tags", "type": {"type": "array", "elementType": "string",
+                "containsNull": true}, "nullable": true, "metadata": {}},
+            {"name": "attrs", "type": {"type": "map", "keyType": "string",
+                "valueType": "integer", "valueContainsNull": false}, "nullable": true,
+                "metadata": {}},
+            {"name": "address", "type": {"type": "struct", "fields": [
+                {"name": "city", "type": "string", "nullable": true, "metadata": {}},
+                {"name": "zip", "type": "integer", "nullable": false, "metadata": {}}
+            ]}, "nullable": true, "metadata": {}}
+        ]
+    })
+    .to_string()
+}
+
+/// A set of temporary credentials the fixture vended, kept so tests can check that none of
+/// it leaks into errors, logs or `Debug` output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharingVendedRecord {
+    pub share: String,
+    pub schema: String,
+    pub table: String,
+    pub location: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: String,
+    pub expiration_time_ms: i64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ShareEntry {
+    id: Option<String>,
+    schemas: BTreeMap<String, BTreeMap<String, SharingTable>>,
+}
+
+#[derive(Debug)]
+struct Settings {
+    recipient_tokens: Vec<String>,
+    metadata_first: bool,
+    empty_list_as_object: bool,
+    empty_token_on_last_page: bool,
+    credentials: CredentialsEndpoint,
+    credential_lifetime_ms: i64,
+    max_page_size: usize,
+    faults: Vec<FaultRule>,
+}
+
+struct Inner {
+    prefix: String,
+    shares: Mutex<BTreeMap<String, ShareEntry>>,
+    settings: Mutex<Settings>,
+    vended: Mutex<Vec<SharingVendedRecord>>,
+    credential_requests: Mutex<Vec<Value>>,
+    log: RequestLog,
+    vend_counter: AtomicU64,
+    hold: HoldGate,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Finds a map key case-insensitively (the protocol's names are case-insensitive).
+fn find_key<'a, V>(map: &'a BTreeMap<String, V>, name: &str) -> Option<&'a String> {
+    map.keys().find(|k| k.eq_ignore_ascii_case(name))
+}
+
+/// A running Delta Sharing fixture server on `127.0.0.1`, stopped on drop.
+pub struct DeltaSharingFixture {
+    addr: SocketAddr,
+    inner: Arc<Inner>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DeltaSharingFixture {
+    fn drop(&mut self) {
+        self.inner.hold.release();
+        self.task.abort();
+    }
+}
+
+impl DeltaSharingFixture {
+    /// Starts an empty fixture under [`DEFAULT_PREFIX`].
+    pub async fn start() -> Self {
+        Self::start_with_prefix(DEFAULT_PREFIX).await
+    }
+
+    /// Starts an empty fixture whose routes live under `prefix` (e.g.
+    /// `/api/v1/delta-sharing`; `""` for none).
+    ///
+    /// # Panics
+    /// When no loopback port can be bound: the test cannot run at all.
+    pub async fn start_with_prefix(prefix: &str) -> Self {
+        let inner = Arc::new(Inner {
+            prefix: prefix.trim_end_matches('/').to_owned(),
+            shares: Mutex::new(BTreeMap::new()),
+            settings: Mutex::new(Settings {
+                recipient_tokens: vec![DEFAULT_RECIPIENT_TOKEN.to_owned()],
+                metadata_first: false,
+                empty_list_as_object: false,
+                empty_token_on_last_page: false,
+                credentials: CredentialsEndpoint::Wrapped,
+                credential_lifetime_ms: 3_600_000,
+                max_page_size: 500,
+                faults: Vec::new(),
+            }),
+            vended: Mutex::new(Vec::new()),
+            credential_requests: Mutex::new(Vec::new()),
+            log: RequestLog::default(),
+            vend_counter: AtomicU64::new(0),
+            hold: HoldGate::default(),
+        });
+        #[allow(clippy::expect_used)]
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port for the Delta Sharing fixture");
+        #[allow(clippy::expect_used)]
+        let addr = listener.local_addr().expect("fixture listener address");
+        let app = Router::new().fallback(handle).with_state(inner.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { addr, inner, task }
+    }
+
+    /// Starts a fixture with share `sales`, schema `retail` and table `orders` offering
+    /// `["url", "dir"]`.
+    pub async fn start_with_sample() -> Self {
+        let f = Self::start().await;
+        f.add_table(
+            "sales",
+            "retail",
+            SharingTable::new("orders", "s3://bucket/sales/retail/orders")
+                .with_access_modes(&["url", "dir"]),
+        );
+        f
+    }
+
+    /// The sharing server endpoint a profile file would name: `http://127.0.0.1:PORT{prefix}`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}{}", self.addr, self.inner.prefix)
+    }
+
+    /// The bound socket address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    // ---- data -------------------------------------------------------------------------
+
+    /// Adds an empty share with an id (no-op if present).
+    pub fn add_share(&self, share: &str) {
+        lock(&self.inner.shares)
+            .entry(share.to_owned())
+            .or_insert_with(|| ShareEntry {
+                id: Some(uuid::Uuid::new_v4().to_string()),
+                schemas: BTreeMap::new(),
+            });
+    }
+
+    /// Removes a share. Returns whether it existed.
+    pub fn remove_share(&self, share: &str) -> bool {
+        lock(&self.inner.shares).remove(share).is_some()
+    }
+
+    /// Adds an empty schema, creating the share if needed.
+    pub fn add_schema(&self, share: &str, schema: &str) {
+        self.add_share(share);
+        if let Some(s) = lock(&self.inner.shares).get_mut(share) {
+            s.schemas.entry(schema.to_owned()).or_default();
+        }
+    }
+
+    /// Renames a schema keeping its tables. Returns whether it existed.
+    pub fn rename_schema(&self, share: &str, from: &str, to: &str) -> bool {
+        let mut shares = lock(&self.inner.shares);
+        let Some(s) = shares.get_mut(share) else {
+            return false;
+        };
+        match s.schemas.remove(from) {
+            Some(t) => {
+                s.schemas.insert(to.to_owned(), t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes a schema. Returns whether it existed.
+    pub fn remove_schema(&self, share: &str, schema: &str) -> bool {
+        lock(&self.inner.shares)
+            .get_mut(share)
+            .is_some_and(|s| s.schemas.remove(schema).is_some())
+    }
+
+    /// Adds (or replaces) a table, creating share and schema if needed.
+    pub fn add_table(&self, share: &str, schema: &str, table: SharingTable) {
+        self.add_schema(share, schema);
+        if let Some(t) = lock(&self.inner.shares)
+            .get_mut(share)
+            .and_then(|s| s.schemas.get_mut(schema))
+        {
+            t.insert(table.name.clone(), table);
+        }
+    }
+
+    /// Renames a table keeping its id. Returns whether it existed.
+    pub fn rename_table(&self, share: &str, schema: &str, from: &str, to: &str) -> bool {
+        let mut shares = lock(&self.inner.shares);
+        let Some(t) = shares
+            .get_mut(share)
+            .and_then(|s| s.schemas.get_mut(schema))
+        else {
+            return false;
+        };
+        match t.remove(from) {
+            Some(mut table) => {
+                table.name = to.to_owned();
+                t.insert(to.to_owned(), table);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes a table. Returns whether it existed.
+    pub fn remove_table(&self, share: &str, schema: &str, name: &str) -> bool {
+        lock(&self.inner.shares)
+            .get_mut(share)
+            .and_then(|s| s.schemas.get_mut(schema))
+            .is_some_and(|t| t.remove(name).is_some())
+    }
+
+    /// Bumps a table's version (answered by the version and metadata endpoints).
+    pub fn set_table_version(&self, share: &str, schema: &str, name: &str, version: i64) {
+        if let Some(t) = lock(&self.inner.shares)
+            .get_mut(share)
+            .and_then(|s| s.schemas.get_mut(schema))
+            .and_then(|t| t.get_mut(name))
+        {
+            t.version = version;
+        }
+    }
+
+    // ---- quirks and settings ----------------------------------------------------------
+
+    /// Send the `metaData` line before the `protocol` line (unitycatalog-rs does).
+    pub fn set_metadata_first(&self, on: bool) {
+        lock(&self.inner.settings).metadata_first = on;
+    }
+
+    /// Answer an empty list as `{}` (no `items`).
+    pub fn set_empty_list_as_object(&self, on: bool) {
+        lock(&self.inner.settings).empty_list_as_object = on;
+    }
+
+    /// Send `"nextPageToken": ""` on the last page instead of omitting it.
+    pub fn set_empty_token_on_last_page(&self, on: bool) {
+        lock(&self.inner.settings).empty_token_on_last_page = on;
+    }
+
+    /// How the credentials endpoint behaves.
+    pub fn set_credentials_endpoint(&self, mode: CredentialsEndpoint) {
+        lock(&self.inner.settings).credentials = mode;
+    }
+
+    /// Lifetime of vended credentials relative to now, in ms (negative: already expired).
+    pub fn set_credential_lifetime_ms(&self, ms: i64) {
+        lock(&self.inner.settings).credential_lifetime_ms = ms;
+    }
+
+    /// The server's page length cap (`maxResults` is min'd with it).
+    pub fn set_max_page_size(&self, n: usize) {
+        lock(&self.inner.settings).max_page_size = n.max(1);
+    }
+
+    /// Replaces the accepted recipient tokens.
+    pub fn set_recipient_tokens(&self, tokens: &[&str]) {
+        lock(&self.inner.settings).recipient_tokens =
+            tokens.iter().map(|t| (*t).to_owned()).collect();
+    }
+
+    // ---- faults -----------------------------------------------------------------------
+
+    /// Adds a fault rule; rules are consulted in insertion order.
+    pub fn inject(&self, rule: FaultRule) {
+        lock(&self.inner.settings).faults.push(rule);
+    }
+
+    /// Removes every fault rule.
+    pub fn clear_faults(&self) {
+        lock(&self.inner.settings).faults.clear();
+    }
+
+    /// Releases every request currently held by [`Fault::Hold`].
+    pub fn release_held(&self) {
+        self.inner.hold.release();
+    }
+
+    /// How many requests are being held right now.
+    pub fn held_now(&self) -> usize {
+        self.inner.hold.held_now()
+    }
+
+    // ---- evidence ---------------------------------------------------------------------
+
+    /// Every request answered so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.inner.log.entries()
+    }
+
+    /// Requests whose path ends with `suffix`.
+    pub fn requests_to(&self, suffix: &str) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with(suffix))
+            .collect()
+    }
+
+    /// The request log.
+    pub fn log(&self) -> RequestLog {
+        self.inner.log.clone()
+    }
+
+    /// The JSON bodies of every credentials request (`Null` for an empty body).
+    pub fn credential_requests(&self) -> Vec<Value> {
+        lock(&self.inner.credential_requests).clone()
+    }
+
+    /// Every credential set vended so far.
+    pub fn vended(&self) -> Vec<SharingVendedRecord> {
+        lock(&self.inner.vended).clone()
+    }
+}
+
+// ---- request handling ---------------------------------------------------------------------
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({"errorCode": code, "message": message})),
+    )
+        .into_response()
+}
+
+fn ok_json(v: Value) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+        v.to_string(),
+    )
+        .into_response()
+}
+
+fn bearer_of(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let rest = v
+        .strip_prefix("Bearer ")
+        .or_else(|| v.strip_prefix("bearer "))?;
+    Some(rest.trim().to_owned())
+}
+
+fn param<'a>(q: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    q.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+async fn handle(
+    State(inner): State<Arc<Inner>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let index = inner
+        .log
+        .record(RecordedRequest::from_parts(method.as_str(), &uri, &headers));
+    let response = answer(&inner, method, uri, headers, body).await;
+    inner.log.set_status(index, response.status().as_u16());
+    response
+}
+
+async fn answer(
+    inner: &Arc<Inner>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().to_owned();
+    let query = parse_query(uri.query().unwrap_or(""));
+
+    let fault = take_fault(&mut lock(&inner.settings).faults, &method, &path);
+    match fault {
+        Some(Fault::Status(code)) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return error(status, "INJECTED_FAULT", "injected fault");
+        }
+        Some(Fault::MalformedJson) => {
+            let body = if path.ends_with("/metadata") {
+                "{\"protocol\":{\"minReaderVersion\":1}}\n{\"metaData\":{\"id\":\"trunc"
+            } else {
+                "{\"items\": [{\"name\": \"trunc"
+            };
+            return (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response();
+        }
+        Some(Fault::Oversized(n)) => {
+            return ok_json(json!({"items": [], "padding": "x".repeat(n)}));
+        }
+        Some(Fault::Unauthorized) => {
+            return error(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", "injected 401");
+        }
+        Some(Fault::Hold) => inner.hold.wait().await,
+        None => {}
+    }
+
+    let Some(route) = path.strip_prefix(inner.prefix.as_str()) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "no such route",
+        );
+    };
+    let authorized =
+        bearer_of(&headers).is_some_and(|t| lock(&inner.settings).recipient_tokens.contains(&t));
+    if !authorized {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHENTICATED",
+            "missing or invalid token",
+        );
+    }
+
+    let segments: Vec<String> = route
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    match (method, segs.as_slice()) {
+        (Method::GET, ["shares"]) => list_shares(inner, &query),
+        (Method::GET, ["shares", share]) => get_share(inner, share),
+        (Method::GET, ["shares", share, "schemas"]) => list_schemas(inner, share, &query),
+        (Method::GET, ["shares", share, "schemas", schema, "tables"]) => {
+            list_tables(inner, share, Some(schema), &query)
+        }
+        (Method::GET, ["shares", share, "all-tables"]) => list_tables(inner, share, None, &query),
+        (
+            Method::GET,
+            [
+                "shares",
+                share,
+                "schemas",
+                schema,
+                "tables",
+                table,
+                "version",
+            ],
+        ) => version(inner, share, schema, table),
+        (
+            Method::GET,
+            [
+                "shares",
+                share,
+                "schemas",
+                schema,
+                "tables",
+                table,
+                "metadata",
+            ],
+        ) => metadata(inner, share, schema, table),
+        (
+            Method::POST,
+            [
+                "shares",
+                share,
+                "schemas",
+                schema,
+                "tables",
+                table,
+                "temporary-table-credentials",
+            ],
+        ) => credentials(inner, share, schema, table, &body),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "no such route",
+        ),
+    }
+}
+
+/// Parses `maxResults` / `pageToken` into (page length, resume-after key).
+fn page_params(
+    inner: &Inner,
+    query: &[(String, String)],
+) -> Result<(usize, Option<String>), Box<Response>> {
+    let cap = lock(&inner.settings).max_page_size;
+    let len = match param(query, "maxResults") {
+        None => cap,
+        Some(raw) => match raw.parse::<i64>() {
+            Ok(n) if n < 0 => {
+                return Err(Box::new(error(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_PARAMETER_VALUE",
+                    "maxResults must be non-negative",
+                )));
+            }
+            Ok(n) => usize::try_from(n).unwrap_or(cap).min(cap),
+            Err(_) => {
+                return Err(Box::new(error(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_PARAMETER_VALUE",
+                    "maxResults is not an integer",
+                )));
+            }
+        },
+    };
+    let after = match param(query, "pageToken") {
+        None | Some("") => None,
+        Some(tok) => match decode_token(tok) {
+            Some(k) => Some(k),
+            None => {
+                return Err(Box::new(error(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_PARAMETER_VALUE",
+                    "invalid pageToken",
+                )));
+            }
+        },
+    };
+    Ok((len, after))
+}
+
+fn encode_token(last: &str) -> String {
+    use base64::Engine as _;
+    format!(
+        "ds1.{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last)
+    )
+}
+
+fn decode_token(tok: &str) -> Option<String> {
+    use base64::Engine as _;
+    let raw = tok.strip_prefix("ds1.")?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(raw)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// One page of `(sort key, item)` pairs sorted by key, resuming after `after`. With `len` 0
+/// the protocol allows no items and a token: answer a token to the same position.
+fn page(
+    items: Vec<(String, Value)>,
+    len: usize,
+    after: Option<&str>,
+) -> (Vec<Value>, Option<String>) {
+    let rest: Vec<(String, Value)> = items
+        .into_iter()
+        .filter(|(k, _)| after.is_none_or(|a| k.as_str() > a))
+        .collect();
+    if len == 0 {
+        let next = if rest.is_empty() {
+            None
+        } else {
+            after.map(encode_token).or_else(|| Some(encode_token("")))
+        };
+        return (Vec::new(), next);
+    }
+    let more = rest.len() > len;
+    let taken: Vec<(String, Value)> = rest.into_iter().take(len).collect();
+    let next = if more {
+        taken.last().map(|(k, _)| encode_token(k))
+    } else {
+        None
+    };
+    (taken.into_iter().map(|(_, v)| v).collect(), next)
+}
+
+fn list_answer(inner: &Inner, items: Vec<Value>, next: Option<String>) -> Response {
+    let (empty_as_object, empty_token) = {
+        let s = lock(&inner.settings);
+        (s.empty_list_as_object, s.empty_token_on_last_page)
+    };
+    let mut obj = serde_json::Map::new();
+    if !(items.is_empty() && empty_as_object) {
+        obj.insert("items".into(), Value::Array(items));
+    }
+    match next {
+        Some(n) => {
+            obj.insert("nextPageToken".into(), json!(n));
+        }
+        None if empty_token => {
+            obj.insert("nextPageToken".into(), json!(""));
+        }
+        None => {}
+    }
+    ok_json(Value::Object(obj))
+}
+
+fn share_json(name: &str, s: &ShareEntry) -> Value {
+    let mut v = json!({"name": name});
+    if let (Some(obj), Some(id)) = (v.as_object_mut(), &s.id) {
+        obj.insert("id".into(), json!(id));
+    }
+    v
+}
+
+fn list_shares(inner: &Inner, query: &[(String, String)]) -> Response {
+    let (len, after) = match page_params(inner, query) {
+        Ok(p) => p,
+        Err(r) => return *r,
+    };
+    let items: Vec<(String, Value)> = lock(&inner.shares)
+        .iter()
+        .map(|(n, s)| (n.clone(), share_json(n, s)))
+        .collect();
+    let (items, next) = page(items, len, after.as_deref());
+    list_answer(inner, items, next)
+}
+
+fn get_share(inner: &Inner, share: &str) -> Response {
+    let shares = lock(&inner.shares);
+    match find_key(&shares, share).and_then(|k| shares.get(k).map(|s| (k, s))) {
+        Some((k, s)) => ok_json(json!({"share": share_json(k, s)})),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "share not found",
+        ),
+    }
+}
+
+fn list_schemas(inner: &Inner, share: &str, query: &[(String, String)]) -> Response {
+    let (len, after) = match page_params(inner, query) {
+        Ok(p) => p,
+        Err(r) => return *r,
+    };
+    let items: Vec<(String, Value)> = {
+        let shares = lock(&inner.shares);
+        let Some(key) = find_key(&shares, share) else {
+            return error(
+                StatusCode::NOT_FOUND,
+                "RESOURCE_DOES_NOT_EXIST",
+                "share not found",
+            );
+        };
+        let Some(entry) = shares.get(key) else {
+            return error(
+                StatusCode::NOT_FOUND,
+                "RESOURCE_DOES_NOT_EXIST",
+                "share not found",
+            );
+        };
+        entry
+            .schemas
+            .keys()
+            .map(|n| (n.clone(), json!({"name": n, "share": key})))
+            .collect()
+    };
+    let (items, next) = page(items, len, after.as_deref());
+    list_answer(inner, items, next)
+}
+
+fn list_tables(
+    inner: &Inner,
+    share: &str,
+    schema: Option<&str>,
+    query: &[(String, String)],
+) -> Response {
+    let (len, after) = match page_params(inner, query) {
+        Ok(p) => p,
+        Err(r) => return *r,
+    };
+    let items: Vec<(String, Value)> = {
+        let shares = lock(&inner.shares);
+        let Some((share_key, entry)) =
+            find_key(&shares, share).and_then(|k| shares.get(k).map(|e| (k, e)))
+        else {
+            return error(
+                StatusCode::NOT_FOUND,
+                "RESOURCE_DOES_NOT_EXIST",
+                "share not found",
+            );
+        };
+        let mut out = Vec::new();
+        for (schema_name, tables) in &entry.schemas {
+            if schema.is_some_and(|want| !schema_name.eq_ignore_ascii_case(want)) {
+                continue;
+            }
+            for (table_name, t) in tables {
+                // A unit separator keeps (schema, table) keys ordered and unambiguous.
+                out.push((
+                    format!("{schema_name}\u{1f}{table_name}"),
+                    t.to_json(share_key, entry.id.as_deref(), schema_name),
+                ));
+            }
+        }
+        if schema.is_some_and(|want| find_key(&entry.schemas, want).is_none()) {
+            return error(
+                StatusCode::NOT_FOUND,
+                "RESOURCE_DOES_NOT_EXIST",
+                "schema not found",
+            );
+        }
+        out
+    };
+    let (items, next) = page(items, len, after.as_deref());
+    list_answer(inner, items, next)
+}
+
+fn find_table(inner: &Inner, share: &str, schema: &str, table: &str) -> Option<SharingTable> {
+    let shares = lock(&inner.shares);
+    let s = shares.get(find_key(&shares, share)?)?;
+    let t = s.schemas.get(find_key(&s.schemas, schema)?)?;
+    t.get(find_key(t, table)?).cloned()
+}
+
+fn version(inner: &Inner, share: &str, schema: &str, table: &str) -> Response {
+    match find_table(inner, share, schema, table) {
+        Some(t) => (
+            StatusCode::OK,
+            [("delta-table-version", t.version.to_string())],
+            "",
+        )
+            .into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "table not found",
+        ),
+    }
+}
+
+fn metadata(inner: &Inner, share: &str, schema: &str, table: &str) -> Response {
+    let Some(t) = find_table(inner, share, schema, table) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "table not found",
+        );
+    };
+    let protocol = json!({"protocol": {"minReaderVersion": 1}}).to_string();
+    let mut meta = json!({
+        "id": t.metadata_id,
+        "format": {"provider": t.format_provider},
+        "schemaString": t.schema_string,
+        "partitionColumns": t.partition_columns,
+        "configuration": t.configuration,
+    });
+    if let (Some(obj), Some(d)) = (meta.as_object_mut(), &t.description) {
+        obj.insert("description".into(), json!(d));
+    }
+    let meta = json!({"metaData": meta}).to_string();
+    let body = if lock(&inner.settings).metadata_first {
+        format!("{meta}\n{protocol}\n")
+    } else {
+        format!("{protocol}\n{meta}\n")
+    };
+    (
+        StatusCode::OK,
+        [
+            (
+                header::CONTENT_TYPE.as_str(),
+                "application/x-ndjson; charset=utf-8".to_owned(),
+            ),
+            ("delta-table-version", t.version.to_string()),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn random_secret(prefix: &str, len: usize) -> String {
+    use rand::Rng as _;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let tail: String = (0..len)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{prefix}{tail}")
+}
+
+fn now_ms() -> i64 {
+    let nanos = time::OffsetDateTime::now_utc().unix_timestamp_nanos();
+    i64::try_from(nanos / 1_000_000).unwrap_or(i64::MAX)
+}
+
+fn credentials(inner: &Inner, share: &str, schema: &str, table: &str, body: &[u8]) -> Response {
+    let (mode, lifetime) = {
+        let s = lock(&inner.settings);
+        (s.credentials, s.credential_lifetime_ms)
+    };
+    if mode == CredentialsEndpoint::NotFound {
+        return error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "no such route",
+        );
+    }
+    let request: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_PARAMETER_VALUE",
+                    "body not JSON",
+                );
+            }
+        }
+    };
+    lock(&inner.credential_requests).push(request.clone());
+    let Some(t) = find_table(inner, share, schema, table) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "table not found",
+        );
+    };
+    if !t.offers_dir() {
+        return error(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            "table is not shared with directory access",
+        );
+    }
+    let root = t.location.clone().unwrap_or_default();
+    let location = match request.get("location").and_then(Value::as_str) {
+        Some(l) if !l.starts_with(&root) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "INVALID_PARAMETER_VALUE",
+                "foreign location",
+            );
+        }
+        Some(l) => l.to_owned(),
+        None => root,
+    };
+    let n = inner.vend_counter.fetch_add(1, Ordering::SeqCst) + 1;
+    let record = SharingVendedRecord {
+        share: share.to_owned(),
+        schema: schema.to_owned(),
+        table: table.to_owned(),
+        location: location.clone(),
+        access_key_id: format!("ASIADSFIXTURE{n:07}"),
+        secret_access_key: random_secret("dssecret", 32),
+        session_token: random_secret("dssession", 48),
+        expiration_time_ms: now_ms().saturating_add(lifetime),
+    };
+    lock(&inner.vended).push(record.clone());
+    let aws = json!({
+        "accessKeyId": record.access_key_id,
+        "secretAccessKey": record.secret_access_key,
+        "sessionToken": record.session_token,
+    });
+    match mode {
+        CredentialsEndpoint::Flat => ok_json(json!({
+            "awsTempCredentials": aws,
+            "expirationTime": record.expiration_time_ms,
+        })),
+        _ => ok_json(json!({"credentials": {
+            "location": location,
+            "awsTempCredentials": aws,
+            "expirationTime": record.expiration_time_ms,
+        }})),
+    }
+}
