@@ -10,7 +10,8 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::{
-    Key, MAX_PAGE_SIZE, MAX_PK_BYTES, MAX_SK_BYTES, MetastoreError, PageToken, Query, Transaction,
+    Condition, FailureReason, Key, MAX_PAGE_SIZE, MAX_PK_BYTES, MAX_SK_BYTES, MetastoreError, Op,
+    OpOutcome, PageToken, Query, Transaction,
 };
 
 /// Most keys one `batch_get` may name (DynamoDB's `BatchGetItem` limit).
@@ -120,10 +121,36 @@ pub(crate) fn decode_token(token: &PageToken, sk_prefix: &str) -> Result<String,
     Ok(sk)
 }
 
+/// Evaluates one condition against the item's current version (`None` = absent).
+pub(crate) fn evaluate(condition: Option<Condition>, current: Option<u64>) -> OpOutcome {
+    match (condition, current) {
+        (None, _) => OpOutcome::Ok,
+        (Some(Condition::Absent), None) => OpOutcome::Ok,
+        (Some(Condition::Absent), Some(version)) => {
+            OpOutcome::Failed(FailureReason::Exists { version })
+        }
+        (Some(Condition::Exists | Condition::Version(_)), None) => {
+            OpOutcome::Failed(FailureReason::Missing)
+        }
+        (Some(Condition::Exists), Some(_)) => OpOutcome::Ok,
+        (Some(Condition::Version(expected)), Some(actual)) if expected == actual => OpOutcome::Ok,
+        (Some(Condition::Version(expected)), Some(actual)) => {
+            OpOutcome::Failed(FailureReason::VersionMismatch { expected, actual })
+        }
+    }
+}
+
+pub(crate) fn op_condition(op: &Op) -> Option<Condition> {
+    match op {
+        Op::Put { condition, .. } | Op::Delete { condition, .. } => *condition,
+        Op::Check { condition, .. } => Some(*condition),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Consistency, Op};
+    use crate::Consistency;
 
     #[test]
     fn token_round_trips_and_is_bound_to_its_prefix() {

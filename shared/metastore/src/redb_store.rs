@@ -19,10 +19,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::codec::{self, encode_token};
+use crate::codec::{self, encode_token, evaluate, op_condition};
 use crate::{
-    Condition, Consistency, FailureReason, Item, Key, Metastore, MetastoreError, Op, OpOutcome,
-    Page, Query, Transaction,
+    Consistency, Item, Key, Metastore, MetastoreError, Op, OpOutcome, Page, Query, Transaction,
 };
 
 const ITEMS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("items");
@@ -139,32 +138,6 @@ fn decode_item(key: Key, raw: &[u8]) -> Result<Item, MetastoreError> {
         body: raw[HEADER_LEN..].to_vec(),
         expires_at,
     })
-}
-
-/// Evaluates one condition against the item's current version (`None` = absent).
-pub(crate) fn evaluate(condition: Option<Condition>, current: Option<u64>) -> OpOutcome {
-    match (condition, current) {
-        (None, _) => OpOutcome::Ok,
-        (Some(Condition::Absent), None) => OpOutcome::Ok,
-        (Some(Condition::Absent), Some(version)) => {
-            OpOutcome::Failed(FailureReason::Exists { version })
-        }
-        (Some(Condition::Exists | Condition::Version(_)), None) => {
-            OpOutcome::Failed(FailureReason::Missing)
-        }
-        (Some(Condition::Exists), Some(_)) => OpOutcome::Ok,
-        (Some(Condition::Version(expected)), Some(actual)) if expected == actual => OpOutcome::Ok,
-        (Some(Condition::Version(expected)), Some(actual)) => {
-            OpOutcome::Failed(FailureReason::VersionMismatch { expected, actual })
-        }
-    }
-}
-
-fn op_condition(op: &Op) -> Option<Condition> {
-    match op {
-        Op::Put { condition, .. } | Op::Delete { condition, .. } => *condition,
-        Op::Check { condition, .. } => Some(*condition),
-    }
 }
 
 fn apply(db: &Database, tx: &Transaction) -> Result<(), MetastoreError> {
