@@ -1,1 +1,13 @@
 #![forbid(unsafe_code)]
+//! Flotilla's core: the resource services (the protocols of the durability contract) and
+//! the one HTTP router every host serves.
+
+pub mod auth;
+pub mod clock;
+pub mod error;
+pub mod http;
+pub mod service;
+pub mod state;
+
+pub use http::router;
+pub use state::{AppState, Config};

@@ -413,6 +413,14 @@ impl Query {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PageToken(pub String);
 
+impl PageToken {
+    /// A token that continues strictly after sort key `sk`, for callers that stop part-way
+    /// through a page (e.g. a filtered listing that filled its own page).
+    pub fn after_sort_key(sk: &str) -> Self {
+        codec::encode_token(sk)
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Page {
     pub items: Vec<Item>,

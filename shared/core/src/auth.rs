@@ -1,0 +1,190 @@
+//! Principals and how requests prove them.
+//!
+//! Locally, bearer tokens map to principals through [`StaticTokens`] (the bootstrap token and
+//! the tokens file). On AWS, API Gateway's JWT authorizer has already verified the token and
+//! the Lambda host inserts a [`Principal`] built from the claims ([`Principal::from_claims`])
+//! into the request extensions; extensions cannot be set from the wire, so a caller cannot
+//! forge one.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::error::{ApiError, Code};
+
+/// Who is calling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// A stable, non-secret identity for logs (a token's hash prefix or the JWT `sub`).
+    pub subject: String,
+    /// May create and delete accounts and run admin operations; sees every account.
+    pub operator: bool,
+    /// Accounts this principal may act in.
+    pub accounts: BTreeSet<String>,
+}
+
+impl Principal {
+    pub fn operator(subject: impl Into<String>) -> Self {
+        Self { subject: subject.into(), operator: true, accounts: BTreeSet::new() }
+    }
+
+    pub fn for_accounts(subject: impl Into<String>, accounts: impl IntoIterator<Item = String>) -> Self {
+        Self { subject: subject.into(), operator: false, accounts: accounts.into_iter().collect() }
+    }
+
+    pub fn can_access(&self, account: &str) -> bool {
+        self.operator || self.accounts.contains(account)
+    }
+
+    /// Refuses principals outside `account`.
+    pub fn require_account(&self, account: &str) -> Result<(), ApiError> {
+        if self.can_access(account) {
+            Ok(())
+        } else {
+            Err(ApiError::new(Code::PermissionDenied, "this principal may not access that account"))
+        }
+    }
+
+    pub fn require_operator(&self) -> Result<(), ApiError> {
+        if self.operator {
+            Ok(())
+        } else {
+            Err(ApiError::new(Code::PermissionDenied, "operator permission required"))
+        }
+    }
+
+    /// Builds a principal from API Gateway JWT authorizer claims.
+    ///
+    /// - `sub`: identity (required);
+    /// - `flotilla:operator`: `"true"` (or boolean true) makes an operator;
+    /// - `flotilla:accounts`: the accounts in scope, a JSON array or a space/comma separated
+    ///   string (API Gateway flattens array claims to strings like `[a b]`).
+    pub fn from_claims(claims: &HashMap<String, String>) -> Option<Principal> {
+        let subject = claims.get("sub")?.clone();
+        let operator = claims
+            .get("flotilla:operator")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let accounts = claims
+            .get("flotilla:accounts")
+            .map(|v| {
+                v.trim_matches(|c| c == '[' || c == ']')
+                    .split(|c: char| c == ',' || c.is_whitespace())
+                    .map(|s| s.trim_matches('"').to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Principal { subject, operator, accounts })
+    }
+}
+
+/// Maps bearer tokens to principals.
+pub trait Authenticator: Send + Sync + 'static {
+    fn authenticate(&self, bearer: &str) -> Option<Principal>;
+}
+
+/// Tokens configured for `flotilla serve`: compared by SHA-256 digest so the raw token is
+/// not kept in memory beyond start-up and never reaches a log.
+#[derive(Default)]
+pub struct StaticTokens {
+    by_digest: HashMap<[u8; 32], Principal>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensFile {
+    tokens: Vec<TokenEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    token: String,
+    #[serde(default)]
+    operator: bool,
+    #[serde(default)]
+    accounts: Vec<String>,
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+fn subject_of(d: &[u8; 32]) -> String {
+    format!("token:{}", hex::encode(&d[..6]))
+}
+
+impl StaticTokens {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, token: &str, operator: bool, accounts: Vec<String>) {
+        let d = digest(token);
+        let subject = subject_of(&d);
+        let p = if operator {
+            Principal { subject, operator: true, accounts: accounts.into_iter().collect() }
+        } else {
+            Principal::for_accounts(subject, accounts)
+        };
+        self.by_digest.insert(d, p);
+    }
+
+    /// Loads `{"tokens": [{"token", "operator", "accounts"}]}`.
+    pub fn load_file(&mut self, path: &Path) -> Result<(), String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read tokens file {}: {e}", path.display()))?;
+        let file: TokensFile = serde_json::from_str(&text)
+            .map_err(|e| format!("tokens file {} is malformed: {e}", path.display()))?;
+        for t in file.tokens {
+            if t.token.len() < 8 {
+                return Err("tokens file: every token needs at least 8 characters".into());
+            }
+            self.add(&t.token, t.operator, t.accounts);
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_digest.is_empty()
+    }
+}
+
+impl Authenticator for StaticTokens {
+    fn authenticate(&self, bearer: &str) -> Option<Principal> {
+        self.by_digest.get(&digest(bearer)).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_tokens_map_to_principals() {
+        let mut t = StaticTokens::new();
+        t.add("operator-token", true, vec![]);
+        t.add("acme-token-1", false, vec!["acme".into()]);
+        assert!(t.authenticate("operator-token").unwrap().operator);
+        let p = t.authenticate("acme-token-1").unwrap();
+        assert!(p.can_access("acme") && !p.can_access("other"));
+        assert!(t.authenticate("nope").is_none());
+        assert!(!p.subject.contains("acme-token"));
+    }
+
+    #[test]
+    fn claims_principal() {
+        let mut c = HashMap::new();
+        c.insert("sub".to_string(), "user-1".to_string());
+        c.insert("flotilla:accounts".to_string(), "[acme beta]".to_string());
+        let p = Principal::from_claims(&c).unwrap();
+        assert!(!p.operator);
+        assert!(p.can_access("acme") && p.can_access("beta") && !p.can_access("gamma"));
+        c.insert("flotilla:operator".to_string(), "true".to_string());
+        assert!(Principal::from_claims(&c).unwrap().operator);
+        c.remove("sub");
+        assert!(Principal::from_claims(&c).is_none());
+    }
+}

@@ -1,0 +1,220 @@
+//! Request extractors whose rejections follow the API's error contract (axum's defaults
+//! answer plain text).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::auth::Principal;
+use crate::error::{ApiError, Code};
+use crate::service::accounts::OnConflict;
+use crate::service::idempotency::{IdempotencyRequest, validate_client_key};
+use crate::state::AppState;
+
+/// Largest request body (`413` above).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Deepest JSON nesting accepted before deserialization (a guard against stack exhaustion).
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// The authenticated caller. A principal inserted by the host (Lambda JWT claims) wins;
+/// otherwise the bearer token is looked up.
+pub struct Auth(pub Principal);
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        if let Some(p) = parts.extensions.get::<Principal>() {
+            return Ok(Auth(p.clone()));
+        }
+        let unauth = || ApiError::new(Code::Unauthenticated, "a valid bearer token is required");
+        let header = parts.headers.get(AUTHORIZATION).ok_or_else(unauth)?;
+        let text = header.to_str().map_err(|_| unauth())?;
+        let token = text
+            .strip_prefix("Bearer ")
+            .or_else(|| text.strip_prefix("bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(unauth)?;
+        let principal = state.auth.authenticate(token).ok_or_else(unauth)?;
+        tracing::Span::current().record("principal", principal.subject.as_str());
+        Ok(Auth(principal))
+    }
+}
+
+/// A JSON body: `415` unless `Content-Type: application/json`, `413` over 1 MiB, `400` for
+/// malformed JSON, excessive nesting or unknown fields. Keeps the canonical JSON for
+/// idempotency fingerprints.
+pub struct JsonBody<T> {
+    pub value: T,
+    pub canonical: Vec<u8>,
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &AppState) -> Result<Self, Self::Rejection> {
+        let is_json = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"))
+            .unwrap_or(false);
+        if !is_json {
+            return Err(ApiError::new(Code::UnsupportedMediaType, "request bodies must be application/json"));
+        }
+        let body = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES)
+            .await
+            .map_err(|_| ApiError::new(Code::PayloadTooLarge, "request body exceeds 1 MiB"))?;
+        parse_json(&body)
+    }
+}
+
+pub fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<JsonBody<T>, ApiError> {
+    check_depth(body)?;
+    let raw: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("malformed JSON body: {}", short(&e))))?;
+    let canonical = serde_json::to_vec(&raw).map_err(|e| ApiError::internal(e.to_string()))?;
+    let value = serde_json::from_value(raw).map_err(|e| ApiError::invalid(format!("invalid request: {}", short(&e))))?;
+    Ok(JsonBody { value, canonical })
+}
+
+fn short(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    if s.len() > 300 { format!("{}...", &s[..s.floor_char_boundary(300)]) } else { s }
+}
+
+/// Refuses JSON nested deeper than [`MAX_JSON_DEPTH`] before parsing it into a tree.
+fn check_depth(body: &[u8]) -> Result<(), ApiError> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(ApiError::invalid(format!("JSON nests deeper than {MAX_JSON_DEPTH} levels")));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `If-Match`, when given.
+pub struct IfMatch(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        match parts.headers.get("if-match") {
+            None => Ok(IfMatch(None)),
+            Some(v) => v
+                .to_str()
+                .map(|s| IfMatch(Some(s.to_owned())))
+                .map_err(|_| ApiError::invalid("If-Match must be visible ASCII")),
+        }
+    }
+}
+
+/// `Idempotency-Key`, when given (validated).
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        match parts.headers.get("idempotency-key") {
+            None => Ok(IdempotencyKey(None)),
+            Some(v) => {
+                let s = v.to_str().map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
+                validate_client_key(s)?;
+                Ok(IdempotencyKey(Some(s.to_owned())))
+            }
+        }
+    }
+}
+
+/// Query parameters, with `400` in the API's error shape.
+pub struct Q<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| Q(q.0))
+            .map_err(|e| ApiError::invalid(format!("invalid query parameters: {}", e.body_text())))
+    }
+}
+
+/// Path parameters, with `400` in the API's error shape.
+pub struct P<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for P<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| P(p.0))
+            .map_err(|e| ApiError::invalid(format!("invalid path: {}", e.body_text())))
+    }
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateParams {
+    #[serde(default)]
+    pub on_conflict: OnConflict,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    #[serde(default)]
+    pub page_size: Option<usize>,
+    #[serde(default)]
+    pub page_token: Option<String>,
+    #[serde(default)]
+    pub parent: Option<String>,
+}
+
+/// Builds the idempotency part of a create, refusing it with `replace` (API contract).
+pub fn idempotency(
+    key: Option<String>,
+    on_conflict: OnConflict,
+    receipt_key: impl FnOnce(&str) -> flotilla_metastore::Key,
+    route: &str,
+    canonical_body: &[u8],
+) -> Result<Option<IdempotencyRequest>, ApiError> {
+    match key {
+        None => Ok(None),
+        Some(_) if on_conflict == OnConflict::Replace => Err(ApiError::new(
+            Code::IdempotencyKeyNotAllowed,
+            "on_conflict=replace cannot be combined with an Idempotency-Key",
+        )),
+        Some(k) => {
+            let mode = format!("{on_conflict:?}");
+            Ok(Some(IdempotencyRequest::new(receipt_key(&k), &[b"POST", route.as_bytes(), mode.as_bytes(), canonical_body])))
+        }
+    }
+}

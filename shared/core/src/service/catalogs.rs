@@ -1,0 +1,306 @@
+//! Catalogs: account-unique display names (a name-index item per name), renames that keep
+//! the id, and deletes refused while the catalog holds anything or an overlay targets it.
+
+use std::collections::BTreeMap;
+
+use flotilla_domain::keys;
+use flotilla_domain::model::{CatalogRecord, NameIndexRecord, etag_for};
+use flotilla_domain::names::validate_display_name;
+use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::accounts::{OnConflict, delete_items, strong_scan};
+use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
+use super::{
+    GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff, check_if_match,
+    guarded_delete, key, read, to_body,
+};
+use crate::error::{ApiError, ApiResult, Code};
+use crate::state::AppState;
+
+pub const MAX_DESCRIPTION_BYTES: usize = 4096;
+pub const MAX_PROPERTIES: usize = 256;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCatalog {
+    pub display_name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchCatalog {
+    #[serde(default)]
+    pub display_name: Option<String>,
+    #[serde(default)]
+    pub description: Option<Option<String>>,
+    #[serde(default)]
+    pub properties: Option<BTreeMap<String, String>>,
+}
+
+pub fn validate_properties(props: &BTreeMap<String, String>) -> ApiResult<()> {
+    if props.len() > MAX_PROPERTIES {
+        return Err(ApiError::invalid(format!("at most {MAX_PROPERTIES} properties")));
+    }
+    for (k, v) in props {
+        if k.is_empty() || k.len() > 255 || k.chars().any(char::is_control) {
+            return Err(ApiError::invalid("property keys must be 1 to 255 bytes without control characters"));
+        }
+        if v.len() > 16 * 1024 {
+            return Err(ApiError::invalid(format!("property {k:?} is longer than 16 KiB")));
+        }
+    }
+    Ok(())
+}
+
+fn validate_description(d: &Option<String>) -> ApiResult<()> {
+    if d.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES) {
+        return Err(ApiError::invalid(format!("description is longer than {MAX_DESCRIPTION_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+/// Reads a catalog by id with a strong read.
+pub async fn load(store: &dyn Metastore, account: &str, id: &str) -> ApiResult<Versioned<CatalogRecord>> {
+    flotilla_domain::names::validate_resource_id(id).map_err(|_| ApiError::not_found("catalog"))?;
+    read::<CatalogRecord>(store, keys::catalog(account, id), Consistency::Strong)
+        .await?
+        .ok_or_else(|| ApiError::not_found("catalog"))
+}
+
+pub async fn create(
+    state: &AppState,
+    account: &str,
+    req: CreateCatalog,
+    on_conflict: OnConflict,
+    idem: Option<IdempotencyRequest>,
+) -> ApiResult<RecordedResponse> {
+    validate_display_name(&req.display_name)?;
+    validate_description(&req.description)?;
+    validate_properties(&req.properties)?;
+    let store = state.store.as_ref();
+    run_create(state, idem, |id| {
+        let req = &req;
+        async move {
+            if let Some(err) = account_guard_error(store, account).await? {
+                return Err(err);
+            }
+            let name_key = keys::catalog_name(account, &req.display_name);
+            let existing = read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?;
+            let now = state.clock.now_rfc3339();
+            let rec = CatalogRecord {
+                id: id.clone(),
+                account_id: account.to_owned(),
+                display_name: req.display_name.clone(),
+                description: req.description.clone(),
+                properties: req.properties.clone(),
+                revision: 1,
+                create_time: now.clone(),
+                update_time: now,
+            };
+            let mut ops = account_guards(account);
+            ops.push(Op::create(key(keys::catalog(account, &id)), to_body(&rec)?));
+            match existing {
+                None => ops.push(Op::create(key(name_key), to_body(&NameIndexRecord { id: id.clone() })?)),
+                Some(idx) => {
+                    let old = load(store, account, &idx.value.id).await?;
+                    match on_conflict {
+                        OnConflict::Error => {
+                            return Err(ApiError::already_exists(format!(
+                                "a catalog named {:?} already exists",
+                                req.display_name
+                            )));
+                        }
+                        OnConflict::ReturnExisting => return Ok(Plan::Respond(RecordedResponse::ok(old.value.to_api()))),
+                        OnConflict::Replace => {
+                            // Retire the old identity: only an empty catalog no overlay targets
+                            // can be retired, proved under its delete guard.
+                            retire_for_replace(state, account, &old).await?;
+                            ops.push(Op::replace(
+                                key(name_key),
+                                idx.version,
+                                to_body(&NameIndexRecord { id: id.clone() })?,
+                            ));
+                            ops.push(Op::delete_at(key(keys::catalog(account, &old.value.id)), old.version));
+                            ops.push(Op::delete(key(keys::directory_generation(&old.value.id))));
+                            ops.push(Op::delete(key(keys::catalog_guard(&old.value.id))));
+                        }
+                    }
+                }
+            }
+            Ok(Plan::Publish {
+                ops,
+                response: RecordedResponse::created(rec.to_api()),
+                probe: key(keys::catalog(account, &id)),
+            })
+        }
+    })
+    .await
+}
+
+/// Proves the catalog replaced by `on_conflict=replace` is empty and untargeted, leaving a
+/// live guard in place so that no child can be created before the replacing transaction
+/// deletes it.
+async fn retire_for_replace(state: &AppState, account: &str, old: &Versioned<CatalogRecord>) -> ApiResult<()> {
+    let store = state.store.as_ref();
+    let now = state.clock.now_ms();
+    let guard = keys::catalog_guard(&old.value.id);
+    let gs = super::guard_state(store, guard.clone(), now, state.config.guard_lease_ms).await?;
+    if matches!(gs, super::GuardState::Live) {
+        return Err(ApiError::deleting("the catalog being replaced"));
+    }
+    let condition = match gs {
+        super::GuardState::Abandoned { version } => Condition::Version(version),
+        _ => Condition::Absent,
+    };
+    let body = to_body(&super::GuardRecord { installed_ms: now, owner: flotilla_domain::names::new_id() })?;
+    store
+        .transact(
+            Transaction::new()
+                .with(Op::Put { key: key(guard), body, expires_at: None, condition: Some(condition) })
+                .with(Op::check(key(keys::catalog(account, &old.value.id)), Condition::Version(old.version))),
+        )
+        .await?;
+    if let Some(refusal) = dependents(store, account, &old.value.id).await? {
+        let _ = store.transact(Transaction::new().with(Op::delete(key(keys::catalog_guard(&old.value.id))))).await;
+        return Err(refusal);
+    }
+    // The guard stays until the replacing transaction commits; the purge below removes it.
+    Ok(())
+}
+
+/// Why a catalog cannot be deleted, read with strong reads.
+async fn dependents(store: &dyn Metastore, account: &str, catalog_id: &str) -> ApiResult<Option<ApiError>> {
+    let overlays = store
+        .count(&keys::account_pk(account), &keys::catalog_dependency_prefix(catalog_id), Consistency::Strong)
+        .await?;
+    let pk = keys::catalog_pk(catalog_id);
+    let namespaces = store.count(&pk, keys::NAMESPACE_PREFIX, Consistency::Strong).await?;
+    let relations = store.count(&pk, keys::RELATION_PREFIX, Consistency::Strong).await?;
+    if overlays + namespaces + relations == 0 {
+        return Ok(None);
+    }
+    Ok(Some(
+        ApiError::new(Code::HasDependents, "the catalog is referenced by overlays or is not empty")
+            .with_detail("overlays", overlays)
+            .with_detail("namespaces", namespaces)
+            .with_detail("relations", relations),
+    ))
+}
+
+pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> {
+    Ok(load(state.store.as_ref(), account, id).await?.value.to_api())
+}
+
+pub async fn list(state: &AppState, account: &str, page_size: usize, token: Option<&str>) -> ApiResult<Value> {
+    let (items, next) = super::list_page(
+        state.store.as_ref(),
+        &keys::account_pk(account),
+        keys::CATALOG_PREFIX,
+        "catalogs",
+        Consistency::Eventual,
+        page_size,
+        token,
+        |item| Ok(Some(super::decode::<CatalogRecord>(item)?.to_api())),
+    )
+    .await?;
+    Ok(super::page_body(items, next))
+}
+
+pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchCatalog, if_match: Option<&str>) -> ApiResult<Value> {
+    if let Some(n) = &req.display_name {
+        validate_display_name(n)?;
+    }
+    if let Some(d) = &req.description {
+        validate_description(d)?;
+    }
+    if let Some(p) = &req.properties {
+        validate_properties(p)?;
+    }
+    let store = state.store.as_ref();
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = load(store, account, id).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        let mut next = cur.value.clone();
+        if let Some(n) = &req.display_name {
+            next.display_name = n.clone();
+        }
+        if let Some(d) = &req.description {
+            next.description = d.clone();
+        }
+        if let Some(p) = &req.properties {
+            next.properties = p.clone();
+        }
+        next.revision += 1;
+        next.update_time = state.clock.now_rfc3339();
+        let mut tx = Transaction::new().with(Op::replace(key(keys::catalog(account, id)), cur.version, to_body(&next)?));
+        if next.display_name != cur.value.display_name {
+            let old_idx = read::<NameIndexRecord>(store, keys::catalog_name(account, &cur.value.display_name), Consistency::Strong)
+                .await?;
+            if let Some(old_idx) = old_idx {
+                tx.push(Op::delete_at(key(keys::catalog_name(account, &cur.value.display_name)), old_idx.version));
+            }
+            tx.push(Op::create(
+                key(keys::catalog_name(account, &next.display_name)),
+                to_body(&NameIndexRecord { id: id.to_owned() })?,
+            ));
+        }
+        match store.transact(tx).await {
+            Ok(()) => return Ok(next.to_api()),
+            Err(e) if super::is_condition_failure(&e) => {
+                if next.display_name != cur.value.display_name
+                    && store.get(&key(keys::catalog_name(account, &next.display_name)), Consistency::Strong).await?.is_some()
+                {
+                    return Err(ApiError::already_exists(format!("a catalog named {:?} already exists", next.display_name)));
+                }
+                backoff(attempt).await;
+            }
+            Err(e) if e.is_retryable() => backoff(attempt).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::unavailable("catalog update did not converge"))
+}
+
+pub async fn delete(state: &AppState, account: &str, id: &str, if_match: Option<&str>) -> ApiResult<()> {
+    let store = state.store.as_ref();
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = load(store, account, id).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        let name_key = keys::catalog_name(account, &cur.value.display_name);
+        let final_ops = vec![
+            Op::delete(key(name_key)),
+            Op::delete(key(keys::directory_generation(id))),
+        ];
+        let outcome = guarded_delete(
+            state,
+            keys::catalog_guard(id),
+            key(keys::catalog(account, id)),
+            cur.version,
+            "the catalog",
+            || dependents(store, account, id),
+            final_ops,
+        )
+        .await?;
+        match outcome {
+            GuardedOutcome::Deleted => {
+                purge_catalog_partition(store, id).await?;
+                return Ok(());
+            }
+            GuardedOutcome::Retry => backoff(attempt).await,
+        }
+    }
+    Err(ApiError::unavailable("catalog delete did not converge"))
+}
+
+/// Deletes every item of a catalog's partition (used once the catalog record is gone, by
+/// catalog delete and account cleanup). Idempotent.
+pub async fn purge_catalog_partition(store: &dyn Metastore, catalog_id: &str) -> ApiResult<()> {
+    let items = strong_scan(store, &keys::catalog_pk(catalog_id), "").await?;
+    delete_items(store, items.into_iter().map(|i| i.key).collect()).await
+}

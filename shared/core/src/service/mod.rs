@@ -1,0 +1,327 @@
+//! Resource services: the protocols behind the HTTP routes. Handlers parse and authorize;
+//! services read and write the metastore.
+
+pub mod accounts;
+pub mod catalogs;
+pub mod idempotency;
+pub mod namespaces;
+pub mod relations;
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use flotilla_domain::keys::KeyParts;
+use flotilla_metastore::{Condition, Consistency, FailureReason, Item, Key, Metastore, MetastoreError, Op, PageToken, Query};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::{ApiError, ApiResult, Code};
+
+/// How many times a protocol re-reads and retries after losing a race or a retryable
+/// backend failure before answering `503`/`409`.
+pub const MAX_ATTEMPTS: usize = 8;
+
+pub fn key(parts: KeyParts) -> Key {
+    Key::new(parts.0, parts.1)
+}
+
+pub fn to_body<T: Serialize>(v: &T) -> ApiResult<Vec<u8>> {
+    serde_json::to_vec(v).map_err(|e| ApiError::internal(format!("encode: {e}")))
+}
+
+/// A decoded item and its storage version.
+pub struct Versioned<T> {
+    pub value: T,
+    pub version: u64,
+}
+
+pub async fn read<T: DeserializeOwned>(
+    store: &dyn Metastore,
+    parts: KeyParts,
+    consistency: Consistency,
+) -> ApiResult<Option<Versioned<T>>> {
+    match store.get(&key(parts), consistency).await? {
+        None => Ok(None),
+        Some(item) => Ok(Some(Versioned { value: item.json()?, version: item.version })),
+    }
+}
+
+pub fn decode<T: DeserializeOwned>(item: &Item) -> ApiResult<T> {
+    Ok(item.json()?)
+}
+
+/// Backoff before retry `attempt` (0-based): jittered, bounded.
+pub async fn backoff(attempt: usize) {
+    use rand::Rng;
+    let base = 5u64 << attempt.min(6);
+    let jitter = rand::rng().random_range(0..=base);
+    tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+}
+
+/// The guards every create in an account asserts in its own transaction: the account exists
+/// and its deletion fence is absent, so a create racing an account delete either commits
+/// before the fence (and cleanup sees it) or fails.
+pub fn account_guards(account: &str) -> Vec<Op> {
+    vec![
+        Op::check(key(flotilla_domain::keys::account(account)), Condition::Exists),
+        Op::check(key(flotilla_domain::keys::account_fence(account)), Condition::Absent),
+    ]
+}
+
+/// Explains a failed account guard, when it was one: reads the fence and the account.
+pub async fn account_guard_error(store: &dyn Metastore, account: &str) -> ApiResult<Option<ApiError>> {
+    if store.get(&key(flotilla_domain::keys::account_fence(account)), Consistency::Strong).await?.is_some() {
+        return Ok(Some(ApiError::deleting("the account")));
+    }
+    if store.get(&key(flotilla_domain::keys::account(account)), Consistency::Strong).await?.is_none() {
+        return Ok(Some(ApiError::not_found("account")));
+    }
+    Ok(None)
+}
+
+/// A transient delete guard found by a writer: either live (answer `DELETING`) or abandoned
+/// by a crashed deleter, in which case the writer removes it inside its own transaction.
+pub enum GuardState {
+    Absent,
+    Live,
+    Abandoned { version: u64 },
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct GuardRecord {
+    pub installed_ms: i64,
+    pub owner: String,
+}
+
+pub async fn guard_state(store: &dyn Metastore, parts: KeyParts, now_ms: i64, lease_ms: i64) -> ApiResult<GuardState> {
+    match store.get(&key(parts), Consistency::Strong).await? {
+        None => Ok(GuardState::Absent),
+        Some(item) => {
+            let rec: GuardRecord = item.json()?;
+            if now_ms.saturating_sub(rec.installed_ms) > lease_ms {
+                Ok(GuardState::Abandoned { version: item.version })
+            } else {
+                Ok(GuardState::Live)
+            }
+        }
+    }
+}
+
+/// The op a writer adds for a guard it observed: assert absence, or remove an abandoned one.
+pub fn guard_op(parts: KeyParts, state: &GuardState) -> Option<Op> {
+    match state {
+        GuardState::Absent => Some(Op::check(key(parts), Condition::Absent)),
+        GuardState::Abandoned { version } => Some(Op::delete_at(key(parts), *version)),
+        GuardState::Live => None,
+    }
+}
+
+/// Checks an `If-Match` header against the resource's current etag.
+pub fn check_if_match(if_match: Option<&str>, current_etag: &str) -> ApiResult<()> {
+    match if_match {
+        None => Ok(()),
+        Some("*") => Ok(()),
+        Some(given) => {
+            let matches = given.split(',').map(str::trim).any(|t| t == current_etag || t.trim_start_matches("W/") == current_etag);
+            if matches { Ok(()) } else { Err(ApiError::precondition_failed()) }
+        }
+    }
+}
+
+/// True when a transaction failed only because of conditions (lost a race): the caller
+/// re-reads and decides again.
+pub fn is_condition_failure(e: &MetastoreError) -> bool {
+    matches!(e, MetastoreError::ConditionFailed { .. })
+}
+
+/// Whether operation `index` of a cancelled transaction failed.
+pub fn op_failed(e: &MetastoreError, index: usize) -> bool {
+    e.failure_at(index).is_some()
+}
+
+pub fn failure_is_exists(e: &MetastoreError, index: usize) -> bool {
+    matches!(e.failure_at(index), Some(FailureReason::Exists { .. }))
+}
+
+// ---- pagination ------------------------------------------------------------------------
+
+/// Default and maximum API page sizes (`../shared/API.md`, "Pagination").
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+pub const MAX_API_PAGE_SIZE: usize = 1000;
+
+pub fn page_size(requested: Option<usize>) -> ApiResult<usize> {
+    match requested {
+        None => Ok(DEFAULT_PAGE_SIZE),
+        Some(n) if (1..=MAX_API_PAGE_SIZE).contains(&n) => Ok(n),
+        Some(_) => Err(ApiError::invalid(format!("page_size must be between 1 and {MAX_API_PAGE_SIZE}"))),
+    }
+}
+
+/// API page tokens are bound to the listing they came from (`scope`): the partition, the
+/// prefix and any filter. A token from another listing, or a forged one, is `400`.
+pub fn encode_page_token(scope: &str, last_sk: &str) -> String {
+    let body = serde_json::json!({"s": scope_tag(scope), "k": last_sk});
+    URL_SAFE_NO_PAD.encode(body.to_string())
+}
+
+fn scope_tag(scope: &str) -> String {
+    hex::encode(&Sha256::digest(scope.as_bytes())[..8])
+}
+
+pub fn decode_page_token(scope: &str, prefix: &str, token: &str) -> ApiResult<String> {
+    let bad = || ApiError::invalid("malformed or foreign page_token");
+    let raw = URL_SAFE_NO_PAD.decode(token.as_bytes()).map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let s = v.get("s").and_then(Value::as_str).ok_or_else(bad)?;
+    let k = v.get("k").and_then(Value::as_str).ok_or_else(bad)?;
+    if s != scope_tag(scope) || !k.starts_with(prefix) {
+        return Err(bad());
+    }
+    Ok(k.to_owned())
+}
+
+/// One API page of a prefix listing, keeping items `select` maps to `Some`.
+pub async fn list_page(
+    store: &dyn Metastore,
+    pk: &str,
+    prefix: &str,
+    scope: &str,
+    consistency: Consistency,
+    size: usize,
+    token: Option<&str>,
+    mut select: impl FnMut(&Item) -> ApiResult<Option<Value>>,
+) -> ApiResult<(Vec<Value>, Option<String>)> {
+    let scope = format!("{scope}|{pk}|{prefix}");
+    let mut after = match token {
+        Some(t) => Some(PageToken::after_sort_key(&decode_page_token(&scope, prefix, t)?)),
+        None => None,
+    };
+    let mut out = Vec::new();
+    let mut last_sk: Option<String> = None;
+    loop {
+        let q = Query::new(pk, prefix, consistency).limit(size + 1).after(after.clone());
+        let page = store.query(&q).await?;
+        let exhausted = page.next.is_none();
+        for item in &page.items {
+            if out.len() == size {
+                // There is at least one more candidate: continue after the last one shown.
+                let k = last_sk.clone().unwrap_or_else(|| item.key.sk.clone());
+                return Ok((out, Some(encode_page_token(&scope, &k))));
+            }
+            last_sk = Some(item.key.sk.clone());
+            if let Some(v) = select(item)? {
+                out.push(v);
+            }
+        }
+        if exhausted {
+            return Ok((out, None));
+        }
+        after = page.items.last().map(|i| PageToken::after_sort_key(&i.key.sk)).or(page.next);
+    }
+}
+
+/// The standard `{"items": [...], "next_page_token": ...}` body.
+pub fn page_body(items: Vec<Value>, next: Option<String>) -> Value {
+    serde_json::json!({"items": items, "next_page_token": next})
+}
+
+/// Maps a failed guard on a parent to the error a caller should see.
+pub fn not_found(what: &str) -> ApiError {
+    ApiError::new(Code::NotFound, format!("{what} not found"))
+}
+
+/// Outcome of one attempt of [`guarded_delete`].
+pub enum GuardedOutcome {
+    Deleted,
+    /// Lost a race; re-read and try again.
+    Retry,
+}
+
+/// The emptiness-delete protocol shared by catalogs and namespaces.
+///
+/// A delete that requires emptiness cannot be one transaction (emptiness is a scan), so it
+/// (1) installs a transient guard while asserting the target's version, which makes every
+/// later child create fail its own guard check; (2) counts dependents with strong reads, which
+/// therefore sees every child that committed before the guard; (3) deletes the target and the
+/// guard in one transaction. If dependents exist the guard is removed and `refusal` answered.
+/// A guard left by a crashed deleter is replaced once its lease has run out.
+pub async fn guarded_delete<F, Fut>(
+    state: &crate::state::AppState,
+    guard: KeyParts,
+    target: Key,
+    target_version: u64,
+    what: &str,
+    dependents: F,
+    mut final_ops: Vec<Op>,
+) -> ApiResult<GuardedOutcome>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ApiResult<Option<ApiError>>>,
+{
+    let store = state.store.as_ref();
+    let now = state.clock.now_ms();
+    let gstate = guard_state(store, guard.clone(), now, state.config.guard_lease_ms).await?;
+    let owner = flotilla_domain::names::new_id();
+    let body = to_body(&GuardRecord { installed_ms: now, owner: owner.clone() })?;
+    let (condition, guard_version) = match gstate {
+        GuardState::Live => return Err(ApiError::deleting(what)),
+        GuardState::Absent => (Condition::Absent, 1),
+        GuardState::Abandoned { version } => (Condition::Version(version), version + 1),
+    };
+    let install = Transaction::new()
+        .with(Op::Put { key: key(guard.clone()), body, expires_at: None, condition: Some(condition) })
+        .with(Op::check(target.clone(), Condition::Version(target_version)));
+    match store.transact(install).await {
+        Ok(()) => {}
+        Err(e) if is_condition_failure(&e) || e.is_retryable() => return Ok(GuardedOutcome::Retry),
+        Err(e) if e.is_outcome_unknown() => {
+            // Proceed only if the guard that is there is ours.
+            let ours = match store.get(&key(guard.clone()), Consistency::Strong).await? {
+                Some(item) => item.json::<GuardRecord>()?.owner == owner && item.version == guard_version,
+                None => false,
+            };
+            if !ours {
+                return Ok(GuardedOutcome::Retry);
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let remove_guard = || async {
+        let _ = store
+            .transact(Transaction::new().with(Op::delete_at(key(guard.clone()), guard_version)))
+            .await;
+    };
+    match dependents().await {
+        Ok(None) => {}
+        Ok(Some(refusal)) => {
+            remove_guard().await;
+            return Err(refusal);
+        }
+        Err(e) => {
+            remove_guard().await;
+            return Err(e);
+        }
+    }
+    final_ops.push(Op::delete_at(target.clone(), target_version));
+    final_ops.push(Op::delete_at(key(guard.clone()), guard_version));
+    match store.transact(Transaction { ops: final_ops }).await {
+        Ok(()) => Ok(GuardedOutcome::Deleted),
+        Err(e) if e.is_outcome_unknown() => {
+            if store.get(&target, Consistency::Strong).await?.is_none() {
+                return Ok(GuardedOutcome::Deleted);
+            }
+            remove_guard().await;
+            Ok(GuardedOutcome::Retry)
+        }
+        Err(e) if is_condition_failure(&e) || e.is_retryable() => {
+            remove_guard().await;
+            Ok(GuardedOutcome::Retry)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+use flotilla_metastore::Transaction;

@@ -1,0 +1,240 @@
+//! Namespaces: multi-level paths inside a catalog. A child (namespace or relation) is created
+//! only while its parent exists and no delete guard is live on the parent or the catalog, all
+//! asserted in the child's own transaction.
+
+use std::collections::BTreeMap;
+
+use flotilla_domain::keys;
+use flotilla_domain::model::{NamespaceRecord, etag_for};
+use flotilla_domain::names::NamespacePath;
+use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::accounts::OnConflict;
+use super::catalogs::{self, validate_properties};
+use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
+use super::{
+    GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff,
+    check_if_match, guard_op, guard_state, guarded_delete, key, read, to_body,
+};
+use crate::error::{ApiError, ApiResult, Code};
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateNamespace {
+    pub path: Vec<String>,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchNamespace {
+    #[serde(default)]
+    pub properties: Option<BTreeMap<String, String>>,
+}
+
+pub async fn load(store: &dyn Metastore, catalog_id: &str, path: &NamespacePath) -> ApiResult<Option<Versioned<NamespaceRecord>>> {
+    read::<NamespaceRecord>(store, keys::namespace(catalog_id, path), Consistency::Strong).await
+}
+
+pub async fn require(store: &dyn Metastore, catalog_id: &str, path: &NamespacePath) -> ApiResult<Versioned<NamespaceRecord>> {
+    load(store, catalog_id, path)
+        .await?
+        .ok_or_else(|| ApiError::new(Code::NotFound, format!("namespace {path} not found")))
+}
+
+/// The conditions a child of `parent` (or of the catalog root, when `None`) asserts: the
+/// account is live, the catalog exists and is not being deleted, the parent namespace exists
+/// and is not being deleted. Abandoned guards are removed by the same transaction.
+pub async fn child_guards(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    parent: Option<&NamespacePath>,
+) -> ApiResult<Vec<Op>> {
+    let store = state.store.as_ref();
+    if let Some(err) = account_guard_error(store, account).await? {
+        return Err(err);
+    }
+    catalogs::load(store, account, catalog_id).await?;
+    let now = state.clock.now_ms();
+    let lease = state.config.guard_lease_ms;
+    let mut ops = account_guards(account);
+    ops.push(Op::check(key(keys::catalog(account, catalog_id)), Condition::Exists));
+    let cg = guard_state(store, keys::catalog_guard(catalog_id), now, lease).await?;
+    ops.push(guard_op(keys::catalog_guard(catalog_id), &cg).ok_or_else(|| ApiError::deleting("the catalog"))?);
+    if let Some(parent) = parent {
+        require(store, catalog_id, parent).await?;
+        ops.push(Op::check(key(keys::namespace(catalog_id, parent)), Condition::Exists));
+        let ng = guard_state(store, keys::namespace_guard(catalog_id, parent), now, lease).await?;
+        if matches!(ng, GuardState::Live) {
+            return Err(ApiError::deleting(&format!("namespace {parent}")));
+        }
+        if let Some(op) = guard_op(keys::namespace_guard(catalog_id, parent), &ng) {
+            ops.push(op);
+        }
+    }
+    Ok(ops)
+}
+
+pub async fn create(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    req: CreateNamespace,
+    on_conflict: OnConflict,
+    idem: Option<IdempotencyRequest>,
+) -> ApiResult<RecordedResponse> {
+    let path = NamespacePath::new(req.path.clone())?;
+    validate_properties(&req.properties)?;
+    let store = state.store.as_ref();
+    run_create(state, idem, |id| {
+        let (path, req) = (&path, &req);
+        async move {
+            let mut ops = child_guards(state, account, catalog_id, path.parent().as_ref()).await?;
+            let existing = load(store, catalog_id, path).await?;
+            let now = state.clock.now_rfc3339();
+            let rec = NamespaceRecord {
+                id: id.clone(),
+                catalog_id: catalog_id.to_owned(),
+                path: path.clone(),
+                properties: req.properties.clone(),
+                created_by_overlay: false,
+                revision: 1,
+                create_time: now.clone(),
+                update_time: now,
+            };
+            let ns_key = key(keys::namespace(catalog_id, path));
+            match existing {
+                None => ops.push(Op::create(ns_key.clone(), to_body(&rec)?)),
+                Some(old) => match on_conflict {
+                    OnConflict::Error => return Err(ApiError::already_exists(format!("namespace {path} already exists"))),
+                    OnConflict::ReturnExisting => return Ok(Plan::Respond(RecordedResponse::ok(old.value.to_api()))),
+                    OnConflict::Replace => {
+                        if let Some(refusal) = dependents(store, catalog_id, path).await? {
+                            return Err(refusal);
+                        }
+                        ops.push(Op::replace(ns_key.clone(), old.version, to_body(&rec)?));
+                    }
+                },
+            }
+            Ok(Plan::Publish { ops, response: RecordedResponse::created(rec.to_api()), probe: ns_key })
+        }
+    })
+    .await
+}
+
+/// Why a namespace cannot be deleted: children, relations or overlay claims (strong reads).
+async fn dependents(store: &dyn Metastore, catalog_id: &str, path: &NamespacePath) -> ApiResult<Option<ApiError>> {
+    let pk = keys::catalog_pk(catalog_id);
+    let children = store.count(&pk, &keys::namespace_children_prefix(Some(path)), Consistency::Strong).await?;
+    let relations = store.count(&pk, &keys::relations_in_prefix(path), Consistency::Strong).await?;
+    let claims = store.count(&pk, &keys::namespace_claims_prefix(path), Consistency::Strong).await?;
+    if children + relations + claims == 0 {
+        return Ok(None);
+    }
+    Ok(Some(
+        ApiError::new(Code::HasDependents, format!("namespace {path} is not empty or is claimed by an overlay"))
+            .with_detail("namespaces", children)
+            .with_detail("relations", relations)
+            .with_detail("overlay_claims", claims),
+    ))
+}
+
+pub async fn get(state: &AppState, account: &str, catalog_id: &str, path: &NamespacePath) -> ApiResult<Value> {
+    let store = state.store.as_ref();
+    catalogs::load(store, account, catalog_id).await?;
+    Ok(require(store, catalog_id, path).await?.value.to_api())
+}
+
+pub async fn list(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    parent: Option<&NamespacePath>,
+    page_size: usize,
+    token: Option<&str>,
+) -> ApiResult<Value> {
+    let store = state.store.as_ref();
+    catalogs::load(store, account, catalog_id).await?;
+    if let Some(p) = parent {
+        require(store, catalog_id, p).await?;
+    }
+    let (items, next) = super::list_page(
+        store,
+        &keys::catalog_pk(catalog_id),
+        &keys::namespace_children_prefix(parent),
+        "namespaces",
+        Consistency::Eventual,
+        page_size,
+        token,
+        |item| Ok(Some(super::decode::<NamespaceRecord>(item)?.to_api())),
+    )
+    .await?;
+    Ok(super::page_body(items, next))
+}
+
+pub async fn patch(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    path: &NamespacePath,
+    req: PatchNamespace,
+    if_match: Option<&str>,
+) -> ApiResult<Value> {
+    if let Some(p) = &req.properties {
+        validate_properties(p)?;
+    }
+    let store = state.store.as_ref();
+    catalogs::load(store, account, catalog_id).await?;
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = require(store, catalog_id, path).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        let mut next = cur.value.clone();
+        if let Some(p) = &req.properties {
+            next.properties = p.clone();
+        }
+        next.revision += 1;
+        next.update_time = state.clock.now_rfc3339();
+        let tx = Transaction::new().with(Op::replace(key(keys::namespace(catalog_id, path)), cur.version, to_body(&next)?));
+        match store.transact(tx).await {
+            Ok(()) => return Ok(next.to_api()),
+            Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::unavailable("namespace update did not converge"))
+}
+
+pub async fn delete(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    path: &NamespacePath,
+    if_match: Option<&str>,
+) -> ApiResult<()> {
+    let store = state.store.as_ref();
+    catalogs::load(store, account, catalog_id).await?;
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = require(store, catalog_id, path).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        let outcome = guarded_delete(
+            state,
+            keys::namespace_guard(catalog_id, path),
+            key(keys::namespace(catalog_id, path)),
+            cur.version,
+            &format!("namespace {path}"),
+            || dependents(store, catalog_id, path),
+            Vec::new(),
+        )
+        .await?;
+        match outcome {
+            GuardedOutcome::Deleted => return Ok(()),
+            GuardedOutcome::Retry => backoff(attempt).await,
+        }
+    }
+    Err(ApiError::unavailable("namespace delete did not converge"))
+}

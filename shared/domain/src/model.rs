@@ -1,0 +1,201 @@
+//! Stored records of the core resources. What is stored is what the API shows, minus the
+//! derived `etag` (from `revision`, which survives renames so an old etag never matches a
+//! renamed resource) and minus control data such as directory generations.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::names::NamespacePath;
+
+pub type Properties = BTreeMap<String, String>;
+
+/// RFC 3339 timestamp string.
+pub type Timestamp = String;
+
+/// The strong etag of a resource at `revision`.
+pub fn etag_for(id: &str, revision: u64) -> String {
+    // The id is part of the tag so that a tag taken from one resource never matches another
+    // that happens to share a revision number (e.g. after `replace` reused a name).
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{id}:{revision}").as_bytes());
+    format!("\"{}\"", hex::encode(&digest[..10]))
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AccountRecord {
+    pub id: String,
+    #[serde(default)]
+    pub display_name: Option<String>,
+    pub revision: u64,
+    pub create_time: Timestamp,
+    pub update_time: Timestamp,
+}
+
+impl AccountRecord {
+    pub fn to_api(&self) -> Value {
+        json!({
+            "id": self.id,
+            "display_name": self.display_name,
+            "etag": etag_for(&self.id, self.revision),
+            "create_time": self.create_time,
+            "update_time": self.update_time,
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CatalogRecord {
+    pub id: String,
+    pub account_id: String,
+    pub display_name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub properties: Properties,
+    pub revision: u64,
+    pub create_time: Timestamp,
+    pub update_time: Timestamp,
+}
+
+impl CatalogRecord {
+    pub fn to_api(&self) -> Value {
+        json!({
+            "id": self.id,
+            "display_name": self.display_name,
+            "description": self.description,
+            "properties": self.properties,
+            "etag": etag_for(&self.id, self.revision),
+            "create_time": self.create_time,
+            "update_time": self.update_time,
+        })
+    }
+}
+
+/// The body of a name-index item: which resource holds the name.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NameIndexRecord {
+    pub id: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NamespaceRecord {
+    pub id: String,
+    pub catalog_id: String,
+    pub path: NamespacePath,
+    #[serde(default)]
+    pub properties: Properties,
+    /// True when overlay materialization created this namespace (seed 004 claim state).
+    #[serde(default)]
+    pub created_by_overlay: bool,
+    pub revision: u64,
+    pub create_time: Timestamp,
+    pub update_time: Timestamp,
+}
+
+impl NamespaceRecord {
+    pub fn to_api(&self) -> Value {
+        json!({
+            "id": self.id,
+            "path": self.path,
+            "properties": self.properties,
+            "etag": etag_for(&self.id, self.revision),
+            "create_time": self.create_time,
+            "update_time": self.update_time,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RelationKind {
+    Table,
+    View,
+}
+
+/// Provenance of an overlay-materialized relation (seed 004 "UpstreamRef").
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ManagedBy {
+    pub integration_id: String,
+    pub overlay_id: String,
+    /// The provider's identity of the upstream object: a stable id when the provider has
+    /// one, else the normalized full upstream path.
+    pub external_id: String,
+    /// Whether `external_id` survives an upstream rename or move.
+    pub stable: bool,
+    /// The upstream namespace and name the object was last seen at.
+    pub upstream_namespace: Vec<String>,
+    pub upstream_name: String,
+    /// Change detector for the upstream object (ETag or a content fingerprint).
+    #[serde(default)]
+    pub upstream_fingerprint: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ViewDefinition {
+    pub dialect: String,
+    pub sql: String,
+}
+
+/// A table or a view. Both share one name slot per namespace.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RelationRecord {
+    pub id: String,
+    pub catalog_id: String,
+    pub kind: RelationKind,
+    pub namespace: NamespacePath,
+    pub name: String,
+    /// Iceberg-style schema JSON.
+    pub schema: Value,
+    /// Tables: table format (ICEBERG, DELTA, PARQUET, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_location: Option<String>,
+    /// Tables: the table root (storage location).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Views: SQL per dialect.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub definitions: Vec<ViewDefinition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_namespace: Option<Vec<String>>,
+    #[serde(default)]
+    pub properties: Properties,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<ManagedBy>,
+    pub revision: u64,
+    pub create_time: Timestamp,
+    pub update_time: Timestamp,
+}
+
+impl RelationRecord {
+    pub fn to_api(&self) -> Value {
+        let mut v = json!({
+            "id": self.id,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "schema": self.schema,
+            "properties": self.properties,
+            "managed_by": self.managed_by,
+            "etag": etag_for(&self.id, self.revision),
+            "create_time": self.create_time,
+            "update_time": self.update_time,
+        });
+        let obj = v.as_object_mut().expect("json! object");
+        match self.kind {
+            RelationKind::Table => {
+                obj.insert("format".into(), json!(self.format));
+                obj.insert("metadata_location".into(), json!(self.metadata_location));
+                obj.insert("location".into(), json!(self.location));
+            }
+            RelationKind::View => {
+                obj.insert("definitions".into(), json!(self.definitions));
+                obj.insert("default_namespace".into(), json!(self.default_namespace));
+            }
+        }
+        v
+    }
+}
