@@ -7,6 +7,7 @@ pub mod delta_sharing;
 pub mod error;
 pub mod http;
 pub mod iceberg_rest;
+pub mod sigv4;
 pub mod spi;
 pub mod unity;
 
