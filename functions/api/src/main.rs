@@ -1,2 +1,12 @@
 #![forbid(unsafe_code)]
-fn main() {}
+//! The HTTP API Lambda: API Gateway (HTTP API, payload 2.0) -> the shared axum router.
+
+mod handler;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    flotilla_runtime::telemetry::init(true);
+    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
+    let state = flotilla_runtime::aws::build_state(&settings).await;
+    lambda_http::run(handler::app(state)).await
+}

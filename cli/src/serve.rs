@@ -1,0 +1,83 @@
+//! `flotilla serve`: the same router as the Lambda API, on redb, with graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use flotilla_runtime::local::{LocalOptions, build};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Where the metastore and local secrets live.
+    #[arg(long, default_value = "flotilla-data")]
+    pub data_dir: PathBuf,
+    /// Allow loopback, private-range and plain-http upstream catalogs (local testing only).
+    #[arg(long)]
+    pub allow_insecure_upstreams: bool,
+    /// Log JSON lines instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+pub async fn run(args: ServeArgs) -> ExitCode {
+    flotilla_runtime::telemetry::init(args.log_json);
+    let opts = LocalOptions {
+        data_dir: args.data_dir.clone(),
+        allow_insecure_upstreams: args.allow_insecure_upstreams,
+        bootstrap_token: std::env::var("FLOTILLA_BOOTSTRAP_TOKEN").ok().filter(|t| !t.is_empty()),
+        tokens_file: std::env::var_os("FLOTILLA_TOKENS_FILE").map(PathBuf::from),
+    };
+    let stack = match build(&opts) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start");
+            return ExitCode::from(1);
+        }
+    };
+    if let Some(path) = &stack.generated_token_file {
+        tracing::warn!(path = %path.display(), "no token configured: an operator token was written to this file");
+    }
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, listen = %args.listen, "cannot bind");
+            return ExitCode::from(1);
+        }
+    };
+    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let app = flotilla_core::router(stack.state.clone());
+    tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "flotilla serve ready on http://{addr}");
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await;
+    match served {
+        Ok(()) => {
+            tracing::info!("flotilla serve stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "server failed");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,0 +1,90 @@
+//! The embedded default behind `flotilla serve`: redb metastore under the data directory,
+//! bearer tokens from the environment or a tokens file, no AWS account needed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flotilla_core::auth::StaticTokens;
+use flotilla_core::clock::SystemClock;
+use flotilla_core::{AppState, Config};
+use flotilla_metastore::metrics::CountingMetastore;
+use flotilla_metastore::redb_store::RedbMetastore;
+
+/// Settings of the local stack.
+#[derive(Clone, Debug)]
+pub struct LocalOptions {
+    pub data_dir: PathBuf,
+    pub allow_insecure_upstreams: bool,
+    /// `FLOTILLA_BOOTSTRAP_TOKEN`: an operator token.
+    pub bootstrap_token: Option<String>,
+    /// `FLOTILLA_TOKENS_FILE`: `{"tokens": [{"token", "operator", "accounts"}]}`.
+    pub tokens_file: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("cannot prepare data directory {path}: {source}")]
+    DataDir { path: PathBuf, source: std::io::Error },
+    #[error("cannot open the metastore: {0}")]
+    Metastore(String),
+    #[error("{0}")]
+    Tokens(String),
+}
+
+/// What `flotilla serve` runs on.
+pub struct LocalStack {
+    pub state: AppState,
+    /// Where a generated operator token was written, when none was configured.
+    pub generated_token_file: Option<PathBuf>,
+}
+
+pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
+    std::fs::create_dir_all(&opts.data_dir)
+        .map_err(|source| LocalError::DataDir { path: opts.data_dir.clone(), source })?;
+    let redb = RedbMetastore::open(opts.data_dir.join("metastore.redb")).map_err(|e| LocalError::Metastore(e.to_string()))?;
+    let counting = CountingMetastore::new(redb);
+    let counters = counting.counters();
+
+    let mut tokens = StaticTokens::new();
+    if let Some(t) = &opts.bootstrap_token {
+        if t.len() < 8 {
+            return Err(LocalError::Tokens("FLOTILLA_BOOTSTRAP_TOKEN needs at least 8 characters".into()));
+        }
+        tokens.add(t, true, Vec::new());
+    }
+    if let Some(f) = &opts.tokens_file {
+        tokens.load_file(f).map_err(LocalError::Tokens)?;
+    }
+    let generated_token_file = if tokens.is_empty() {
+        let (token, path) = generated_operator_token(&opts.data_dir)?;
+        tokens.add(&token, true, Vec::new());
+        Some(path)
+    } else {
+        None
+    };
+
+    let config = Config { allow_insecure_upstreams: opts.allow_insecure_upstreams, ..Config::default() };
+    let state = AppState::new(Arc::new(counting), Arc::new(SystemClock), Arc::new(tokens), config)
+        .with_metrics(Arc::new(move || counters.render_prometheus()));
+    Ok(LocalStack { state, generated_token_file })
+}
+
+/// With no token configured, an operator token is generated once and kept in
+/// `DATA_DIR/operator-token` (mode 0600), so a first `flotilla serve` is usable at once. The
+/// token itself is never logged.
+fn generated_operator_token(data_dir: &Path) -> Result<(String, PathBuf), LocalError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join("operator-token");
+    let io = |source| LocalError::DataDir { path: path.clone(), source };
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        let t = existing.trim().to_owned();
+        if t.len() >= 8 {
+            return Ok((t, path));
+        }
+    }
+    let token = format!("flo_{}", flotilla_domain::names::new_id()) + &flotilla_domain::names::new_id();
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path).map_err(io)?;
+    f.write_all(token.as_bytes()).map_err(io)?;
+    Ok((token, path))
+}
