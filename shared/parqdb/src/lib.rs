@@ -1,1 +1,23 @@
 #![forbid(unsafe_code)]
+//! ParqDB index catalog (seed `002_34e4ac68e6336c19.txt`).
+//!
+//! - [`metadata`]: the strict validator of index metadata documents (`shared/parqdb/FORMAT.md`).
+//! - [`location`]: warehouse URIs, warehouse-relative locations, "inside the warehouse".
+//! - [`catalog`]: [`IndexCatalogService`], the catalog operations over the metastore.
+//! - [`gc`]: garbage collection of objects that lost catalog reachability.
+//! - [`keys`]: every metastore key this crate uses.
+//! - [`types`]: the request and response shapes of the `index-catalogs` routes.
+
+pub mod catalog;
+pub mod clock;
+pub mod error;
+pub mod gc;
+pub mod keys;
+pub mod location;
+pub mod metadata;
+pub mod store;
+pub mod types;
+
+pub use catalog::{IndexCatalogService, TransactionGuard};
+pub use error::IndexCatalogError;
+pub use metadata::{IndexMetadata, MetadataError, Rule, validate_bytes, validate_successor};
