@@ -1,0 +1,814 @@
+//! The Unity Catalog provider against the Unity fixture server (`flotilla-testkit`).
+//!
+//! Every assertion about what the provider sent is checked against the fixture's request
+//! log, not against what the client reports.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use flotilla_catalog_access::http::{HttpPolicy, RetryPolicy};
+use flotilla_catalog_access::unity::{UNITY_CATALOG, UnityProvider};
+use flotilla_catalog_access::{
+    CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogClientProvider,
+    CatalogConnectionConfig, Clock, ConnectOptions, LoadTableOutcome, NamespacePath,
+    ResolvedCatalogCredentials, StorageCredential, TableFormat, TableMetadata, VendingErrorKind,
+};
+use flotilla_testkit::unity_fixture::{
+    DEFAULT_BEARER_TOKEN, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET, Fault, FaultRule, UnityColumn,
+    UnityFixture, UnityTable,
+};
+use serde_json::json;
+
+#[derive(Debug)]
+struct ManualClock(Mutex<SystemTime>);
+
+impl ManualClock {
+    fn new() -> Arc<Self> {
+        Arc::new(Self(Mutex::new(SystemTime::now())))
+    }
+    fn advance(&self, d: Duration) {
+        let mut t = self.0.lock().unwrap();
+        *t += d;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        *self.0.lock().unwrap()
+    }
+}
+
+fn policy() -> HttpPolicy {
+    HttpPolicy {
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+        },
+        ..HttpPolicy::local()
+    }
+}
+
+fn options(clock: Option<Arc<ManualClock>>) -> ConnectOptions {
+    let mut o = ConnectOptions::with_http(policy());
+    if let Some(c) = clock {
+        o.clock = c;
+    }
+    o
+}
+
+fn bearer(f: &UnityFixture) -> Box<dyn CatalogClient> {
+    bearer_with(f, &[], options(None))
+}
+
+fn bearer_with(
+    f: &UnityFixture,
+    props: &[(&str, &str)],
+    options: ConnectOptions,
+) -> Box<dyn CatalogClient> {
+    let mut cfg = CatalogConnectionConfig::new(f.endpoint());
+    for (k, v) in props {
+        cfg = cfg.with_property(*k, *v);
+    }
+    UnityProvider
+        .connect(
+            &cfg,
+            &CatalogAuthentication::Bearer,
+            ResolvedCatalogCredentials::Token(DEFAULT_BEARER_TOKEN.into()),
+            &options,
+        )
+        .unwrap()
+}
+
+fn oauth(f: &UnityFixture, secret: &str, options: ConnectOptions) -> Box<dyn CatalogClient> {
+    UnityProvider
+        .connect(
+            &CatalogConnectionConfig::new(f.base_url()),
+            &CatalogAuthentication::OauthClientCredentials {
+                token_uri: f.token_url(),
+                client_id: DEFAULT_CLIENT_ID.into(),
+                scopes: vec!["catalog.read".into()],
+            },
+            ResolvedCatalogCredentials::ClientSecret(secret.into()),
+            &options,
+        )
+        .unwrap()
+}
+
+fn ns(levels: &[&str]) -> NamespacePath {
+    NamespacePath::new(levels.iter().copied())
+}
+
+fn loaded(outcome: LoadTableOutcome) -> TableMetadata {
+    match outcome {
+        LoadTableOutcome::Loaded { metadata, .. } => *metadata,
+        LoadTableOutcome::NotModified => panic!("expected a loaded table"),
+    }
+}
+
+fn secret_free(text: &str, f: &UnityFixture) {
+    for v in f.vended() {
+        for s in [&v.access_key_id, &v.secret_access_key, &v.session_token] {
+            assert!(
+                !text.contains(s.as_str()),
+                "vended secret leaked into: {text}"
+            );
+        }
+    }
+    assert!(
+        !text.contains(DEFAULT_BEARER_TOKEN),
+        "bearer token leaked: {text}"
+    );
+    assert!(
+        !text.contains(DEFAULT_CLIENT_SECRET),
+        "client secret leaked: {text}"
+    );
+}
+
+// ---- discovery ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn catalogs_and_schemas_are_a_two_level_namespace() {
+    let f = UnityFixture::start_with_sample().await;
+    f.add_schema("main", "sales");
+    f.add_catalog("other");
+    let c = bearer(&f);
+
+    c.check_connection().await.unwrap();
+    let top = c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(top.items, vec![ns(&["main"]), ns(&["other"])]);
+    assert_eq!(top.next_page_token, None);
+    let schemas = c
+        .list_namespaces(Some(&ns(&["main"])), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        schemas.items,
+        vec![ns(&["main", "default"]), ns(&["main", "sales"])]
+    );
+    let leaf = c
+        .list_namespaces(Some(&ns(&["main", "default"])), None, None)
+        .await
+        .unwrap();
+    assert!(leaf.items.is_empty());
+    let tables = c
+        .list_tables(&ns(&["main", "default"]), None, None)
+        .await
+        .unwrap();
+    assert_eq!(tables.items.len(), 1);
+    assert_eq!(tables.items[0].name, "orders");
+
+    let schema_req = &f.requests_to("/schemas")[0];
+    assert_eq!(schema_req.query_param("catalog_name"), Some("main"));
+    assert_eq!(schema_req.header("authorization"), Some("Bearer ***"));
+    let caps = c.capabilities().await.unwrap();
+    assert!(caps.list_namespaces && caps.list_tables && caps.vend_storage_credentials);
+    assert!(!caps.list_views && !caps.load_views);
+}
+
+#[tokio::test]
+async fn pinned_catalog_gives_one_level_namespaces() {
+    let f = UnityFixture::start_with_sample().await;
+    f.add_catalog("other");
+    f.add_schema("other", "hidden");
+    let c = bearer_with(&f, &[(UNITY_CATALOG, "main")], options(None));
+
+    let top = c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(top.items, vec![ns(&["default"])]);
+    let tables = c.list_tables(&ns(&["default"]), None, None).await.unwrap();
+    assert_eq!(tables.items[0].namespace, ns(&["default"]));
+    let t = loaded(
+        c.load_table(&ns(&["default"]), "orders", None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(t.identifier.namespace, ns(&["default"]));
+    assert!(
+        f.requests_to("/catalogs").is_empty(),
+        "a pinned client never lists catalogs"
+    );
+    assert!(matches!(
+        c.list_tables(&ns(&["main", "default"]), None, None).await,
+        Err(CatalogAccessError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn pagination_follows_tokens_and_clamps_page_size() {
+    let f = UnityFixture::start().await;
+    for i in 0..5 {
+        f.add_table(
+            "main",
+            "s",
+            UnityTable::delta(&format!("t{i}"), &format!("s3://b/t{i}")),
+        );
+    }
+    let c = bearer(&f);
+    let mut names = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let page = c
+            .list_tables(&ns(&["main", "s"]), token.as_deref(), Some(2))
+            .await
+            .unwrap();
+        pages += 1;
+        names.extend(page.items.into_iter().map(|t| t.name));
+        match page.next_page_token {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["t0", "t1", "t2", "t3", "t4"]);
+    assert_eq!(pages, 3);
+    let reqs = f.requests_to("/tables");
+    assert_eq!(reqs.len(), 3);
+    assert!(
+        reqs.iter()
+            .all(|r| r.query_param("max_results") == Some("2"))
+    );
+    assert_eq!(reqs[0].query_param("page_token"), None);
+    assert!(reqs[1].query_param("page_token").is_some());
+
+    // The OpenAPI caps table pages at 50: a larger hint is clamped, not sent as is.
+    c.list_tables(&ns(&["main", "s"]), None, Some(500))
+        .await
+        .unwrap();
+    assert_eq!(
+        f.requests_to("/tables")[3].query_param("max_results"),
+        Some("50")
+    );
+}
+
+#[tokio::test]
+async fn server_page_cap_smaller_than_the_hint_still_paginates() {
+    let f = UnityFixture::start().await;
+    for i in 0..3 {
+        f.add_catalog(&format!("c{i}"));
+    }
+    f.set_max_page_size(1);
+    let c = bearer(&f);
+    let first = c.list_namespaces(None, None, Some(100)).await.unwrap();
+    assert_eq!(first.items, vec![ns(&["c0"])]);
+    let token = first.next_page_token.expect("more pages");
+    let second = c
+        .list_namespaces(None, Some(&token), Some(100))
+        .await
+        .unwrap();
+    assert_eq!(second.items, vec![ns(&["c1"])]);
+}
+
+#[tokio::test]
+async fn empty_lists_answered_as_bare_objects_are_empty_pages() {
+    let f = UnityFixture::start().await;
+    f.add_catalog("empty");
+    f.add_schema("main", "nothing");
+    f.set_empty_list_as_object(true);
+    let c = bearer(&f);
+    let schemas = c
+        .list_namespaces(Some(&ns(&["empty"])), None, None)
+        .await
+        .unwrap();
+    assert!(schemas.items.is_empty() && schemas.next_page_token.is_none());
+    let tables = c
+        .list_tables(&ns(&["main", "nothing"]), None, None)
+        .await
+        .unwrap();
+    assert!(tables.items.is_empty() && tables.next_page_token.is_none());
+    f.remove_catalog("empty");
+    f.remove_catalog("main");
+    let cats = c.list_namespaces(None, None, None).await.unwrap();
+    assert!(cats.items.is_empty());
+}
+
+#[tokio::test]
+async fn listing_survives_removal_between_pages() {
+    let f = UnityFixture::start().await;
+    for i in 0..4 {
+        f.add_table(
+            "main",
+            "s",
+            UnityTable::delta(&format!("t{i}"), &format!("s3://b/t{i}")),
+        );
+    }
+    let c = bearer(&f);
+    let first = c
+        .list_tables(&ns(&["main", "s"]), None, Some(2))
+        .await
+        .unwrap();
+    assert_eq!(first.items.len(), 2);
+    assert!(f.remove_table("main", "s", "t1"));
+    assert!(f.remove_table("main", "s", "t2"));
+    f.add_table("main", "s", UnityTable::delta("t9", "s3://b/t9"));
+    let rest = c
+        .list_tables(
+            &ns(&["main", "s"]),
+            first.next_page_token.as_deref(),
+            Some(2),
+        )
+        .await
+        .unwrap();
+    let names: Vec<_> = rest.items.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["t3", "t9"]);
+}
+
+// ---- tables -------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn table_info_maps_to_metadata() {
+    let f = UnityFixture::start().await;
+    let table = UnityTable::delta("orders", "s3://bucket/main/orders").with_columns(vec![
+        UnityColumn::primitive("id", "long", false),
+        UnityColumn::primitive("amount", "decimal(10,2)", true).without_type_json(),
+        UnityColumn::nested(
+            "tags",
+            "ARRAY",
+            "array<string>",
+            json!({"type": "array", "elementType": "string", "containsNull": true}),
+        ),
+    ]);
+    let id = f.add_table("main", "default", table);
+    let c = bearer(&f);
+    let t = loaded(
+        c.load_table(&ns(&["main", "default"]), "orders", None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(t.format, TableFormat::Delta);
+    assert_eq!(t.location.as_deref(), Some("s3://bucket/main/orders"));
+    assert_eq!(t.stable_id.as_deref(), Some(id.as_str()));
+    assert_eq!(
+        t.properties.get("unity.table-type").map(String::as_str),
+        Some("EXTERNAL")
+    );
+    assert_eq!(
+        t.schema,
+        json!({"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "id", "required": true, "type": "long"},
+            {"id": 2, "name": "amount", "required": false, "type": "decimal(10, 2)"},
+            {"id": 3, "name": "tags", "required": false, "type": {"type": "list",
+                "element-id": 4, "element": "string", "element-required": false}}
+        ]})
+    );
+    assert_eq!(f.requests_to("/tables/main.default.orders").len(), 1);
+}
+
+#[tokio::test]
+async fn rename_keeps_the_stable_id_and_missing_table_id_is_unstable() {
+    let f = UnityFixture::start_with_sample().await;
+    let c = bearer(&f);
+    let before = loaded(
+        c.load_table(&ns(&["main", "default"]), "orders", None)
+            .await
+            .unwrap(),
+    );
+    assert!(f.rename_table("main", "default", "orders", "orders_v2"));
+    let after = loaded(
+        c.load_table(&ns(&["main", "default"]), "orders_v2", None)
+            .await
+            .unwrap(),
+    );
+    assert!(before.stable_id.is_some());
+    assert_eq!(before.stable_id, after.stable_id);
+
+    f.set_omit_table_id(true);
+    let t = loaded(
+        c.load_table(&ns(&["main", "default"]), "orders_v2", None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(t.stable_id, None);
+    match c
+        .vend_storage_credentials(&ns(&["main", "default"]), "orders_v2")
+        .await
+    {
+        Err(CatalogAccessError::CredentialVending {
+            kind: VendingErrorKind::Unsupported,
+            detail,
+        }) => {
+            assert!(detail.as_str().contains("table_id"), "{detail}")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        f.credential_requests().is_empty(),
+        "no vend request without a table id"
+    );
+}
+
+#[tokio::test]
+async fn views_are_not_tables_and_format_is_required() {
+    let f = UnityFixture::start_with_sample().await;
+    let mut view = UnityTable::delta("v", "s3://b/v")
+        .with_table_type("VIEW")
+        .with_format(None);
+    view.view_definition = Some("select 1".into());
+    f.add_table("main", "default", view);
+    f.add_table(
+        "main",
+        "default",
+        UnityTable::delta("noformat", "s3://b/nf").with_format(None),
+    );
+    let c = bearer(&f);
+    let names: Vec<_> = c
+        .list_tables(&ns(&["main", "default"]), None, None)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["noformat", "orders"]);
+    assert!(matches!(
+        c.load_table(&ns(&["main", "default"]), "v", None).await,
+        Err(CatalogAccessError::Unsupported(_))
+    ));
+    assert!(matches!(
+        c.list_views(&ns(&["main", "default"]), None, None).await,
+        Err(CatalogAccessError::Unsupported(_))
+    ));
+    match c
+        .load_table(&ns(&["main", "default"]), "noformat", None)
+        .await
+    {
+        Err(CatalogAccessError::Protocol { field, .. }) => assert_eq!(field, "data_source_format"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn missing_table_is_not_found() {
+    let f = UnityFixture::start_with_sample().await;
+    let c = bearer(&f);
+    assert!(matches!(
+        c.load_table(&ns(&["main", "default"]), "nope", None).await,
+        Err(CatalogAccessError::NotFound(_))
+    ));
+    assert!(matches!(
+        c.list_namespaces(Some(&ns(&["nocatalog"])), None, None)
+            .await,
+        Err(CatalogAccessError::NotFound(_))
+    ));
+}
+
+// ---- credential vending -------------------------------------------------------------------
+
+#[tokio::test]
+async fn vends_caches_and_renews_temporary_credentials() {
+    let f = UnityFixture::start_with_sample().await;
+    let clock = ManualClock::new();
+    let c = bearer_with(&f, &[], options(Some(clock.clone())));
+    let t = ns(&["main", "default"]);
+
+    let creds = c.vend_storage_credentials(&t, "orders").await.unwrap();
+    let vended = f.vended();
+    assert_eq!(vended.len(), 1);
+    match &creds.credential {
+        StorageCredential::S3 {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        } => {
+            assert_eq!(access_key_id.expose(), vended[0].access_key_id);
+            assert_eq!(secret_access_key.expose(), vended[0].secret_access_key);
+            assert_eq!(
+                session_token.as_ref().map(|s| s.expose()),
+                Some(vended[0].session_token.as_str())
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(creds.prefix.as_deref(), Some("s3://bucket/main/orders"));
+    assert!(creds.expires_at.is_some());
+    let body = &f.credential_requests()[0];
+    assert_eq!(body["operation"], "READ");
+    assert_eq!(body["table_id"].as_str(), Some(vended[0].table_id.as_str()));
+
+    // Fresh credentials are reused.
+    c.vend_storage_credentials(&t, "orders").await.unwrap();
+    assert_eq!(f.vended().len(), 1);
+    // Near expiry (the fixture vends for one hour) they are renewed.
+    clock.advance(Duration::from_secs(3600 - 60));
+    let renewed = c.vend_storage_credentials(&t, "orders").await.unwrap();
+    assert_eq!(f.vended().len(), 2);
+    assert_ne!(renewed, creds);
+    secret_free(&format!("{creds:?} {renewed:?}"), &f);
+}
+
+#[tokio::test]
+async fn already_expired_credentials_are_refused_without_leaking_them() {
+    let f = UnityFixture::start_with_sample().await;
+    f.set_credential_lifetime_ms(-1000);
+    let c = bearer(&f);
+    let err = c
+        .vend_storage_credentials(&ns(&["main", "default"]), "orders")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CatalogAccessError::CredentialVending {
+                kind: VendingErrorKind::Expired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(f.vended().len(), 1);
+    secret_free(&format!("{err} {err:?}"), &f);
+}
+
+#[tokio::test]
+async fn vending_refusals_are_classified() {
+    let f = UnityFixture::start_with_sample().await;
+    let c = bearer(&f);
+    let t = ns(&["main", "default"]);
+    f.inject(FaultRule::once(Fault::Status(403)).on_path("/temporary-table-credentials"));
+    assert!(matches!(
+        c.vend_storage_credentials(&t, "orders").await,
+        Err(CatalogAccessError::CredentialVending {
+            kind: VendingErrorKind::Unsupported,
+            ..
+        })
+    ));
+    f.inject(FaultRule::once(Fault::Status(404)).on_path("/temporary-table-credentials"));
+    assert!(matches!(
+        c.vend_storage_credentials(&t, "orders").await,
+        Err(CatalogAccessError::CredentialVending {
+            kind: VendingErrorKind::Unsupported,
+            ..
+        })
+    ));
+    f.inject(FaultRule::once(Fault::MalformedJson).on_path("/temporary-table-credentials"));
+    assert!(matches!(
+        c.vend_storage_credentials(&t, "orders").await,
+        Err(CatalogAccessError::Protocol { .. })
+    ));
+    // A clean attempt afterwards works: nothing broken was cached.
+    c.vend_storage_credentials(&t, "orders").await.unwrap();
+}
+
+// ---- authentication -----------------------------------------------------------------------
+
+#[tokio::test]
+async fn oauth_token_is_fetched_once_and_refreshed_after_a_401() {
+    let f = UnityFixture::start_with_sample().await;
+    let c = oauth(&f, DEFAULT_CLIENT_SECRET, options(None));
+    c.list_namespaces(None, None, None).await.unwrap();
+    c.list_tables(&ns(&["main", "default"]), None, None)
+        .await
+        .unwrap();
+    assert_eq!(f.token_requests(), 1);
+    let token_req = &f.requests_to("/oauth/token")[0];
+    assert_eq!(token_req.header("authorization"), Some("Basic ***"));
+
+    // The upstream expires the token server-side: one 401, one refresh, one resend.
+    f.expire_issued_tokens();
+    c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(f.token_requests(), 2);
+    assert_eq!(
+        f.presented_token_ordinals(),
+        vec![Some(1), Some(1), Some(2)]
+    );
+    let statuses: Vec<_> = f
+        .requests_to("/catalogs")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, vec![Some(200), Some(401), Some(200)]);
+}
+
+#[tokio::test]
+async fn oauth_token_is_refreshed_before_expiry() {
+    let f = UnityFixture::start_with_sample().await;
+    f.set_token_lifetime_secs(600);
+    let clock = ManualClock::new();
+    let c = oauth(&f, DEFAULT_CLIENT_SECRET, options(Some(clock.clone())));
+    c.list_namespaces(None, None, None).await.unwrap();
+    clock.advance(Duration::from_secs(500));
+    c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(f.token_requests(), 1, "still within lifetime minus margin");
+    clock.advance(Duration::from_secs(60));
+    c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(f.token_requests(), 2, "refreshed before the token expired");
+    assert!(
+        f.requests_to("/catalogs")
+            .iter()
+            .all(|r| r.status == Some(200))
+    );
+}
+
+#[tokio::test]
+async fn concurrent_requests_share_one_token_request() {
+    let f = UnityFixture::start_with_sample().await;
+    let c = oauth(&f, DEFAULT_CLIENT_SECRET, options(None));
+    let ns_main = ns(&["main", "default"]);
+    let (a, b, d) = tokio::join!(
+        c.list_namespaces(None, None, None),
+        c.list_tables(&ns_main, None, None),
+        c.load_table(&ns_main, "orders", None),
+    );
+    a.unwrap();
+    b.unwrap();
+    d.unwrap();
+    assert_eq!(f.token_requests(), 1);
+}
+
+#[tokio::test]
+async fn wrong_client_secret_is_an_authentication_error_without_the_secret() {
+    let f = UnityFixture::start_with_sample().await;
+    let c = oauth(&f, "not-the-secret-xyz", options(None));
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CatalogAccessError::Authentication {
+                status: Some(401),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains("not-the-secret-xyz"), "{text}");
+    assert!(
+        f.requests_to("/catalogs").is_empty(),
+        "no catalog call without a token"
+    );
+}
+
+#[tokio::test]
+async fn bearer_401_is_an_authentication_error_and_not_retried() {
+    let f = UnityFixture::start_with_sample().await;
+    f.set_bearer_tokens(&["someone-else"]);
+    let c = bearer(&f);
+    let err = c.check_connection().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CatalogAccessError::Authentication {
+                status: Some(401),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(f.requests().len(), 1);
+    secret_free(&format!("{err} {err:?}"), &f);
+}
+
+fn connect_err(
+    auth: &CatalogAuthentication,
+    creds: ResolvedCatalogCredentials,
+) -> CatalogAccessError {
+    let cfg = CatalogConnectionConfig::new("http://127.0.0.1:1");
+    match UnityProvider.connect(&cfg, auth, creds, &options(None)) {
+        Ok(_) => panic!("connected with {}", auth.scheme_name()),
+        Err(e) => e,
+    }
+}
+
+#[tokio::test]
+async fn only_oauth_and_bearer_are_accepted() {
+    let sigv4 = CatalogAuthentication::AwsSigV4 {
+        region: "us-east-1".into(),
+        signing_name: "x".into(),
+    };
+    let err = connect_err(&sigv4, ResolvedCatalogCredentials::None);
+    assert!(matches!(err, CatalogAccessError::Unsupported(_)), "{err:?}");
+    let assume = CatalogAuthentication::AwsAssumeRole {
+        role_arn: "arn:aws:iam::1:role/r".into(),
+        external_id: None,
+        region: "us-east-1".into(),
+    };
+    let err = connect_err(&assume, ResolvedCatalogCredentials::None);
+    assert!(matches!(err, CatalogAccessError::Unsupported(_)), "{err:?}");
+    let err = connect_err(
+        &CatalogAuthentication::Bearer,
+        ResolvedCatalogCredentials::ClientSecret("s".into()),
+    );
+    assert!(matches!(err, CatalogAccessError::Config(_)), "{err:?}");
+}
+
+// ---- faults -------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_transient_500_is_retried() {
+    let f = UnityFixture::start_with_sample().await;
+    f.inject(FaultRule::once(Fault::Status(500)).on_path("/catalogs"));
+    let c = bearer(&f);
+    c.list_namespaces(None, None, None).await.unwrap();
+    let statuses: Vec<_> = f
+        .requests_to("/catalogs")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, vec![Some(500), Some(200)]);
+}
+
+#[tokio::test]
+async fn a_persistent_500_is_retryable_after_bounded_attempts() {
+    let f = UnityFixture::start_with_sample().await;
+    f.inject(FaultRule::always(Fault::Status(503)));
+    let c = bearer(&f);
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CatalogAccessError::Retryable {
+                status: Some(503),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    assert_eq!(f.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_protocol_error() {
+    let f = UnityFixture::start_with_sample().await;
+    f.inject(FaultRule::once(Fault::MalformedJson).on_path("/tables/"));
+    let c = bearer(&f);
+    match c
+        .load_table(&ns(&["main", "default"]), "orders", None)
+        .await
+    {
+        Err(CatalogAccessError::Protocol { field, .. }) => assert_eq!(field, "<body>"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_cut_off() {
+    let f = UnityFixture::start_with_sample().await;
+    f.inject(FaultRule::once(Fault::Oversized(200_000)));
+    let c = bearer_with(
+        &f,
+        &[],
+        ConnectOptions::with_http(HttpPolicy {
+            max_response_bytes: 64 * 1024,
+            ..policy()
+        }),
+    );
+    match c.list_namespaces(None, None, None).await {
+        Err(CatalogAccessError::Protocol { detail, .. }) => {
+            assert!(detail.as_str().contains("limit"), "{detail}")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_injected_401_is_an_authentication_error() {
+    let f = UnityFixture::start_with_sample().await;
+    f.inject(FaultRule::once(Fault::Unauthorized));
+    let c = bearer(&f);
+    assert!(matches!(
+        c.list_namespaces(None, None, None).await,
+        Err(CatalogAccessError::Authentication {
+            status: Some(401),
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn a_slow_upstream_times_out_as_retryable() {
+    let f = UnityFixture::start_with_sample().await;
+    f.inject(FaultRule::always(Fault::Hold).on_path("/catalogs"));
+    let c = bearer_with(
+        &f,
+        &[],
+        ConnectOptions::with_http(HttpPolicy {
+            request_timeout: Duration::from_millis(300),
+            retry: RetryPolicy::none(),
+            ..policy()
+        }),
+    );
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(
+        matches!(err, CatalogAccessError::Retryable { status: None, .. }),
+        "{err:?}"
+    );
+    f.release_held();
+    f.clear_faults();
+    c.list_namespaces(None, None, None).await.unwrap();
+}
+
+#[tokio::test]
+async fn held_answer_is_delivered_once_released() {
+    let f = UnityFixture::start_with_sample().await;
+    f.inject(FaultRule::once(Fault::Hold).on_path("/catalogs"));
+    let c = bearer(&f);
+    let call = c.list_namespaces(None, None, None);
+    let release = async {
+        while f.held_now() == 0 {
+            tokio::task::yield_now().await;
+        }
+        f.release_held();
+    };
+    let (page, ()) = tokio::join!(call, release);
+    assert_eq!(page.unwrap().items, vec![ns(&["main"])]);
+}
