@@ -175,7 +175,20 @@ where
         };
 
         // 2. Decide and publish.
-        let plan = build(fresh_id.clone()).await?;
+        let plan = match build(fresh_id.clone()).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                // A concurrent request with this key may have published between our receipt
+                // read and `build`'s reads (then `build` sees "our" resource as a conflict):
+                // the receipt, not the resource state, decides the answer.
+                if let Some(req) = &idem {
+                    if let Some(resp) = succeeded(state, req).await? {
+                        return Ok(resp);
+                    }
+                }
+                return Err(e);
+            }
+        };
         let (mut ops, response, probe) = match plan {
             Plan::Respond(resp) => (Vec::new(), resp, None),
             Plan::Publish { ops, response, probe } => (ops, response, Some(probe)),
@@ -231,6 +244,18 @@ where
         }
     }
     Err(ApiError::unavailable("create did not converge after repeated conflicts"))
+}
+
+/// The recorded response, when the receipt has succeeded for this same request.
+async fn succeeded(state: &AppState, req: &IdempotencyRequest) -> ApiResult<Option<RecordedResponse>> {
+    let Some(item) = state.store.get(&req.receipt_key, Consistency::Strong).await? else {
+        return Ok(None);
+    };
+    let r: Receipt = item.json()?;
+    Ok(match (r.state, r.response) {
+        (ReceiptState::Succeeded, Some(resp)) if r.fingerprint == req.fingerprint => Some(resp),
+        _ => None,
+    })
 }
 
 async fn committed_with_id(state: &AppState, probe: &Key, id: &str) -> ApiResult<bool> {
