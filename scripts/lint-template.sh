@@ -6,7 +6,8 @@
 # template offline with aws-sam-translator (scripts/sam_translate.py: no AWS credentials,
 # no network) and runs cfn-lint on the translated JSON, failing on any cfn-lint error.
 # It then proves the check can fail: every negative fixture in infra/tests/*.yaml must be
-# rejected.
+# rejected. The translated main template is also checked for the deployment invariants in
+# scripts/check_template.py (arm64, PITR, TTL, DLQ + alarm, JWT, IAM without wildcards).
 #
 # Usage: scripts/lint-template.sh [TEMPLATE...]   (default: infra/template.yaml + fixtures)
 # Python: $FLOTILLA_PYTHON, else .venv/bin/python (created by scripts/test.sh with
@@ -58,7 +59,7 @@ if [[ $# -gt 0 ]]; then
   exit "$failed"
 fi
 
-if lint infra/template.yaml; then
+if lint infra/template.yaml && "$py" scripts/check_template.py "$work/template.json"; then
   echo "lint-template: ok infra/template.yaml"
 else
   echo "lint-template: FAILED infra/template.yaml" >&2
