@@ -884,7 +884,7 @@ async fn handle(
         return error(405, "MethodNotAllowed", "the fixture serves reads only");
     }
     if let Err(resp) = authenticate(&inner, &method, &uri, &headers, &body) {
-        return resp;
+        return *resp;
     }
     let Some(rest) = path.strip_prefix("/v1/") else {
         return error(404, "NoSuchRoute", "unknown route");
@@ -942,7 +942,7 @@ fn authenticate(
     uri: &Uri,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<(), Response> {
+) -> Result<(), Box<Response>> {
     let s = lock(&inner.settings);
     let auth = headers
         .get(header::AUTHORIZATION)
@@ -952,7 +952,11 @@ fn authenticate(
         FixtureAuth::None => Ok(()),
         FixtureAuth::Bearer | FixtureAuth::OAuth => {
             let Some(token) = auth.as_deref().and_then(|a| a.strip_prefix("Bearer ")) else {
-                return Err(error(401, "NotAuthorizedException", "no bearer token"));
+                return Err(Box::new(error(
+                    401,
+                    "NotAuthorizedException",
+                    "no bearer token",
+                )));
             };
             let valid = if s.auth == FixtureAuth::Bearer {
                 s.bearer_tokens.iter().any(|t| t == token)
@@ -962,16 +966,20 @@ fn authenticate(
             if valid {
                 Ok(())
             } else {
-                Err(error(
+                Err(Box::new(error(
                     401,
                     "NotAuthorizedException",
                     "token is invalid or expired",
-                ))
+                )))
             }
         }
         FixtureAuth::SigV4 { region, service } => {
             let Some(auth) = auth else {
-                return Err(error(403, "ForbiddenException", "missing SigV4 signature"));
+                return Err(Box::new(error(
+                    403,
+                    "ForbiddenException",
+                    "missing SigV4 signature",
+                )));
             };
             let header_map: BTreeMap<String, String> = headers
                 .iter()
@@ -1000,7 +1008,7 @@ fn authenticate(
                     inner.sigv4_verified.fetch_add(1, Ordering::SeqCst);
                     Ok(())
                 }
-                Err(why) => Err(error(403, "SignatureDoesNotMatch", &why)),
+                Err(why) => Err(Box::new(error(403, "SignatureDoesNotMatch", &why))),
             }
         }
     }
@@ -1076,7 +1084,7 @@ fn paginate<T: Clone>(
     inner: &Inner,
     items: &[T],
     query: &BTreeMap<String, String>,
-) -> Result<(Vec<T>, Option<Value>), Response> {
+) -> Result<(Vec<T>, Option<Value>), Box<Response>> {
     let s = lock(&inner.settings);
     if s.ignore_page_size {
         return Ok((items.to_vec(), None));
@@ -1092,13 +1100,13 @@ fn paginate<T: Clone>(
             .and_then(|n| n.parse::<usize>().ok())
         {
             Some(n) => n,
-            None => return Err(error(400, "BadRequestException", "bad pageToken")),
+            None => return Err(Box::new(error(400, "BadRequestException", "bad pageToken"))),
         }
     };
     let size = match query.get("pageSize") {
         Some(v) => match v.parse::<usize>() {
             Ok(n) if n >= 1 => n,
-            _ => return Err(error(400, "BadRequestException", "bad pageSize")),
+            _ => return Err(Box::new(error(400, "BadRequestException", "bad pageSize"))),
         },
         None => s.default_page_size,
     };
@@ -1129,7 +1137,7 @@ fn list_namespaces(inner: &Inner, query: &BTreeMap<String, String>) -> Response 
     };
     let (page, next) = match paginate(inner, &children, query) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let as_objects = lock(&inner.settings).namespaces_as_objects;
     let items: Vec<Value> = page
@@ -1176,7 +1184,7 @@ fn list_relations(
     };
     let (page, next) = match paginate(inner, &names, query) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let ids: Vec<Value> = page
         .into_iter()
