@@ -296,14 +296,19 @@ impl IndexCatalogService {
                     .ok_or_else(|| {
                         IndexCatalogError::invalid_argument("malformed or foreign page_token")
                     })?;
-                Some(flotilla_metastore::PageToken(raw))
+                Some(flotilla_metastore::PageToken::after_sort_key(&raw))
             }
         };
         let query = Query::new(pk, prefix, Consistency::Strong)
             .limit(limit)
             .after(after);
         let page = self.store.query(&query).await?;
-        let next = page.next.map(|t| URL_SAFE_NO_PAD.encode(t.0.as_bytes()));
+        // Our token is the last sort key returned (not the store's token), so that it can be
+        // checked against the prefix of the listing it came from.
+        let next = match (&page.next, page.items.last()) {
+            (Some(_), Some(last)) => Some(URL_SAFE_NO_PAD.encode(last.key.sk.as_bytes())),
+            _ => None,
+        };
         Ok((page.items, next))
     }
 
