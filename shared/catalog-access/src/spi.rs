@@ -843,6 +843,17 @@ impl CatalogClientFactory {
         Self::default()
     }
 
+    /// A factory with the built-in providers: Iceberg REST, Unity Catalog, Delta Sharing.
+    pub fn with_builtin_providers() -> Self {
+        let builtins: [Arc<dyn CatalogClientProvider>; 3] = [
+            Arc::new(crate::iceberg_rest::IcebergRestProvider),
+            Arc::new(crate::unity::UnityProvider),
+            Arc::new(crate::delta_sharing::DeltaSharingProvider),
+        ];
+        let providers = builtins.into_iter().map(|p| (p.protocol(), p)).collect();
+        Self { providers }
+    }
+
     /// Registers a provider; a second provider for the same protocol is a `Config` error.
     pub fn register(&mut self, provider: Arc<dyn CatalogClientProvider>) -> Result<()> {
         let protocol = provider.protocol();
@@ -1016,6 +1027,19 @@ mod tests {
         ) -> Result<Box<dyn CatalogClient>> {
             Err(CatalogAccessError::unsupported("dummy"))
         }
+    }
+
+    #[test]
+    fn builtin_factory_serves_every_protocol_and_refuses_duplicates() {
+        let mut f = CatalogClientFactory::with_builtin_providers();
+        for p in [
+            CatalogProtocol::IcebergRest,
+            CatalogProtocol::Unity,
+            CatalogProtocol::DeltaSharing,
+        ] {
+            assert!(f.supports(p), "{p}");
+        }
+        assert!(f.register(Arc::new(Dummy(CatalogProtocol::Unity))).is_err());
     }
 
     #[test]

@@ -1035,3 +1035,27 @@ async fn client_debug_output_holds_no_secret() {
     assert!(!dbg.contains(&format!("secret-{}", s3_key(&v))), "{dbg}");
     assert!(!dbg.contains(&s3_session(&v)), "{dbg}");
 }
+
+#[tokio::test]
+async fn redirect_chains_stop_after_five_hops() {
+    let fx = IcebergFixture::start_with_sample().await;
+    let c = connect(&fx);
+    c.capabilities().await.unwrap();
+    fx.add_fault(
+        IcebergFaultRule::always(IcebergFault::Redirect(format!(
+            "{}/v1/wh/namespaces",
+            fx.uri()
+        )))
+        .on_path("/namespaces"),
+    );
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(
+        matches!(&err, CatalogAccessError::Connection(t) if t.as_str().contains("more than 5 redirects")),
+        "{err:?}"
+    );
+    assert_eq!(
+        fx.log().count("GET", "/v1/wh/namespaces"),
+        6,
+        "first request + 5 hops"
+    );
+}
