@@ -225,3 +225,60 @@ impl SourceBinding {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_bindings_have_one_strict_shape() {
+        let parquet: SourceBinding =
+            serde_json::from_str(r#"{"type": "PARQUET", "uri": "s3://lake/docs/"}"#).unwrap();
+        assert_eq!(
+            parquet,
+            SourceBinding::Parquet {
+                uri: "s3://lake/docs/".into()
+            }
+        );
+        let iceberg: SourceBinding = serde_json::from_str(
+            r#"{"type": "ICEBERG", "catalog": "glue", "namespace": ["crm"], "name": "docs",
+                "table_uuid": "7b1f6c2e-1d4a-4c55-9a1e-3b2c1d0e9f8a", "snapshot_id": 7}"#,
+        )
+        .unwrap();
+        iceberg.check().unwrap();
+        assert!(
+            serde_json::from_str::<SourceBinding>(
+                r#"{"type": "PARQUET", "uri": "s3://x/", "extra": 1}"#
+            )
+            .is_err()
+        );
+        assert!(
+            serde_json::from_str::<SourceBinding>(r#"{"type": "parquet", "uri": "s3://x/"}"#)
+                .is_err()
+        );
+        assert!(serde_json::from_str::<RegisterIndexRequest>(r#"{"name": "a", "metadata_location": "s3://b/m.json", "source": {"type": "PARQUET", "uri": "s3://x/"}, "x": 1}"#).is_err());
+        assert!(
+            SourceBinding::Parquet {
+                uri: "not a uri".into()
+            }
+            .check()
+            .is_err()
+        );
+        let json = serde_json::to_value(&parquet).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"type": "PARQUET", "uri": "s3://lake/docs/"})
+        );
+    }
+
+    #[test]
+    fn names_keep_their_exact_code_points_but_refuse_separators() {
+        check_name("n", "caf\u{e9}").unwrap();
+        check_name("n", "cafe\u{301}").unwrap();
+        assert!(check_name("n", "").is_err());
+        assert!(check_name("n", "a\u{1f}b").is_err());
+        assert!(check_name("n", "a\u{1e}b").is_err());
+        assert!(check_name("n", &"x".repeat(MAX_NAME_BYTES + 1)).is_err());
+        assert!(check_account("a#b").is_err());
+    }
+}
