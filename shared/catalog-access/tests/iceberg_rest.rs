@@ -1059,3 +1059,52 @@ async fn redirect_chains_stop_after_five_hops() {
         "first request + 5 hops"
     );
 }
+
+#[tokio::test]
+async fn sigv4_with_session_token_signs_the_token_header() {
+    let fx = IcebergFixture::start_with_sample().await;
+    fx.set_auth(FixtureAuth::SigV4 {
+        region: "eu-west-1".to_owned(),
+        service: "execute-api".to_owned(),
+    });
+    let c = connect_with(
+        &fx,
+        sigv4_auth(),
+        ResolvedCatalogCredentials::AwsAccessKeys {
+            access_key_id: DEFAULT_SIGV4_ACCESS_KEY.into(),
+            secret_access_key: DEFAULT_SIGV4_SECRET.into(),
+            session_token: Some("temporary-session".into()),
+        },
+        &options(TestClock::new()),
+    );
+    c.list_tables(&ns(&["sales", "eu"]), None, Some(5))
+        .await
+        .unwrap();
+    let calls = fx.log().filter(|r| r.path.starts_with("/v1/"));
+    assert_eq!(fx.sigv4_verified(), calls.len());
+    // Recorded redacted: the log proves the header was sent without holding its value.
+    assert!(
+        calls
+            .iter()
+            .all(|r| r.header("x-amz-security-token") == Some("***"))
+    );
+}
+
+#[tokio::test]
+async fn closed_port_is_a_connection_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let config = CatalogConnectionConfig::new(format!("http://{addr}"));
+    let c = IcebergRestProvider
+        .connect(
+            &config,
+            &CatalogAuthentication::Bearer,
+            ResolvedCatalogCredentials::Token("t".into()),
+            &options(TestClock::new()),
+        )
+        .unwrap();
+    let err = c.check_connection().await.unwrap_err();
+    assert!(matches!(err, CatalogAccessError::Connection(_)), "{err:?}");
+    assert!(err.is_retryable());
+}
