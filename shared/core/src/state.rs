@@ -8,6 +8,7 @@ use flotilla_metastore::DynMetastore;
 use crate::auth::Authenticator;
 use crate::clock::Clock;
 use crate::service::accounts::AccountCleanup;
+use flotilla_secrets::{CredentialStore, PutOutcome, SecretBytes, SecretRef, SecretStoreError};
 
 /// Deployment settings that change behaviour.
 #[derive(Clone, Debug)]
@@ -40,15 +41,59 @@ pub struct AppState {
     pub metrics: Vec<MetricsRenderer>,
     /// Cleanup of account-partition items owned by other modules, run by account delete.
     pub account_cleanups: Vec<Arc<dyn AccountCleanup>>,
+    /// Where integration credentials live (Secrets Manager on AWS, the local encrypted store
+    /// under `flotilla serve`). Secrets never enter the metastore.
+    pub credentials: Arc<dyn CredentialStore>,
+    /// The query replica of catalog directories (seed 000), kept across requests and warm
+    /// Lambda invocations; its refresh counters are one of `metrics`.
+    pub directory: Arc<crate::directory::DirectoryCache>,
 }
 
 impl AppState {
     pub fn new(store: DynMetastore, clock: Arc<dyn Clock>, auth: Arc<dyn Authenticator>, config: Config) -> Self {
-        Self { store, clock, auth, config, metrics: Vec::new(), account_cleanups: Vec::new() }
+        let directory = Arc::new(crate::directory::DirectoryCache::new());
+        Self {
+            store,
+            clock,
+            auth,
+            config,
+            metrics: vec![directory.metrics_renderer()],
+            account_cleanups: Vec::new(),
+            credentials: Arc::new(NoCredentialStore),
+            directory,
+        }
+    }
+
+    pub fn with_credentials(mut self, store: Arc<dyn CredentialStore>) -> Self {
+        self.credentials = store;
+        self
     }
 
     pub fn with_metrics(mut self, renderer: MetricsRenderer) -> Self {
         self.metrics.push(renderer);
         self
+    }
+}
+
+/// The credential store of a host that configured none: every operation fails, so an
+/// integration with credentials cannot be created by accident without durable storage.
+struct NoCredentialStore;
+
+#[async_trait::async_trait]
+impl CredentialStore for NoCredentialStore {
+    async fn put_if_absent(&self, _r: &SecretRef, _s: &SecretBytes) -> Result<PutOutcome, SecretStoreError> {
+        Err(SecretStoreError::Backend("no credential store is configured".into()))
+    }
+    async fn get(&self, _r: &SecretRef) -> Result<Option<SecretBytes>, SecretStoreError> {
+        Err(SecretStoreError::Backend("no credential store is configured".into()))
+    }
+    async fn delete(&self, _r: &SecretRef) -> Result<(), SecretStoreError> {
+        Err(SecretStoreError::Backend("no credential store is configured".into()))
+    }
+    async fn list(&self, _a: &str, _i: &str) -> Result<Vec<u64>, SecretStoreError> {
+        Ok(Vec::new())
+    }
+    async fn list_account(&self, _a: &str) -> Result<Vec<SecretRef>, SecretStoreError> {
+        Ok(Vec::new())
     }
 }

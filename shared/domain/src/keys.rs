@@ -91,6 +91,16 @@ pub fn integration_fence(account: &str, id: &str) -> KeyParts {
     (account_pk(account), format!("INTFENCE#{id}"))
 }
 
+/// A credential generation not (or no longer) referenced by its published integration:
+/// prepared before publication, or retiring after a rotation (see `sweep-credentials`).
+pub fn credential_generation(account: &str, integration_id: &str, generation: u64) -> KeyParts {
+    (account_pk(account), format!("CREDGEN#{integration_id}#{generation:020}"))
+}
+pub const CREDENTIAL_GENERATION_PREFIX: &str = "CREDGEN#";
+pub fn credential_generations_prefix(integration_id: &str) -> String {
+    format!("CREDGEN#{integration_id}#")
+}
+
 /// Dependency record: overlay `overlay_id` uses integration `integration_id`.
 pub fn integration_dependency(account: &str, integration_id: &str, overlay_id: &str) -> KeyParts {
     (account_pk(account), format!("INTDEP#{integration_id}#{overlay_id}"))
@@ -106,6 +116,11 @@ pub const OVERLAY_PREFIX: &str = "OVL#";
 
 pub fn overlay_name(account: &str, name: &str) -> KeyParts {
     (account_pk(account), format!("OVLNAME#{name}"))
+}
+
+/// The overlay's status (last reconciliation summary, scheduling state).
+pub fn overlay_status(account: &str, id: &str) -> KeyParts {
+    (account_pk(account), format!("OVLSTATUS#{id}"))
 }
 
 /// Durable overlay deletion fence.

@@ -199,3 +199,200 @@ impl RelationRecord {
         v
     }
 }
+
+/// The upstream protocol of an integration. Immutable after create.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum IntegrationType {
+    IcebergRest,
+    Unity,
+    DeltaSharing,
+}
+
+/// Non-secret authentication configuration (seed 004 "Authentication and credentials").
+/// Secret values live only in the credential store.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
+pub enum AuthConfig {
+    OauthClientCredentials {
+        /// Token endpoint; for Iceberg REST the catalog's `/v1/oauth/tokens` when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token_uri: Option<String>,
+        client_id: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        scopes: Vec<String>,
+    },
+    Bearer {},
+    AwsAssumeRole {
+        role_arn: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        external_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_name: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        region: Option<String>,
+    },
+    AwsAccessKeys {
+        access_key_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        region: Option<String>,
+    },
+    AwsSigv4 {
+        region: String,
+        #[serde(default = "default_signing_name")]
+        signing_name: String,
+        /// `STATIC` (access key id here, secret in credentials) or `AMBIENT` (the service's
+        /// own AWS identity; not yet wired to the catalog-access adapter).
+        #[serde(default = "default_credential_source")]
+        credential_source: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        access_key_id: Option<String>,
+    },
+}
+
+fn default_signing_name() -> String {
+    "execute-api".into()
+}
+
+fn default_credential_source() -> String {
+    "STATIC".into()
+}
+
+impl AuthConfig {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            AuthConfig::OauthClientCredentials { .. } => "OAUTH_CLIENT_CREDENTIALS",
+            AuthConfig::Bearer {} => "BEARER",
+            AuthConfig::AwsAssumeRole { .. } => "AWS_ASSUME_ROLE",
+            AuthConfig::AwsAccessKeys { .. } => "AWS_ACCESS_KEYS",
+            AuthConfig::AwsSigv4 { .. } => "AWS_SIGV4",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct IntegrationRecord {
+    pub id: String,
+    pub account_id: String,
+    pub display_name: String,
+    #[serde(rename = "type")]
+    pub kind: IntegrationType,
+    pub uri: String,
+    #[serde(default)]
+    pub properties: Properties,
+    pub authentication: AuthConfig,
+    pub credentials_configured: bool,
+    /// The credential generation the resource references (0 = none).
+    pub credential_generation: u64,
+    /// Advances with every change that must fence older work (URI, properties,
+    /// authentication, credentials, pause).
+    pub generation: u64,
+    #[serde(default)]
+    pub paused: bool,
+    pub revision: u64,
+    pub create_time: Timestamp,
+    pub update_time: Timestamp,
+}
+
+impl IntegrationRecord {
+    pub fn to_api(&self) -> Value {
+        json!({
+            "id": self.id,
+            "display_name": self.display_name,
+            "type": self.kind,
+            "uri": self.uri,
+            "properties": self.properties,
+            "authentication": self.authentication,
+            "credentials_configured": self.credentials_configured,
+            "credential_generation": self.credential_generation,
+            "generation": self.generation,
+            "paused": self.paused,
+            "etag": etag_for(&self.id, self.revision),
+            "create_time": self.create_time,
+            "update_time": self.update_time,
+        })
+    }
+}
+
+/// A credential generation that may exist in the credential store without (yet) being the
+/// one a published integration references: written before the secret is prepared, removed
+/// in the publishing transaction, and otherwise left for `sweep-credentials`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CredentialGenerationRecord {
+    pub integration_id: String,
+    pub generation: u64,
+    /// `prepared` (before publication) or `retiring` (superseded by a published rotation).
+    pub state: String,
+    pub created_ms: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct OverlayRecord {
+    pub id: String,
+    pub account_id: String,
+    pub display_name: String,
+    pub integration_id: String,
+    pub catalog_id: String,
+    pub include_namespaces: Vec<Vec<String>>,
+    pub exclude_namespaces: Vec<Vec<String>>,
+    /// Advances with every change that must fence older reconciliation runs.
+    pub generation: u64,
+    #[serde(default)]
+    pub paused: bool,
+    /// How often the scheduler enqueues a reconciliation (seconds).
+    #[serde(default = "default_refresh_interval")]
+    pub refresh_interval_secs: u64,
+    pub revision: u64,
+    pub create_time: Timestamp,
+    pub update_time: Timestamp,
+}
+
+pub fn default_refresh_interval() -> u64 {
+    3600
+}
+
+impl OverlayRecord {
+    /// The API representation; `last_reconcile` comes from the overlay's status item.
+    pub fn to_api(&self, last_reconcile: Option<&Value>) -> Value {
+        json!({
+            "id": self.id,
+            "display_name": self.display_name,
+            "integration_id": self.integration_id,
+            "catalog_id": self.catalog_id,
+            "include_namespaces": self.include_namespaces,
+            "exclude_namespaces": self.exclude_namespaces,
+            "generation": self.generation,
+            "paused": self.paused,
+            "refresh_interval_secs": self.refresh_interval_secs,
+            "last_reconcile": last_reconcile,
+            "etag": etag_for(&self.id, self.revision),
+            "create_time": self.create_time,
+            "update_time": self.update_time,
+        })
+    }
+}
+
+/// An overlay's use of a namespace path in its target catalog.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClaimRecord {
+    pub overlay_id: String,
+    pub path: NamespacePath,
+    /// Whether this overlay's materialization created the namespace.
+    pub created_namespace: bool,
+}
+
+/// Dependency record body (overlay -> integration, overlay -> catalog).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DependencyRecord {
+    pub overlay_id: String,
+}
+
+/// The overlay's last reconciliation and scheduling state (one item, rewritten per run).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct OverlayStatus {
+    #[serde(default)]
+    pub last_reconcile: Option<Value>,
+    /// When the last run started (epoch ms); the scheduler compares the refresh interval.
+    #[serde(default)]
+    pub last_started_ms: Option<i64>,
+}

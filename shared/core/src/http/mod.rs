@@ -1,6 +1,8 @@
 //! The one HTTP router, served by `functions/api` (through `lambda_http`) and by
 //! `flotilla serve` (through `axum::serve`). No route exists in only one host.
 
+mod directory_routes;
+mod integration_routes;
 pub mod extract;
 mod routes;
 

@@ -44,7 +44,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/metrics", get(metrics))
         .route("/v1/accounts", post(create_account).get(list_accounts))
         .route("/v1/accounts/{account_id}", get(get_account).delete(delete_account))
-        .nest("/v1/accounts/{account_id}", account_routes);
+        .nest("/v1/accounts/{account_id}", account_routes)
+        .merge(super::directory_routes::routes())
+        .merge(super::integration_routes::routes());
     super::with_fallbacks(api)
         // Our extractor enforces the limit with the API's error shape; this is a backstop.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES + 1))

@@ -185,11 +185,19 @@ async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>
             if let Some(catalog_id) = item.key.sk.strip_prefix(keys::CATALOG_PREFIX) {
                 purge_catalog_partition(store, catalog_id).await?;
             }
+            if let Some(integration_id) = item.key.sk.strip_prefix(keys::INTEGRATION_PREFIX) {
+                crate::service::integrations::purge_credentials(state, id, integration_id).await?;
+            }
             for c in cleanups {
                 c.cleanup_item(id, item).await?;
             }
         }
         delete_items(store, victims.iter().map(|i| i.key.clone()).collect()).await?;
+    }
+    // Credentials whose integration record an earlier attempt already removed.
+    let orphans = state.credentials.list_account(id).await.map_err(|e| ApiError::unavailable(e.to_string()))?;
+    for r in orphans {
+        state.credentials.delete(&r).await.map_err(|e| ApiError::unavailable(e.to_string()))?;
     }
     let tx = Transaction::new()
         .with(Op::delete(key(keys::account_listing(id))))

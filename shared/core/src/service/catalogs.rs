@@ -158,7 +158,7 @@ async fn retire_for_replace(state: &AppState, account: &str, old: &Versioned<Cat
         super::GuardState::Abandoned { version } => Condition::Version(version),
         _ => Condition::Absent,
     };
-    let body = to_body(&super::GuardRecord { installed_ms: now, owner: flotilla_domain::names::new_id() })?;
+    let body = to_body(&super::GuardRecord { installed_ms: now, owner: flotilla_domain::names::new_id(), durable: false })?;
     store
         .transact(
             Transaction::new()

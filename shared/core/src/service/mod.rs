@@ -4,6 +4,8 @@
 pub mod accounts;
 pub mod catalogs;
 pub mod idempotency;
+pub mod integrations;
+pub mod overlays;
 pub mod namespaces;
 pub mod relations;
 
@@ -94,6 +96,9 @@ pub enum GuardState {
 pub struct GuardRecord {
     pub installed_ms: i64,
     pub owner: String,
+    /// A durable fence (cascade delete) never lapses; only its own protocol removes it.
+    #[serde(default)]
+    pub durable: bool,
 }
 
 pub async fn guard_state(store: &dyn Metastore, parts: KeyParts, now_ms: i64, lease_ms: i64) -> ApiResult<GuardState> {
@@ -101,7 +106,7 @@ pub async fn guard_state(store: &dyn Metastore, parts: KeyParts, now_ms: i64, le
         None => Ok(GuardState::Absent),
         Some(item) => {
             let rec: GuardRecord = item.json()?;
-            if now_ms.saturating_sub(rec.installed_ms) > lease_ms {
+            if !rec.durable && now_ms.saturating_sub(rec.installed_ms) > lease_ms {
                 Ok(GuardState::Abandoned { version: item.version })
             } else {
                 Ok(GuardState::Live)
@@ -265,7 +270,7 @@ where
     let now = state.clock.now_ms();
     let gstate = guard_state(store, guard.clone(), now, state.config.guard_lease_ms).await?;
     let owner = flotilla_domain::names::new_id();
-    let body = to_body(&GuardRecord { installed_ms: now, owner: owner.clone() })?;
+    let body = to_body(&GuardRecord { installed_ms: now, owner: owner.clone(), durable: false })?;
     let (condition, guard_version) = match gstate {
         GuardState::Live => return Err(ApiError::deleting(what)),
         GuardState::Absent => (Condition::Absent, 1),

@@ -9,7 +9,7 @@ use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord, ViewDefinition, etag_for};
 use flotilla_domain::names::{NamespacePath, validate_segment};
 use flotilla_metastore::{Consistency, Metastore, Op, Transaction};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::accounts::OnConflict;
@@ -20,20 +20,7 @@ use super::{MAX_ATTEMPTS, Versioned, backoff, check_if_match, key, read, to_body
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
 
-/// The value of a directory generation item: opaque, replaced (never incremented) on every
-/// directory change, so equality is the only question a replica can ask of it.
-#[derive(Serialize, Deserialize)]
-pub struct DirectoryGeneration {
-    pub value: String,
-}
-
-/// The operation that replaces a catalog's directory generation.
-pub fn directory_bump(catalog_id: &str) -> ApiResult<Op> {
-    use rand::RngCore;
-    let mut bytes = [0u8; 16];
-    rand::rng().fill_bytes(&mut bytes);
-    Ok(Op::put(key(keys::directory_generation(catalog_id)), to_body(&DirectoryGeneration { value: hex::encode(bytes) })?))
-}
+pub use crate::directory::{DirectoryGeneration, directory_bump};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -442,7 +429,13 @@ pub async fn patch(
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
         let moved = next.name != cur.value.name || next.namespace != cur.value.namespace;
-        let signals = moved || next.schema != cur.value.schema || next.definitions != cur.value.definitions;
+        // Everything a directory entry holds signals; metadata location, location and
+        // properties do not (they cannot change name resolution).
+        let signals = moved
+            || next.schema != cur.value.schema
+            || next.format != cur.value.format
+            || next.definitions != cur.value.definitions
+            || next.default_namespace != cur.value.default_namespace;
         let old_slot = key(keys::relation(catalog_id, ns, name));
         let mut tx = Transaction::new();
         if moved {

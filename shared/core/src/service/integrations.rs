@@ -1,0 +1,776 @@
+//! CatalogIntegration (seed 004, "Catalog integration", "Authentication and credentials",
+//! "Durability contract", "Lifecycle and garbage collection").
+//!
+//! Credential publication, for create and rotation alike:
+//! 1. a `CREDGEN` record for the new generation is written first (so no secret can exist in
+//!    the store without a durable trace the sweep can find);
+//! 2. the secret is reserved with put-if-absent under `(account, integration, generation)`;
+//! 3. the resource CAS publishes the generation and deletes the `CREDGEN` record in the same
+//!    transaction (for a rotation it also writes a `retiring` record for the old generation);
+//! 4. only then is the old generation deleted (and its record with it).
+//!
+//! A definite failure of step 3 deletes the prepared secret and its record; an
+//! outcome-unknown failure keeps both, because the CAS may have published them. The sweep
+//! (`flotilla admin sweep-credentials`) reclaims what is left and never deletes the
+//! generation a published integration references.
+
+use std::collections::BTreeMap;
+
+use flotilla_catalog_access::http::AddressPolicy;
+use flotilla_catalog_access::spi::{CatalogConnectionConfig, is_secret_key};
+use flotilla_domain::keys;
+use flotilla_domain::model::{
+    AuthConfig, CredentialGenerationRecord, IntegrationRecord, IntegrationType, NameIndexRecord, etag_for,
+};
+use flotilla_domain::names::{validate_display_name, validate_resource_id};
+use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
+use flotilla_secrets::{PutOutcome, SecretBytes, SecretRef, SecretStoreError};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::accounts::{OnConflict, delete_items, strong_scan};
+use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
+use super::{
+    GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff,
+    check_if_match, guard_state, guarded_delete, key, read, to_body,
+};
+use crate::error::{ApiError, ApiResult, Code};
+use crate::state::AppState;
+
+/// Write-only credential fields accepted on create and rotation.
+pub const CREDENTIAL_FIELDS: &[&str] = &["client_secret", "token", "secret_access_key", "session_token"];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateIntegration {
+    pub display_name: String,
+    #[serde(rename = "type")]
+    pub kind: IntegrationType,
+    pub uri: String,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    pub authentication: AuthConfig,
+    /// Write-only; never stored in the metastore or echoed.
+    #[serde(default)]
+    pub credentials: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchIntegration {
+    #[serde(default)]
+    pub display_name: Option<String>,
+    #[serde(default)]
+    pub uri: Option<String>,
+    #[serde(default)]
+    pub properties: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub paused: Option<bool>,
+    /// Present only to give a precise error: the type is immutable.
+    #[serde(default, rename = "type")]
+    pub kind: Option<Value>,
+    /// Present only to give a precise error: use `PUT .../authentication`.
+    #[serde(default)]
+    pub authentication: Option<Value>,
+    #[serde(default)]
+    pub credentials: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotateAuthentication {
+    #[serde(default)]
+    pub authentication: Option<AuthConfig>,
+    #[serde(default)]
+    pub credentials: Option<Map<String, Value>>,
+}
+
+/// The canonical request body with the secret bytes removed, for idempotency fingerprints
+/// ("Secret bytes are not part of the request fingerprint").
+pub fn fingerprint_body(canonical: &[u8]) -> Vec<u8> {
+    match serde_json::from_slice::<Value>(canonical) {
+        Ok(Value::Object(mut m)) => {
+            if let Some(Value::Object(c)) = m.get_mut("credentials") {
+                for v in c.values_mut() {
+                    *v = Value::Null;
+                }
+            }
+            serde_json::to_vec(&Value::Object(m)).unwrap_or_default()
+        }
+        _ => canonical.to_vec(),
+    }
+}
+
+// ---- validation ------------------------------------------------------------------------
+
+fn validate_auth_for_type(kind: IntegrationType, auth: &AuthConfig) -> ApiResult<()> {
+    let ok = match kind {
+        IntegrationType::IcebergRest => true,
+        IntegrationType::Unity => matches!(auth, AuthConfig::OauthClientCredentials { .. } | AuthConfig::Bearer {}),
+        IntegrationType::DeltaSharing => matches!(auth, AuthConfig::Bearer {}),
+    };
+    if !ok {
+        let rule = match kind {
+            IntegrationType::Unity => "UNITY integrations accept only OAUTH_CLIENT_CREDENTIALS or BEARER authentication",
+            _ => "DELTA_SHARING integrations accept only BEARER authentication (the recipient token)",
+        };
+        return Err(ApiError::invalid(rule));
+    }
+    let nonempty = |what: &str, v: &str| {
+        if v.trim().is_empty() || v.len() > 2048 || v.chars().any(char::is_control) {
+            Err(ApiError::invalid(format!("authentication.{what} must be a non-empty string")))
+        } else {
+            Ok(())
+        }
+    };
+    match auth {
+        AuthConfig::OauthClientCredentials { token_uri, client_id, scopes } => {
+            nonempty("client_id", client_id)?;
+            if let Some(u) = token_uri {
+                let url = url::Url::parse(u).map_err(|_| ApiError::invalid("authentication.token_uri must be an absolute URL"))?;
+                if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() || !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
+                    return Err(ApiError::invalid("authentication.token_uri must be an http(s) URL without user-info or fragment"));
+                }
+            }
+            for s in scopes {
+                nonempty("scopes[]", s)?;
+            }
+        }
+        AuthConfig::Bearer {} => {}
+        AuthConfig::AwsAssumeRole { role_arn, .. } => {
+            if !role_arn.starts_with("arn:") || !role_arn.contains(":role/") {
+                return Err(ApiError::invalid("authentication.role_arn must be an IAM role ARN"));
+            }
+        }
+        AuthConfig::AwsAccessKeys { access_key_id, .. } => nonempty("access_key_id", access_key_id)?,
+        AuthConfig::AwsSigv4 { region, signing_name, credential_source, access_key_id } => {
+            nonempty("region", region)?;
+            nonempty("signing_name", signing_name)?;
+            match credential_source.as_str() {
+                "STATIC" => {
+                    if access_key_id.as_deref().is_none_or(|k| k.trim().is_empty()) {
+                        return Err(ApiError::invalid("AWS_SIGV4 with credential_source STATIC needs authentication.access_key_id"));
+                    }
+                }
+                "AMBIENT" => {}
+                _ => return Err(ApiError::invalid("authentication.credential_source must be STATIC or AMBIENT")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Which credential fields an authentication type needs and accepts.
+fn credential_rules(auth: &AuthConfig) -> (&'static [&'static str], &'static [&'static str]) {
+    match auth {
+        AuthConfig::OauthClientCredentials { .. } => (&["client_secret"], &["client_secret"]),
+        AuthConfig::Bearer {} => (&["token"], &["token"]),
+        AuthConfig::AwsAssumeRole { .. } => (&[], &[]),
+        AuthConfig::AwsAccessKeys { .. } => (&["secret_access_key"], &["secret_access_key", "session_token"]),
+        AuthConfig::AwsSigv4 { credential_source, .. } if credential_source == "STATIC" => {
+            (&["secret_access_key"], &["secret_access_key", "session_token"])
+        }
+        AuthConfig::AwsSigv4 { .. } => (&[], &[]),
+    }
+}
+
+/// Checks the write-only credentials against the authentication type. Messages name fields,
+/// never values.
+fn validate_credentials(auth: &AuthConfig, creds: &Option<Map<String, Value>>) -> ApiResult<Option<SecretBytes>> {
+    let (required, allowed) = credential_rules(auth);
+    let empty = Map::new();
+    let c = creds.as_ref().unwrap_or(&empty);
+    for (k, v) in c {
+        if !CREDENTIAL_FIELDS.contains(&k.as_str()) {
+            return Err(ApiError::invalid(format!("credentials.{k} is not a credential field")));
+        }
+        if !allowed.contains(&k.as_str()) {
+            return Err(ApiError::invalid(format!("credentials.{k} does not apply to {} authentication", auth.type_name())));
+        }
+        match v {
+            Value::String(s) if !s.is_empty() && s.len() <= 16 * 1024 => {}
+            _ => return Err(ApiError::invalid(format!("credentials.{k} must be a non-empty string"))),
+        }
+    }
+    for r in required {
+        if !c.contains_key(*r) {
+            return Err(ApiError::invalid(format!("{} authentication needs credentials.{r}", auth.type_name())));
+        }
+    }
+    if c.is_empty() {
+        return Ok(None);
+    }
+    SecretBytes::from_fields(c).map(Some).map_err(|_| ApiError::invalid("credentials cannot be stored"))
+}
+
+const METADATA_HOSTS: &[&str] = &["metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"];
+
+/// URI and properties: structure, no secrets, and the address policy for literal hosts.
+pub fn validate_connection(state: &AppState, uri: &str, properties: &BTreeMap<String, String>) -> ApiResult<()> {
+    if uri.len() > 2048 {
+        return Err(ApiError::invalid("uri is longer than 2048 bytes"));
+    }
+    super::catalogs::validate_properties(properties)?;
+    for k in properties.keys() {
+        if is_secret_key(k) {
+            return Err(ApiError::invalid(format!(
+                "property {k:?} looks secret-bearing; supply secrets as credentials, never as properties"
+            )));
+        }
+    }
+    let config = CatalogConnectionConfig { uri: uri.to_owned(), properties: properties.clone() };
+    let url = config.validate().map_err(|e| ApiError::invalid(format!("invalid connection: {e}")))?;
+    let policy = if state.config.allow_insecure_upstreams { AddressPolicy::insecure() } else { AddressPolicy::strict() };
+    policy.check_url(&url).map_err(|e| ApiError::invalid(format!("uri refused: {}", e.reason())))?;
+    if let Some(host) = url.host_str() {
+        let h = host.trim_end_matches('.').to_ascii_lowercase();
+        if METADATA_HOSTS.contains(&h.as_str()) {
+            return Err(ApiError::invalid("uri refused: cloud metadata endpoints are never contacted"));
+        }
+        if !state.config.allow_insecure_upstreams && (h == "localhost" || h.ends_with(".localhost")) {
+            return Err(ApiError::invalid("uri refused: loopback hosts are only allowed with --allow-insecure-upstreams"));
+        }
+    }
+    Ok(())
+}
+
+// ---- reads -----------------------------------------------------------------------------
+
+pub async fn load(store: &dyn Metastore, account: &str, id: &str) -> ApiResult<Versioned<IntegrationRecord>> {
+    validate_resource_id(id).map_err(|_| ApiError::not_found("integration"))?;
+    read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong)
+        .await?
+        .ok_or_else(|| ApiError::not_found("integration"))
+}
+
+pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> {
+    Ok(load(state.store.as_ref(), account, id).await?.value.to_api())
+}
+
+pub async fn list(state: &AppState, account: &str, page_size: usize, token: Option<&str>) -> ApiResult<Value> {
+    let (items, next) = super::list_page(
+        state.store.as_ref(),
+        &keys::account_pk(account),
+        keys::INTEGRATION_PREFIX,
+        "integrations",
+        Consistency::Eventual,
+        page_size,
+        token,
+        |item| Ok(Some(super::decode::<IntegrationRecord>(item)?.to_api())),
+    )
+    .await?;
+    Ok(super::page_body(items, next))
+}
+
+// ---- credential generations ------------------------------------------------------------
+
+fn secret_ref(account: &str, integration: &str, generation: u64) -> ApiResult<SecretRef> {
+    SecretRef::new(account, integration, generation).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+fn secret_error(e: SecretStoreError) -> ApiError {
+    if e.is_retryable() || e.is_outcome_unknown() {
+        ApiError::unavailable(e.to_string())
+    } else {
+        ApiError::internal(e.to_string())
+    }
+}
+
+/// Steps 1 and 2: the durable record, then the secret. Answers the generation reserved,
+/// searching upward past generations another writer owns.
+async fn prepare_generation(
+    state: &AppState,
+    account: &str,
+    integration: &str,
+    first: u64,
+    secret: &SecretBytes,
+    exact: bool,
+) -> ApiResult<u64> {
+    let store = state.store.as_ref();
+    for generation in first..first + 16 {
+        let rec = CredentialGenerationRecord {
+            integration_id: integration.to_owned(),
+            generation,
+            state: "prepared".into(),
+            created_ms: state.clock.now_ms(),
+        };
+        store
+            .transact(Transaction::new().with(Op::put(
+                key(keys::credential_generation(account, integration, generation)),
+                to_body(&rec)?,
+            )))
+            .await?;
+        let r = secret_ref(account, integration, generation)?;
+        match state.credentials.put_if_absent(&r, secret).await {
+            Ok(PutOutcome::Created) | Ok(PutOutcome::AlreadyExists { identical: true }) => return Ok(generation),
+            // An idempotent create replaying with other bytes: the first value wins.
+            Ok(PutOutcome::AlreadyExists { identical: false }) if exact => return Ok(generation),
+            Ok(PutOutcome::AlreadyExists { identical: false }) => continue,
+            Err(e) => return Err(secret_error(e)),
+        }
+    }
+    Err(ApiError::unavailable("no free credential generation; run sweep-credentials"))
+}
+
+/// After a definite publication failure: the prepared secret and its record go.
+async fn discard_prepared(state: &AppState, account: &str, integration: &str, generation: u64) {
+    if let Ok(r) = secret_ref(account, integration, generation) {
+        if state.credentials.delete(&r).await.is_ok() {
+            let _ = state
+                .store
+                .transact(Transaction::new().with(Op::delete(key(keys::credential_generation(account, integration, generation)))))
+                .await;
+        }
+    }
+}
+
+/// After publication: make sure the referenced generation is really there (a concurrent
+/// sweep or a racing discard could only have removed bytes identical to ours).
+async fn ensure_published_secret(state: &AppState, account: &str, integration: &str, generation: u64, secret: &SecretBytes) -> ApiResult<()> {
+    let r = secret_ref(account, integration, generation)?;
+    if state.credentials.get(&r).await.map_err(secret_error)?.is_none() {
+        state.credentials.put_if_absent(&r, secret).await.map_err(secret_error)?;
+    }
+    Ok(())
+}
+
+/// Step 4 of a rotation: delete the superseded generation and its `retiring` record.
+async fn retire_generation(state: &AppState, account: &str, integration: &str, generation: u64) {
+    if generation == 0 {
+        return;
+    }
+    if let Ok(r) = secret_ref(account, integration, generation) {
+        if state.credentials.delete(&r).await.is_ok() {
+            let _ = state
+                .store
+                .transact(Transaction::new().with(Op::delete(key(keys::credential_generation(account, integration, generation)))))
+                .await;
+        }
+    }
+}
+
+// ---- create ----------------------------------------------------------------------------
+
+pub async fn create(
+    state: &AppState,
+    account: &str,
+    req: CreateIntegration,
+    on_conflict: OnConflict,
+    idem: Option<IdempotencyRequest>,
+) -> ApiResult<RecordedResponse> {
+    validate_display_name(&req.display_name)?;
+    validate_auth_for_type(req.kind, &req.authentication)?;
+    validate_connection(state, &req.uri, &req.properties)?;
+    let secret = validate_credentials(&req.authentication, &req.credentials)?;
+    let store = state.store.as_ref();
+    let prepared = std::sync::Mutex::new(None::<(String, u64)>);
+    let idempotent = idem.is_some();
+    let result = run_create(state, idem, |id| {
+        let (req, secret, prepared) = (&req, &secret, &prepared);
+        async move {
+            if let Some(err) = account_guard_error(store, account).await? {
+                return Err(err);
+            }
+            let name_key = keys::integration_name(account, &req.display_name);
+            let existing = read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?;
+            let mut ops = account_guards(account);
+            let mut replaced: Option<Versioned<IntegrationRecord>> = None;
+            match existing {
+                None => {}
+                Some(idx) => {
+                    let old = load(store, account, &idx.value.id).await?;
+                    match on_conflict {
+                        OnConflict::Error => {
+                            return Err(ApiError::already_exists(format!("an integration named {:?} already exists", req.display_name)));
+                        }
+                        OnConflict::ReturnExisting => return Ok(Plan::Respond(RecordedResponse::ok(old.value.to_api()))),
+                        OnConflict::Replace => {
+                            // Replacement must not silently retarget overlays.
+                            let deps = store
+                                .count(&keys::account_pk(account), &keys::integration_dependency_prefix(&old.value.id), Consistency::Strong)
+                                .await?;
+                            if deps > 0 {
+                                return Err(ApiError::new(Code::HasDependents, "overlays depend on the integration being replaced")
+                                    .with_detail("overlays", deps));
+                            }
+                            // Overlay creates assert the fence's absence: replacing deletes the
+                            // old record while no overlay can attach to it.
+                            ops.push(Op::check(key(keys::integration_fence(account, &old.value.id)), Condition::Absent));
+                            ops.push(Op::delete_at(key(keys::integration(account, &old.value.id)), old.version));
+                            ops.push(Op::replace(key(name_key.clone()), idx.version, to_body(&NameIndexRecord { id: id.clone() })?));
+                            replaced = Some(old);
+                        }
+                    }
+                }
+            }
+            if replaced.is_none() {
+                ops.push(Op::create(key(name_key), to_body(&NameIndexRecord { id: id.clone() })?));
+            }
+            let mut generation = 0;
+            if let Some(secret) = secret {
+                generation = prepare_generation(state, account, &id, 1, secret, idempotent).await?;
+                *prepared.lock().unwrap_or_else(|p| p.into_inner()) = Some((id.clone(), generation));
+                ops.push(Op::delete(key(keys::credential_generation(account, &id, generation))));
+            }
+            if let Some(old) = &replaced {
+                // Every generation of the replaced integration is retired after publication.
+                for g in state.credentials.list(account, &old.value.id).await.map_err(secret_error)? {
+                    let rec = CredentialGenerationRecord {
+                        integration_id: old.value.id.clone(),
+                        generation: g,
+                        state: "retiring".into(),
+                        created_ms: state.clock.now_ms(),
+                    };
+                    ops.push(Op::put(key(keys::credential_generation(account, &old.value.id, g)), to_body(&rec)?));
+                }
+            }
+            let now = state.clock.now_rfc3339();
+            let rec = IntegrationRecord {
+                id: id.clone(),
+                account_id: account.to_owned(),
+                display_name: req.display_name.clone(),
+                kind: req.kind,
+                uri: req.uri.clone(),
+                properties: req.properties.clone(),
+                authentication: req.authentication.clone(),
+                credentials_configured: generation > 0,
+                credential_generation: generation,
+                generation: 1,
+                paused: false,
+                revision: 1,
+                create_time: now.clone(),
+                update_time: now,
+            };
+            ops.push(Op::create(key(keys::integration(account, &id)), to_body(&rec)?));
+            Ok(Plan::Publish { ops, response: RecordedResponse::created(rec.to_api()), probe: key(keys::integration(account, &id)) })
+        }
+    })
+    .await;
+    let prepared = prepared.into_inner().unwrap_or_else(|p| p.into_inner());
+    match (&result, prepared) {
+        (Ok(resp), Some((id, generation))) => {
+            if resp.body.get("id").and_then(Value::as_str) == Some(id.as_str()) {
+                if let Some(secret) = &secret {
+                    ensure_published_secret(state, account, &id, generation, secret).await?;
+                }
+            } else {
+                discard_unpublished(state, account, &id, generation).await;
+            }
+        }
+        (Err(e), Some((id, generation))) if e.code != Code::Unavailable => {
+            discard_unpublished(state, account, &id, generation).await;
+        }
+        _ => {}
+    }
+    if let Ok(resp) = &result {
+        // A replace retires the old identity's credentials after publication.
+        if resp.status == 201 {
+            sweep_retiring(state, account).await;
+        }
+    }
+    result
+}
+
+/// Discards a prepared generation unless a published integration references it.
+async fn discard_unpublished(state: &AppState, account: &str, id: &str, generation: u64) {
+    let published = read::<IntegrationRecord>(state.store.as_ref(), keys::integration(account, id), Consistency::Strong)
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|r| r.value.credential_generation == generation);
+    if !published {
+        discard_prepared(state, account, id, generation).await;
+    }
+}
+
+/// Finishes `retiring` records (best effort; the sweep does the same later).
+async fn sweep_retiring(state: &AppState, account: &str) {
+    let Ok(items) = strong_scan(state.store.as_ref(), &keys::account_pk(account), keys::CREDENTIAL_GENERATION_PREFIX).await else {
+        return;
+    };
+    for item in items {
+        if let Ok(rec) = item.json::<CredentialGenerationRecord>() {
+            if rec.state == "retiring" {
+                retire_generation(state, account, &rec.integration_id, rec.generation).await;
+            }
+        }
+    }
+}
+
+// ---- update and rotation ---------------------------------------------------------------
+
+pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchIntegration, if_match: Option<&str>) -> ApiResult<Value> {
+    if req.kind.is_some() {
+        return Err(ApiError::invalid("type is immutable; create with on_conflict=replace to change it"));
+    }
+    if req.authentication.is_some() || req.credentials.is_some() {
+        return Err(ApiError::invalid("authentication and credentials change through PUT .../authentication"));
+    }
+    if let Some(n) = &req.display_name {
+        validate_display_name(n)?;
+    }
+    let store = state.store.as_ref();
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = load(store, account, id).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        let mut next = cur.value.clone();
+        if let Some(n) = &req.display_name {
+            next.display_name = n.clone();
+        }
+        if let Some(u) = &req.uri {
+            next.uri = u.clone();
+        }
+        if let Some(p) = &req.properties {
+            next.properties = p.clone();
+        }
+        if let Some(p) = req.paused {
+            next.paused = p;
+        }
+        if req.uri.is_some() || req.properties.is_some() {
+            validate_connection(state, &next.uri, &next.properties)?;
+        }
+        let fences_work = next.uri != cur.value.uri || next.properties != cur.value.properties || next.paused != cur.value.paused;
+        if fences_work {
+            next.generation += 1;
+        }
+        next.revision += 1;
+        next.update_time = state.clock.now_rfc3339();
+        let mut tx = Transaction::new().with(Op::replace(key(keys::integration(account, id)), cur.version, to_body(&next)?));
+        if next.display_name != cur.value.display_name {
+            tx.push(Op::delete(key(keys::integration_name(account, &cur.value.display_name))));
+            tx.push(Op::create(key(keys::integration_name(account, &next.display_name)), to_body(&NameIndexRecord { id: id.to_owned() })?));
+        }
+        match store.transact(tx).await {
+            Ok(()) => return Ok(next.to_api()),
+            Err(e) if super::is_condition_failure(&e) => {
+                if next.display_name != cur.value.display_name
+                    && store.get(&key(keys::integration_name(account, &next.display_name)), Consistency::Strong).await?.is_some()
+                {
+                    return Err(ApiError::already_exists(format!("an integration named {:?} already exists", next.display_name)));
+                }
+                backoff(attempt).await;
+            }
+            Err(e) if e.is_retryable() => backoff(attempt).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::unavailable("integration update did not converge"))
+}
+
+/// `PUT .../authentication`: new authentication configuration and/or credentials, published
+/// as a new credential generation.
+pub async fn rotate(state: &AppState, account: &str, id: &str, req: RotateAuthentication, if_match: Option<&str>) -> ApiResult<Value> {
+    if req.authentication.is_none() && req.credentials.is_none() {
+        return Err(ApiError::invalid("give authentication, credentials, or both"));
+    }
+    let store = state.store.as_ref();
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = load(store, account, id).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        if store.get(&key(keys::integration_fence(account, id)), Consistency::Strong).await?.is_some() {
+            return Err(ApiError::deleting("the integration"));
+        }
+        let auth = req.authentication.clone().unwrap_or_else(|| cur.value.authentication.clone());
+        validate_auth_for_type(cur.value.kind, &auth)?;
+        let secret = validate_credentials(&auth, &req.credentials)?;
+        let mut next = cur.value.clone();
+        next.authentication = auth;
+        let new_generation = match &secret {
+            Some(s) => Some(prepare_generation(state, account, id, cur.value.credential_generation + 1, s, false).await?),
+            None => None,
+        };
+        let old_generation = cur.value.credential_generation;
+        next.credential_generation = new_generation.unwrap_or(0);
+        next.credentials_configured = new_generation.is_some();
+        next.generation += 1;
+        next.revision += 1;
+        next.update_time = state.clock.now_rfc3339();
+        let mut tx = Transaction::new().with(Op::replace(key(keys::integration(account, id)), cur.version, to_body(&next)?));
+        if let Some(g) = new_generation {
+            tx.push(Op::delete(key(keys::credential_generation(account, id, g))));
+        }
+        if old_generation > 0 {
+            let rec = CredentialGenerationRecord {
+                integration_id: id.to_owned(),
+                generation: old_generation,
+                state: "retiring".into(),
+                created_ms: state.clock.now_ms(),
+            };
+            tx.push(Op::put(key(keys::credential_generation(account, id, old_generation)), to_body(&rec)?));
+        }
+        match store.transact(tx).await {
+            Ok(()) => {
+                if let (Some(g), Some(s)) = (new_generation, &secret) {
+                    ensure_published_secret(state, account, id, g, s).await?;
+                }
+                retire_generation(state, account, id, old_generation).await;
+                return Ok(next.to_api());
+            }
+            Err(e) if e.is_outcome_unknown() => {
+                // The CAS may have published the new generation: keep it (the sweep decides).
+                return Err(e.into());
+            }
+            Err(e) if super::is_condition_failure(&e) || e.is_retryable() => {
+                if let Some(g) = new_generation {
+                    discard_prepared(state, account, id, g).await;
+                }
+                backoff(attempt).await;
+            }
+            Err(e) => {
+                if let Some(g) = new_generation {
+                    discard_prepared(state, account, id, g).await;
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    Err(ApiError::unavailable("rotation did not converge"))
+}
+
+// ---- delete ----------------------------------------------------------------------------
+
+/// Deletes every credential generation of an integration and their records (idempotent).
+pub async fn purge_credentials(state: &AppState, account: &str, id: &str) -> ApiResult<()> {
+    for g in state.credentials.list(account, id).await.map_err(secret_error)? {
+        state.credentials.delete(&secret_ref(account, id, g)?).await.map_err(secret_error)?;
+    }
+    let records = strong_scan(state.store.as_ref(), &keys::account_pk(account), &keys::credential_generations_prefix(id)).await?;
+    delete_items(state.store.as_ref(), records.into_iter().map(|i| i.key).collect()).await
+}
+
+/// Hook for overlay deletion during a cascade (the overlay module registers itself).
+pub type OverlayDeleter = fn(&AppState, &str, &str) -> futures::future::BoxFuture<'static, ApiResult<()>>;
+
+pub async fn delete(state: &AppState, account: &str, id: &str, cascade: bool, if_match: Option<&str>) -> ApiResult<()> {
+    let store = state.store.as_ref();
+    if cascade {
+        return cascade_delete(state, account, id, if_match).await;
+    }
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = load(store, account, id).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        let outcome = guarded_delete(
+            state,
+            keys::integration_fence(account, id),
+            key(keys::integration(account, id)),
+            cur.version,
+            "the integration",
+            || async {
+                let deps = store
+                    .count(&keys::account_pk(account), &keys::integration_dependency_prefix(id), Consistency::Strong)
+                    .await?;
+                Ok((deps > 0).then(|| {
+                    ApiError::new(Code::HasDependents, "overlays use this integration; delete them or use ?cascade=true")
+                        .with_detail("overlays", deps)
+                }))
+            },
+            vec![Op::delete(key(keys::integration_name(account, &cur.value.display_name)))],
+        )
+        .await?;
+        match outcome {
+            GuardedOutcome::Deleted => return purge_credentials(state, account, id).await,
+            GuardedOutcome::Retry => backoff(attempt).await,
+        }
+    }
+    Err(ApiError::unavailable("integration delete did not converge"))
+}
+
+/// Cascade: a durable integration fence (no new overlay can attach and reconciliation stops
+/// publishing), each dependent overlay deleted with its contributions, then the integration
+/// and its credentials. A retry after any failure resumes under the same fence.
+async fn cascade_delete(state: &AppState, account: &str, id: &str, if_match: Option<&str>) -> ApiResult<()> {
+    let store = state.store.as_ref();
+    let fence_key = keys::integration_fence(account, id);
+    let existing_fence = store.get(&key(fence_key.clone()), Consistency::Strong).await?;
+    let durable = existing_fence.as_ref().and_then(|i| i.json::<GuardRecord>().ok()).is_some_and(|g| g.durable);
+    let cur = match read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong).await? {
+        Some(c) => c,
+        None if durable => {
+            // The record is gone: finish credential cleanup and drop the fence.
+            purge_credentials(state, account, id).await?;
+            store.transact(Transaction::new().with(Op::delete(key(fence_key)))).await?;
+            return Ok(());
+        }
+        None => return Err(ApiError::not_found("integration")),
+    };
+    if !durable {
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        let now = state.clock.now_ms();
+        let gs = guard_state(store, fence_key.clone(), now, state.config.guard_lease_ms).await?;
+        let condition = match gs {
+            GuardState::Absent => Condition::Absent,
+            GuardState::Abandoned { version } => Condition::Version(version),
+            GuardState::Live => return Err(ApiError::deleting("the integration")),
+        };
+        let body = to_body(&GuardRecord { installed_ms: now, owner: flotilla_domain::names::new_id(), durable: true })?;
+        store
+            .transact(Transaction::new().with(Op::Put { key: key(fence_key.clone()), body, expires_at: None, condition: Some(condition) }))
+            .await?;
+    }
+    let deps = strong_scan(store, &keys::account_pk(account), &keys::integration_dependency_prefix(id)).await?;
+    for dep in deps {
+        let overlay_id = dep.key.sk.rsplit('#').next().unwrap_or_default().to_owned();
+        super::overlays::delete_for_cascade(state, account, &overlay_id).await?;
+    }
+    let cur = load(store, account, id).await?;
+    let tx = Transaction::new()
+        .with(Op::delete_at(key(keys::integration(account, id)), cur.version))
+        .with(Op::delete(key(keys::integration_name(account, &cur.value.display_name))));
+    store.transact(tx).await?;
+    purge_credentials(state, account, id).await?;
+    store.transact(Transaction::new().with(Op::delete(key(fence_key)))).await?;
+    Ok(())
+}
+
+// ---- sweep -----------------------------------------------------------------------------
+
+/// What `sweep-credentials` did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct SweepReport {
+    pub records_examined: u64,
+    pub generations_deleted: u64,
+    pub records_cleared: u64,
+    pub orphans_deleted: u64,
+}
+
+/// Reclaims retained credential generations of one account. Never deletes the generation a
+/// published integration references; leaves records younger than `min_age_ms` alone (they
+/// may belong to an operation in progress).
+pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> ApiResult<SweepReport> {
+    let store = state.store.as_ref();
+    let mut report = SweepReport::default();
+    let now = state.clock.now_ms();
+    let records = strong_scan(store, &keys::account_pk(account), keys::CREDENTIAL_GENERATION_PREFIX).await?;
+    for item in records {
+        report.records_examined += 1;
+        let rec: CredentialGenerationRecord = item.json()?;
+        if now.saturating_sub(rec.created_ms) < min_age_ms {
+            continue;
+        }
+        let current = read::<IntegrationRecord>(store, keys::integration(account, &rec.integration_id), Consistency::Strong).await?;
+        let referenced = current.as_ref().is_some_and(|c| c.value.credential_generation == rec.generation);
+        if !referenced {
+            state.credentials.delete(&secret_ref(account, &rec.integration_id, rec.generation)?).await.map_err(secret_error)?;
+            report.generations_deleted += 1;
+        }
+        store.transact(Transaction::new().with(Op::delete_at(item.key.clone(), item.version))).await.ok();
+        report.records_cleared += 1;
+    }
+    // Secrets whose integration no longer exists and that no record explains.
+    for r in state.credentials.list_account(account).await.map_err(secret_error)? {
+        let has_record = store
+            .get(&key(keys::credential_generation(account, &r.integration_id, r.credential_generation)), Consistency::Strong)
+            .await?
+            .is_some();
+        if has_record {
+            continue;
+        }
+        let current = read::<IntegrationRecord>(store, keys::integration(account, &r.integration_id), Consistency::Strong).await?;
+        let keep = current.as_ref().is_some_and(|c| c.value.credential_generation == r.credential_generation);
+        if !keep && current.is_none() {
+            state.credentials.delete(&r).await.map_err(secret_error)?;
+            report.orphans_deleted += 1;
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,423 @@
+//! CatalogOverlay (seed 004, "Resource and ownership model", "Catalog overlay",
+//! "Namespace selection", overlay rows of "Lifecycle and garbage collection").
+//!
+//! An overlay binds one integration and one existing catalog by id. Create publishes the
+//! overlay with dependency records on both in one transaction that also asserts both exist
+//! and neither is being deleted, so a concurrent integration or catalog delete cannot slip
+//! beneath it. Delete installs a durable overlay fence, retires only what this overlay
+//! manages (relations, namespace claims, overlay-created empty namespaces), then removes the
+//! dependencies, the record and the fence; every step is idempotent, so a retry resumes.
+
+use flotilla_domain::keys;
+use flotilla_domain::model::{
+    ClaimRecord, DependencyRecord, NameIndexRecord, NamespaceRecord, OverlayRecord, OverlayStatus,
+    RelationRecord, default_refresh_interval, etag_for,
+};
+use flotilla_domain::names::{NamespacePath, validate_display_name, validate_resource_id};
+use flotilla_domain::selection::Selection;
+use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::accounts::{OnConflict, strong_scan};
+use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
+use super::relations::directory_bump;
+use super::{
+    GuardRecord, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff, check_if_match,
+    guard_op, guard_state, key, read, to_body,
+};
+use crate::error::{ApiError, ApiResult, Code};
+use crate::state::AppState;
+
+pub const MIN_REFRESH_INTERVAL_SECS: u64 = 60;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOverlay {
+    pub display_name: String,
+    pub integration_id: String,
+    pub catalog_id: String,
+    #[serde(default)]
+    pub include_namespaces: Vec<Vec<String>>,
+    #[serde(default)]
+    pub exclude_namespaces: Vec<Vec<String>>,
+    #[serde(default)]
+    pub refresh_interval_secs: Option<u64>,
+    #[serde(default)]
+    pub paused: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchOverlay {
+    #[serde(default)]
+    pub display_name: Option<String>,
+    #[serde(default)]
+    pub include_namespaces: Option<Vec<Vec<String>>>,
+    #[serde(default)]
+    pub exclude_namespaces: Option<Vec<Vec<String>>>,
+    #[serde(default)]
+    pub refresh_interval_secs: Option<u64>,
+    #[serde(default)]
+    pub paused: Option<bool>,
+    /// Present only to give a precise error: bindings are immutable.
+    #[serde(default)]
+    pub integration_id: Option<Value>,
+    #[serde(default)]
+    pub catalog_id: Option<Value>,
+}
+
+fn validate_interval(v: Option<u64>) -> ApiResult<u64> {
+    match v {
+        None => Ok(default_refresh_interval()),
+        Some(s) if (MIN_REFRESH_INTERVAL_SECS..=30 * 86_400).contains(&s) => Ok(s),
+        Some(_) => Err(ApiError::invalid(format!(
+            "refresh_interval_secs must be between {MIN_REFRESH_INTERVAL_SECS} and 2592000"
+        ))),
+    }
+}
+
+pub async fn load(store: &dyn Metastore, account: &str, id: &str) -> ApiResult<Versioned<OverlayRecord>> {
+    validate_resource_id(id).map_err(|_| ApiError::not_found("overlay"))?;
+    read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong)
+        .await?
+        .ok_or_else(|| ApiError::not_found("overlay"))
+}
+
+pub async fn status(store: &dyn Metastore, account: &str, id: &str, consistency: Consistency) -> ApiResult<Option<Versioned<OverlayStatus>>> {
+    read::<OverlayStatus>(store, keys::overlay_status(account, id), consistency).await
+}
+
+async fn to_api(store: &dyn Metastore, account: &str, rec: &OverlayRecord) -> ApiResult<Value> {
+    let st = status(store, account, &rec.id, Consistency::Eventual).await?;
+    Ok(rec.to_api(st.as_ref().and_then(|s| s.value.last_reconcile.as_ref())))
+}
+
+pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> {
+    let store = state.store.as_ref();
+    let cur = load(store, account, id).await?;
+    to_api(store, account, &cur.value).await
+}
+
+pub async fn list(state: &AppState, account: &str, integration: Option<&str>, page_size: usize, token: Option<&str>) -> ApiResult<Value> {
+    let store = state.store.as_ref();
+    let scope = format!("overlays|{}", integration.unwrap_or(""));
+    let (items, next) = super::list_page(
+        store,
+        &keys::account_pk(account),
+        keys::OVERLAY_PREFIX,
+        &scope,
+        Consistency::Eventual,
+        page_size,
+        token,
+        |item| {
+            let rec: OverlayRecord = super::decode(item)?;
+            Ok(integration.is_none_or(|i| rec.integration_id == i).then_some(rec))
+                .map(|r| r.map(|r| serde_json::to_value(&r).unwrap_or(Value::Null)))
+        },
+    )
+    .await?;
+    let mut out = Vec::with_capacity(items.len());
+    for v in items {
+        let rec: OverlayRecord = serde_json::from_value(v).map_err(|e| ApiError::internal(e.to_string()))?;
+        out.push(to_api(store, account, &rec).await?);
+    }
+    Ok(super::page_body(out, next))
+}
+
+/// The ids of an integration's overlays, read strongly (cascades rely on it).
+pub async fn ids_for_integration(store: &dyn Metastore, account: &str, integration: &str) -> ApiResult<Vec<String>> {
+    let deps = strong_scan(store, &keys::account_pk(account), &keys::integration_dependency_prefix(integration)).await?;
+    deps.iter().map(|d| Ok(d.json::<DependencyRecord>()?.overlay_id)).collect()
+}
+
+pub async fn create(
+    state: &AppState,
+    account: &str,
+    req: CreateOverlay,
+    on_conflict: OnConflict,
+    idem: Option<IdempotencyRequest>,
+) -> ApiResult<RecordedResponse> {
+    validate_display_name(&req.display_name)?;
+    validate_resource_id(&req.integration_id).map_err(|_| ApiError::invalid("malformed integration_id"))?;
+    validate_resource_id(&req.catalog_id).map_err(|_| ApiError::invalid("malformed catalog_id"))?;
+    let selection = Selection::normalize(req.include_namespaces.clone(), req.exclude_namespaces.clone())?;
+    let interval = validate_interval(req.refresh_interval_secs)?;
+    let store = state.store.as_ref();
+    if on_conflict == OnConflict::Replace {
+        // Retire the previous overlay's contributions before publishing the new identity.
+        if let Some(idx) = read::<NameIndexRecord>(store, keys::overlay_name(account, &req.display_name), Consistency::Strong).await? {
+            delete(state, account, &idx.value.id, None).await?;
+        }
+    }
+    run_create(state, idem, |id| {
+        let (req, selection) = (&req, &selection);
+        async move {
+            if let Some(err) = account_guard_error(store, account).await? {
+                return Err(err);
+            }
+            let name_key = keys::overlay_name(account, &req.display_name);
+            if let Some(idx) = read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await? {
+                let old = load(store, account, &idx.value.id).await?;
+                return match on_conflict {
+                    OnConflict::ReturnExisting => Ok(Plan::Respond(RecordedResponse::ok(to_api(store, account, &old.value).await?))),
+                    _ => Err(ApiError::already_exists(format!("an overlay named {:?} already exists", req.display_name))),
+                };
+            }
+            let integration = super::integrations::load(store, account, &req.integration_id)
+                .await
+                .map_err(|_| ApiError::invalid("integration_id names no integration of this account"))?;
+            super::catalogs::load(store, account, &req.catalog_id)
+                .await
+                .map_err(|_| ApiError::invalid("catalog_id names no catalog of this account"))?;
+            let now = state.clock.now_ms();
+            let lease = state.config.guard_lease_ms;
+            let mut ops = account_guards(account);
+            ops.push(Op::check(key(keys::integration(account, &req.integration_id)), Condition::Exists));
+            let ig = guard_state(store, keys::integration_fence(account, &req.integration_id), now, lease).await?;
+            ops.push(guard_op(keys::integration_fence(account, &req.integration_id), &ig).ok_or_else(|| ApiError::deleting("the integration"))?);
+            ops.push(Op::check(key(keys::catalog(account, &req.catalog_id)), Condition::Exists));
+            let cg = guard_state(store, keys::catalog_guard(&req.catalog_id), now, lease).await?;
+            ops.push(guard_op(keys::catalog_guard(&req.catalog_id), &cg).ok_or_else(|| ApiError::deleting("the catalog"))?);
+            let dep = to_body(&DependencyRecord { overlay_id: id.clone() })?;
+            ops.push(Op::create(key(keys::integration_dependency(account, &req.integration_id, &id)), dep.clone()));
+            ops.push(Op::create(key(keys::catalog_dependency(account, &req.catalog_id, &id)), dep));
+            ops.push(Op::create(key(name_key), to_body(&NameIndexRecord { id: id.clone() })?));
+            let ts = state.clock.now_rfc3339();
+            let rec = OverlayRecord {
+                id: id.clone(),
+                account_id: account.to_owned(),
+                display_name: req.display_name.clone(),
+                integration_id: integration.value.id.clone(),
+                catalog_id: req.catalog_id.clone(),
+                include_namespaces: selection.include_segments(),
+                exclude_namespaces: selection.exclude_segments(),
+                generation: 1,
+                paused: req.paused,
+                refresh_interval_secs: interval,
+                revision: 1,
+                create_time: ts.clone(),
+                update_time: ts,
+            };
+            ops.push(Op::create(key(keys::overlay(account, &id)), to_body(&rec)?));
+            Ok(Plan::Publish { ops, response: RecordedResponse::created(rec.to_api(None)), probe: key(keys::overlay(account, &id)) })
+        }
+    })
+    .await
+}
+
+pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchOverlay, if_match: Option<&str>) -> ApiResult<Value> {
+    if req.integration_id.is_some() || req.catalog_id.is_some() {
+        return Err(ApiError::invalid(
+            "integration_id and catalog_id are immutable; create with on_conflict=replace to rebind",
+        ));
+    }
+    if let Some(n) = &req.display_name {
+        validate_display_name(n)?;
+    }
+    if req.refresh_interval_secs.is_some() {
+        validate_interval(req.refresh_interval_secs)?;
+    }
+    let store = state.store.as_ref();
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = load(store, account, id).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        if store.get(&key(keys::overlay_fence(account, id)), Consistency::Strong).await?.is_some() {
+            return Err(ApiError::deleting("the overlay"));
+        }
+        let mut next = cur.value.clone();
+        if let Some(n) = &req.display_name {
+            next.display_name = n.clone();
+        }
+        if req.include_namespaces.is_some() || req.exclude_namespaces.is_some() {
+            let sel = Selection::normalize(
+                req.include_namespaces.clone().unwrap_or_else(|| cur.value.include_namespaces.clone()),
+                req.exclude_namespaces.clone().unwrap_or_else(|| cur.value.exclude_namespaces.clone()),
+            )?;
+            next.include_namespaces = sel.include_segments();
+            next.exclude_namespaces = sel.exclude_segments();
+        }
+        if let Some(s) = req.refresh_interval_secs {
+            next.refresh_interval_secs = s;
+        }
+        if let Some(p) = req.paused {
+            next.paused = p;
+        }
+        if next.include_namespaces != cur.value.include_namespaces
+            || next.exclude_namespaces != cur.value.exclude_namespaces
+            || next.paused != cur.value.paused
+        {
+            next.generation += 1;
+        }
+        next.revision += 1;
+        next.update_time = state.clock.now_rfc3339();
+        let mut tx = Transaction::new().with(Op::replace(key(keys::overlay(account, id)), cur.version, to_body(&next)?));
+        if next.display_name != cur.value.display_name {
+            tx.push(Op::delete(key(keys::overlay_name(account, &cur.value.display_name))));
+            tx.push(Op::create(key(keys::overlay_name(account, &next.display_name)), to_body(&NameIndexRecord { id: id.to_owned() })?));
+        }
+        match store.transact(tx).await {
+            Ok(()) => return to_api(store, account, &next).await,
+            Err(e) if super::is_condition_failure(&e) => {
+                if next.display_name != cur.value.display_name
+                    && store.get(&key(keys::overlay_name(account, &next.display_name)), Consistency::Strong).await?.is_some()
+                {
+                    return Err(ApiError::already_exists(format!("an overlay named {:?} already exists", next.display_name)));
+                }
+                backoff(attempt).await;
+            }
+            Err(e) if e.is_retryable() => backoff(attempt).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::unavailable("overlay update did not converge"))
+}
+
+/// Deletes an overlay and only its contributions. Resumable: a retry under an existing
+/// fence continues where the previous attempt stopped.
+pub async fn delete(state: &AppState, account: &str, id: &str, if_match: Option<&str>) -> ApiResult<()> {
+    let store = state.store.as_ref();
+    let fence = keys::overlay_fence(account, id);
+    let fenced = store.get(&key(fence.clone()), Consistency::Strong).await?.is_some();
+    let cur = match read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong).await? {
+        Some(c) => c,
+        None if fenced => {
+            store.transact(Transaction::new().with(Op::delete(key(fence)))).await?;
+            return Ok(());
+        }
+        None => return Err(ApiError::not_found("overlay")),
+    };
+    if !fenced {
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        let body = to_body(&GuardRecord { installed_ms: state.clock.now_ms(), owner: flotilla_domain::names::new_id(), durable: true })?;
+        match store.transact(Transaction::new().with(Op::create(key(fence.clone()), body))).await {
+            Ok(()) => {}
+            Err(e) if super::is_condition_failure(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    retire_contributions(state, &cur.value, |_| false).await?;
+    let o = &cur.value;
+    let mut keys_to_delete = vec![
+        key(keys::integration_dependency(account, &o.integration_id, id)),
+        key(keys::catalog_dependency(account, &o.catalog_id, id)),
+        key(keys::overlay_status(account, id)),
+    ];
+    if let Some(idx) = read::<NameIndexRecord>(store, keys::overlay_name(account, &o.display_name), Consistency::Strong).await? {
+        if idx.value.id == id {
+            keys_to_delete.push(key(keys::overlay_name(account, &o.display_name)));
+        }
+    }
+    let mut tx = Transaction::new().with(Op::delete(key(keys::overlay(account, id))));
+    for k in keys_to_delete {
+        tx.push(Op::delete(k));
+    }
+    store.transact(tx).await?;
+    store.transact(Transaction::new().with(Op::delete(key(fence)))).await?;
+    Ok(())
+}
+
+/// Cascade entry point for integration deletion.
+pub async fn delete_for_cascade(state: &AppState, account: &str, id: &str) -> ApiResult<()> {
+    match delete(state, account, id, None).await {
+        Err(e) if e.code == Code::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Removes the relations this overlay manages (except those `keep` retains) and releases its
+/// namespace claims for paths no kept relation needs, pruning overlay-created empty
+/// namespaces. Each relation is deleted with a version condition and a directory bump.
+pub async fn retire_contributions(
+    state: &AppState,
+    overlay: &OverlayRecord,
+    keep: impl Fn(&RelationRecord) -> bool,
+) -> ApiResult<RetireCounts> {
+    let store = state.store.as_ref();
+    let pk = keys::catalog_pk(&overlay.catalog_id);
+    let mut counts = RetireCounts::default();
+    let relations = strong_scan(store, &pk, keys::RELATION_PREFIX).await?;
+    let mut still_used: std::collections::BTreeSet<NamespacePath> = Default::default();
+    for item in relations {
+        let rec: RelationRecord = item.json()?;
+        let Some(m) = &rec.managed_by else { continue };
+        if m.overlay_id != overlay.id {
+            continue;
+        }
+        if keep(&rec) {
+            still_used.insert(rec.namespace.clone());
+            continue;
+        }
+        let tx = Transaction::new().with(Op::delete_at(item.key.clone(), item.version)).with(directory_bump(&overlay.catalog_id)?);
+        match store.transact(tx).await {
+            Ok(()) => counts.relations += 1,
+            Err(e) if super::is_condition_failure(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // Claims: release those whose path keeps no relation of this overlay (deepest first, so
+    // children are pruned before parents).
+    let claims = strong_scan(store, &pk, keys::CLAIM_PREFIX).await?;
+    let mut mine: Vec<(flotilla_metastore::Item, ClaimRecord)> = Vec::new();
+    for item in claims {
+        let c: ClaimRecord = item.json()?;
+        if c.overlay_id == overlay.id {
+            mine.push((item, c));
+        }
+    }
+    mine.sort_by(|a, b| b.1.path.depth().cmp(&a.1.path.depth()).then(a.1.path.cmp(&b.1.path)));
+    let needed = |p: &NamespacePath| still_used.iter().any(|u| p.is_prefix_of(u));
+    for (item, claim) in mine {
+        if needed(&claim.path) {
+            continue;
+        }
+        store.transact(Transaction::new().with(Op::delete(item.key.clone()))).await?;
+        counts.claims += 1;
+        if prune_namespace(state, &overlay.catalog_id, &claim.path).await? {
+            counts.namespaces += 1;
+        }
+    }
+    Ok(counts)
+}
+
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct RetireCounts {
+    pub relations: u64,
+    pub claims: u64,
+    pub namespaces: u64,
+}
+
+/// Deletes a namespace only when overlay materialization created it, no overlay claims it,
+/// and it holds no relations or child namespaces (all proven under its delete guard).
+pub async fn prune_namespace(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiResult<bool> {
+    let store = state.store.as_ref();
+    let Some(ns) = read::<NamespaceRecord>(store, keys::namespace(catalog_id, path), Consistency::Strong).await? else {
+        return Ok(false);
+    };
+    if !ns.value.created_by_overlay {
+        return Ok(false);
+    }
+    let pk = keys::catalog_pk(catalog_id);
+    let deps = || async {
+        let children = store.count(&pk, &keys::namespace_children_prefix(Some(path)), Consistency::Strong).await?;
+        let relations = store.count(&pk, &keys::relations_in_prefix(path), Consistency::Strong).await?;
+        let claims = store.count(&pk, &keys::namespace_claims_prefix(path), Consistency::Strong).await?;
+        Ok((children + relations + claims > 0).then(|| ApiError::new(Code::HasDependents, "namespace in use")))
+    };
+    match super::guarded_delete(
+        state,
+        keys::namespace_guard(catalog_id, path),
+        key(keys::namespace(catalog_id, path)),
+        ns.version,
+        "namespace",
+        deps,
+        Vec::new(),
+    )
+    .await
+    {
+        Ok(super::GuardedOutcome::Deleted) => Ok(true),
+        Ok(super::GuardedOutcome::Retry) => Ok(false),
+        Err(e) if matches!(e.code, Code::HasDependents | Code::Deleting) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
