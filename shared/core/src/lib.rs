@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod clock;
+pub mod directory;
 pub mod error;
 pub mod http;
 pub mod service;
