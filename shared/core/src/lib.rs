@@ -2,6 +2,7 @@
 //! Flotilla's core: the resource services (the protocols of the durability contract) and
 //! the one HTTP router every host serves.
 
+pub mod access;
 pub mod auth;
 pub mod clock;
 pub mod directory;

@@ -47,21 +47,43 @@ pub struct AppState {
     /// The query replica of catalog directories (seed 000), kept across requests and warm
     /// Lambda invocations; its refresh counters are one of `metrics`.
     pub directory: Arc<crate::directory::DirectoryCache>,
+    /// Object stores of ParqDB index catalog warehouses (seed 002), cached per warehouse. The
+    /// host chooses endpoints and credentials once
+    /// ([`crate::service::index_catalogs::warehouse_stores_from_env`]); tests inject faults.
+    pub index_stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,
+    /// Catalog-access providers by protocol (`crate::access` connects integrations through
+    /// it); tests swap in decorated providers with [`AppState::with_catalog_access`].
+    pub catalog_access: Arc<flotilla_catalog_access::CatalogClientFactory>,
 }
 
 impl AppState {
     pub fn new(store: DynMetastore, clock: Arc<dyn Clock>, auth: Arc<dyn Authenticator>, config: Config) -> Self {
         let directory = Arc::new(crate::directory::DirectoryCache::new());
+        // Index catalogs live in partitions of their own, which account delete must find.
+        let index_catalogs: Arc<dyn AccountCleanup> =
+            Arc::new(crate::service::index_catalogs::IndexCatalogCleanup::new(store.clone()));
         Self {
             store,
             clock,
             auth,
             config,
             metrics: vec![directory.metrics_renderer()],
-            account_cleanups: Vec::new(),
+            account_cleanups: vec![index_catalogs],
             credentials: Arc::new(NoCredentialStore),
             directory,
+            index_stores: Arc::new(flotilla_parqdb::store::DefaultWarehouseStores::new()),
+            catalog_access: Arc::new(flotilla_catalog_access::CatalogClientFactory::with_builtin_providers()),
         }
+    }
+
+    pub fn with_catalog_access(mut self, factory: Arc<flotilla_catalog_access::CatalogClientFactory>) -> Self {
+        self.catalog_access = factory;
+        self
+    }
+
+    pub fn with_index_stores(mut self, stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>) -> Self {
+        self.index_stores = stores;
+        self
     }
 
     pub fn with_credentials(mut self, store: Arc<dyn CredentialStore>) -> Self {
