@@ -502,12 +502,12 @@ impl DirectoryCache {
     ) -> Result<RefreshOutcome, RefreshError> {
         let authoritative = self.authoritative(store).await?;
         let mut start = read_generation(store, catalog_id).await?;
-        if authoritative {
-            if let Some(Basis::Authoritative(current)) = r.snapshot.as_ref().map(|s| &s.basis) {
-                if *current == start {
-                    return Ok(RefreshOutcome::Unchanged);
-                }
-            }
+        // Warm and authoritative: an equal generation proves nothing listed changed.
+        if authoritative
+            && let Some(Basis::Authoritative(current)) = r.snapshot.as_ref().map(|s| &s.basis)
+            && *current == start
+        {
+            return Ok(RefreshOutcome::Unchanged);
         }
         // Changed, cold, or legacy mode: a full scan between two equal generation reads. Any
         // directory DDL committed during the scan replaced the generation in the same
