@@ -2,6 +2,7 @@
 //! `flotilla serve` (through `axum::serve`). No route exists in only one host.
 
 mod directory_routes;
+mod index_routes;
 mod integration_routes;
 pub mod extract;
 mod routes;

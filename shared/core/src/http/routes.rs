@@ -46,6 +46,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/accounts/{account_id}", get(get_account).delete(delete_account))
         .nest("/v1/accounts/{account_id}", account_routes)
         .merge(super::directory_routes::routes())
+        .merge(super::index_routes::routes())
         .merge(super::integration_routes::routes());
     super::with_fallbacks(api)
         // Our extractor enforces the limit with the API's error shape; this is a backstop.

@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod catalogs;
 pub mod idempotency;
+pub mod index_catalogs;
 pub mod integrations;
 pub mod overlays;
 pub mod namespaces;
