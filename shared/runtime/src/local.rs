@@ -65,7 +65,9 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
 
     let config = Config { allow_insecure_upstreams: opts.allow_insecure_upstreams, ..Config::default() };
     let state = AppState::new(Arc::new(counting), Arc::new(SystemClock), Arc::new(tokens), config)
-        .with_metrics(Arc::new(move || counters.render_prometheus()));
+        .with_metrics(Arc::new(move || counters.render_prometheus()))
+        // `file://` index warehouses; `s3://` ones too, sent to `FLOTILLA_S3_ENDPOINT` if set.
+        .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env());
     Ok(LocalStack { state, generated_token_file })
 }
 
