@@ -13,6 +13,9 @@
 //! Used by validation and upstream listings (`service::validation`, `service::upstream`)
 //! and by overlay reconciliation.
 
+pub mod upstream;
+pub mod validation;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

@@ -47,7 +47,8 @@ pub fn router(state: AppState) -> Router {
         .nest("/v1/accounts/{account_id}", account_routes)
         .merge(super::directory_routes::routes())
         .merge(super::index_routes::routes())
-        .merge(super::integration_routes::routes());
+        .merge(super::integration_routes::routes())
+        .merge(super::upstream_routes::routes());
     super::with_fallbacks(api)
         // Our extractor enforces the limit with the API's error shape; this is a backstop.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES + 1))
