@@ -28,7 +28,9 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     let opts = LocalOptions {
         data_dir: args.data_dir.clone(),
         allow_insecure_upstreams: args.allow_insecure_upstreams,
-        bootstrap_token: std::env::var("FLOTILLA_BOOTSTRAP_TOKEN").ok().filter(|t| !t.is_empty()),
+        bootstrap_token: std::env::var("FLOTILLA_BOOTSTRAP_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
         tokens_file: std::env::var_os("FLOTILLA_TOKENS_FILE").map(PathBuf::from),
     };
     let stack = match build(&opts) {
@@ -48,10 +50,15 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let app = flotilla_core::router(stack.state.clone());
     tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "flotilla serve ready on http://{addr}");
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await;
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
     match served {
         Ok(()) => {
             tracing::info!("flotilla serve stopped");

@@ -1,0 +1,302 @@
+//! `flotilla overlay`: bind an integration's upstream namespaces into an existing catalog,
+//! and reconcile them.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::{Map, Value, json};
+
+use super::{Ctx, deleted};
+use crate::args::{CreateOpts, EtagOpt};
+use crate::client::{Paging, Req};
+use crate::error::{CliError, CliResult};
+use crate::nspath::{self, NsPath};
+use crate::output::{Column, Format, col, path, paths, render_object, render_table, text};
+use crate::resolve::{self, Kind};
+
+#[derive(Debug, Subcommand)]
+pub enum OverlayCmd {
+    /// Create an overlay of INTEGRATION into CATALOG (names or ids).
+    Create {
+        name: String,
+        integration: String,
+        catalog: String,
+        /// An upstream namespace to include, with its descendants (repeatable; none = all).
+        #[arg(long, value_parser = nspath::parse_arg)]
+        include: Vec<NsPath>,
+        /// An upstream namespace to leave out, with its descendants (repeatable).
+        #[arg(long, value_parser = nspath::parse_arg)]
+        exclude: Vec<NsPath>,
+        #[command(flatten)]
+        create: CreateOpts,
+    },
+    /// Show an overlay and its last reconciliation.
+    Get { overlay: String },
+    /// List overlays, optionally only those of one integration.
+    List {
+        #[arg(long)]
+        integration: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
+    },
+    /// Rename an overlay or replace its namespace selection.
+    Update {
+        overlay: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// Replaces the include list (repeatable).
+        #[arg(long, value_parser = nspath::parse_arg, conflicts_with = "clear_include")]
+        include: Vec<NsPath>,
+        /// Replaces the exclude list (repeatable).
+        #[arg(long, value_parser = nspath::parse_arg, conflicts_with = "clear_exclude")]
+        exclude: Vec<NsPath>,
+        /// Empties the include list (include everything).
+        #[arg(long)]
+        clear_include: bool,
+        /// Empties the exclude list.
+        #[arg(long)]
+        clear_exclude: bool,
+        #[command(flatten)]
+        etag: EtagOpt,
+    },
+    /// Delete an overlay (its materialized objects are retired by the server).
+    Delete {
+        overlay: String,
+        #[command(flatten)]
+        etag: EtagOpt,
+    },
+    /// Reconcile now and print the summary; shows progress on stderr while it runs.
+    Reconcile { overlay: String },
+}
+
+const COLUMNS: &[Column] = &[
+    col("ID", |v| text(v, "id")),
+    col("NAME", |v| text(v, "display_name")),
+    col("INTEGRATION", |v| text(v, "integration_id")),
+    col("CATALOG", |v| text(v, "catalog_id")),
+    col("INCLUDE", |v| paths(v, "include_namespaces")),
+    col("EXCLUDE", |v| paths(v, "exclude_namespaces")),
+    col("GENERATION", |v| text(v, "generation")),
+];
+
+const CONFLICT_COLUMNS: &[Column] = &[
+    col("PATH", |v| path(v, "path")),
+    col("CODE", |v| text(v, "code")),
+    col("REASON", |v| text(v, "reason")),
+];
+
+fn path_list(p: &[NsPath]) -> Value {
+    Value::Array(p.iter().map(NsPath::json).collect())
+}
+
+/// The reconcile summary for people: counts, then conflicts and skipped branches as tables.
+pub fn render_summary(v: &Value) -> String {
+    let mut head = Map::new();
+    for k in [
+        "created",
+        "updated",
+        "unchanged",
+        "retired",
+        "duration_ms",
+        "generation",
+    ] {
+        if let Some(x) = v.get(k) {
+            head.insert(k.to_owned(), x.clone());
+        }
+    }
+    // Unknown scalar fields still show, so a richer server summary is not hidden.
+    if let Some(obj) = v.as_object() {
+        for (k, x) in obj {
+            if !head.contains_key(k)
+                && !x.is_array()
+                && !matches!(k.as_str(), "conflicts" | "skipped")
+            {
+                head.insert(k.clone(), x.clone());
+            }
+        }
+    }
+    let mut out = render_object(&Value::Object(head));
+    let conflicts = v
+        .get("conflicts")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    out.push_str(&format!("\nconflicts: {}\n", conflicts.len()));
+    if !conflicts.is_empty() {
+        out.push_str(&render_table(CONFLICT_COLUMNS, &conflicts));
+    }
+    let skipped = v
+        .get("skipped")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    out.push_str(&format!("skipped: {}\n", skipped.len()));
+    for s in &skipped {
+        let shown = if s.is_array() {
+            crate::output::clean(&nspath::display_json(s))
+        } else if s.get("path").is_some() {
+            format!("{} {}", path(s, "path"), text(s, "reason"))
+        } else {
+            crate::output::scalar(s)
+        };
+        out.push_str(&format!("  {shown}\n"));
+    }
+    out
+}
+
+pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
+    let api = &ctx.api;
+    match cmd {
+        OverlayCmd::Create {
+            name,
+            integration,
+            catalog,
+            include,
+            exclude,
+            create,
+        } => {
+            let integration_id = resolve::id(api, Kind::Integration, &integration).await?;
+            let catalog_id = resolve::id(api, Kind::Catalog, &catalog).await?;
+            let body = json!({
+                "display_name": name,
+                "integration_id": integration_id,
+                "catalog_id": catalog_id,
+                "include_namespaces": path_list(&include),
+                "exclude_namespaces": path_list(&exclude),
+            });
+            let req = create.apply(Req::new(Method::POST, api.acct(&["overlays"])?).body(body));
+            ctx.out.object(&api.send(req).await?.body);
+        }
+        OverlayCmd::Get { overlay } => {
+            let id = resolve::id(api, Kind::Overlay, &overlay).await?;
+            ctx.out.object(
+                &api.send(Req::get(api.acct(&["overlays", &id])?))
+                    .await?
+                    .body,
+            );
+        }
+        OverlayCmd::List {
+            integration,
+            paging,
+        } => {
+            let integration_id = match integration {
+                Some(i) => Some(resolve::id(api, Kind::Integration, &i).await?),
+                None => None,
+            };
+            let req =
+                Req::get(api.acct(&["overlays"])?).query_opt("integration_id", integration_id);
+            ctx.out.list(&api.list(req, &paging).await?, COLUMNS);
+        }
+        OverlayCmd::Update {
+            overlay,
+            name,
+            include,
+            exclude,
+            clear_include,
+            clear_exclude,
+            etag,
+        } => {
+            let mut body = Map::new();
+            if let Some(n) = name {
+                body.insert("display_name".into(), Value::String(n));
+            }
+            if !include.is_empty() || clear_include {
+                body.insert("include_namespaces".into(), path_list(&include));
+            }
+            if !exclude.is_empty() || clear_exclude {
+                body.insert("exclude_namespaces".into(), path_list(&exclude));
+            }
+            if body.is_empty() {
+                return Err(CliError::usage(
+                    "nothing to update: pass --name, --include, --exclude or a --clear-* flag",
+                ));
+            }
+            let id = resolve::id(api, Kind::Overlay, &overlay).await?;
+            let req = Req::new(Method::PATCH, api.acct(&["overlays", &id])?)
+                .body(Value::Object(body))
+                .if_match(etag.etag.as_deref());
+            ctx.out.object(&api.send(req).await?.body);
+        }
+        OverlayCmd::Delete { overlay, etag } => {
+            let id = resolve::id(api, Kind::Overlay, &overlay).await?;
+            let req = Req::new(Method::DELETE, api.acct(&["overlays", &id])?)
+                .if_match(etag.etag.as_deref());
+            api.send(req).await?;
+            ctx.out.done(
+                &deleted("overlay", "id", json!(id)),
+                &format!("overlay {id} deleted"),
+            );
+        }
+        OverlayCmd::Reconcile { overlay } => {
+            let id = resolve::id(api, Kind::Overlay, &overlay).await?;
+            let req = Req::new(Method::POST, api.acct(&["overlays", &id, "reconcile"])?);
+            let summary = with_progress(&id, api.send(req)).await?.body;
+            match ctx.out.format {
+                Format::Json => ctx.out.json(&summary),
+                Format::Table => crate::output::print_out(&render_summary(&summary)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `fut`, reporting elapsed time on stderr every few seconds (a live line on a terminal,
+/// sparse lines otherwise), so a long synchronous reconciliation does not look hung. Progress
+/// never goes to stdout, which stays one JSON document under `--output json`.
+async fn with_progress<T>(id: &str, fut: impl std::future::Future<Output = T>) -> T {
+    let tty = std::io::stderr().is_terminal();
+    let every = if tty {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(10)
+    };
+    let started = Instant::now();
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tokio::pin!(fut);
+    let mut reported = false;
+    let out = loop {
+        tokio::select! {
+            out = &mut fut => break out,
+            _ = tick.tick() => {
+                reported = true;
+                let secs = started.elapsed().as_secs();
+                if tty {
+                    eprint!("\rreconciling overlay {id}: {secs}s elapsed");
+                } else {
+                    eprintln!("reconciling overlay {id}: {secs}s elapsed");
+                }
+            }
+        }
+    };
+    if reported && tty {
+        eprintln!(
+            "\rreconciling overlay {id}: done after {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_shows_counts_conflicts_and_skips() {
+        let v = json!({
+            "created": 3, "updated": 1, "unchanged": 7, "retired": 0, "duration_ms": 42,
+            "conflicts": [{"path": ["crm", "orders"], "code": "MAPPING_CONFLICT", "reason": "exists"}],
+            "skipped": [["tmp"]]
+        });
+        let t = render_summary(&v);
+        assert!(t.contains("created:") && t.contains("3"), "{t}");
+        assert!(t.contains("conflicts: 1"), "{t}");
+        assert!(
+            t.contains("crm.orders") && t.contains("MAPPING_CONFLICT"),
+            "{t}"
+        );
+        assert!(t.contains("skipped: 1") && t.contains("  tmp"), "{t}");
+    }
+}
