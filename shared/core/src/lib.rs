@@ -8,6 +8,7 @@ pub mod clock;
 pub mod directory;
 pub mod error;
 pub mod http;
+pub mod reconcile;
 pub mod service;
 pub mod state;
 

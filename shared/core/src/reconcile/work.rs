@@ -1,0 +1,243 @@
+//! Scheduled reconciliation: which overlays are due (the scheduler), and what one queue
+//! message does (the reconciler worker). Both hosts use these: the `scheduler` and
+//! `reconciler` Lambdas on AWS (EventBridge -> SQS -> Lambda) and `flotilla serve` with an
+//! in-process queue.
+//!
+//! A message names an overlay and the generation the scheduler observed. The worker acks
+//! (does nothing for) a message whose overlay is gone, paused or at another generation: a
+//! newer configuration has made it stale, and the scheduler enqueues the current one. Every
+//! other failure is reported back so the queue redelivers it, and a message that keeps
+//! failing reaches the dead-letter queue after the queue's `maxReceiveCount`.
+
+use std::collections::{HashMap, HashSet};
+
+use flotilla_domain::keys;
+use flotilla_domain::model::{IntegrationRecord, OverlayRecord, OverlayStatus};
+use flotilla_metastore::{Consistency, Metastore, Query, query_all};
+use serde::{Deserialize, Serialize};
+
+use super::{Connector, ReconcileError, ReconcileSummary, RunOptions, reconcile};
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+/// The body of one reconcile queue message (`events/reconciler/batch.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileMessage {
+    pub account_id: String,
+    pub overlay_id: String,
+    pub observed_generation: u64,
+}
+
+impl ReconcileMessage {
+    /// Parses a message body; anything else is a poison message.
+    pub fn parse(body: &str) -> Result<Self, String> {
+        let m: Self =
+            serde_json::from_str(body).map_err(|e| format!("malformed reconcile message: {e}"))?;
+        flotilla_domain::names::validate_account_id(&m.account_id)
+            .map_err(|e| format!("malformed account_id: {e}"))?;
+        flotilla_domain::names::validate_resource_id(&m.overlay_id)
+            .map_err(|e| format!("malformed overlay_id: {e}"))?;
+        Ok(m)
+    }
+
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// What handling one message came to.
+#[derive(Debug)]
+pub enum MessageOutcome {
+    Reconciled(Box<ReconcileSummary>),
+    /// The overlay is at another generation than the message observed.
+    Superseded {
+        current: u64,
+    },
+    /// The overlay (or its account) no longer exists.
+    Gone,
+    /// The overlay or its integration is paused.
+    Paused,
+    /// Failed; the queue should deliver it again (and dead-letter it eventually).
+    Failed {
+        retryable: bool,
+        reason: String,
+    },
+}
+
+impl MessageOutcome {
+    /// Whether the message must be reported as a batch item failure.
+    pub fn redeliver(&self) -> bool {
+        matches!(self, MessageOutcome::Failed { .. })
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            MessageOutcome::Reconciled(_) => "reconciled",
+            MessageOutcome::Superseded { .. } => "superseded",
+            MessageOutcome::Gone => "gone",
+            MessageOutcome::Paused => "paused",
+            MessageOutcome::Failed {
+                retryable: true, ..
+            } => "retry",
+            MessageOutcome::Failed {
+                retryable: false, ..
+            } => "failed",
+        }
+    }
+}
+
+async fn current_generation(state: &AppState, m: &ReconcileMessage) -> ApiResult<Option<u64>> {
+    let rec = crate::service::read::<OverlayRecord>(
+        state.store.as_ref(),
+        keys::overlay(&m.account_id, &m.overlay_id),
+        Consistency::Strong,
+    )
+    .await?;
+    Ok(rec.map(|r| r.value.generation))
+}
+
+/// Handles one message: reconciles the overlay if the message is still current.
+pub async fn handle_message(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &ReconcileMessage,
+) -> MessageOutcome {
+    let span =
+        tracing::info_span!("reconcile", account_id = %m.account_id, overlay_id = %m.overlay_id);
+    let _enter = span.enter();
+    match current_generation(state, m).await {
+        Ok(None) => return MessageOutcome::Gone,
+        Ok(Some(g)) if g != m.observed_generation => {
+            return MessageOutcome::Superseded { current: g };
+        }
+        Ok(Some(_)) => {}
+        Err(e) => {
+            return MessageOutcome::Failed {
+                retryable: true,
+                reason: e.to_string(),
+            };
+        }
+    }
+    let opts = RunOptions {
+        expect_generation: Some(m.observed_generation),
+        ..RunOptions::default()
+    };
+    let result = reconcile(state, connector, &m.account_id, &m.overlay_id, &opts).await;
+    let outcome = match result {
+        Ok(summary) => MessageOutcome::Reconciled(Box::new(summary)),
+        Err(ReconcileError::NotFound) => MessageOutcome::Gone,
+        Err(ReconcileError::Paused(_)) => MessageOutcome::Paused,
+        Err(ReconcileError::FenceLost) => match current_generation(state, m).await {
+            Ok(None) => MessageOutcome::Gone,
+            Ok(Some(g)) if g != m.observed_generation => MessageOutcome::Superseded { current: g },
+            _ => MessageOutcome::Failed {
+                retryable: true,
+                reason: ReconcileError::FenceLost.to_string(),
+            },
+        },
+        Err(e) => MessageOutcome::Failed {
+            retryable: e.is_retryable(),
+            reason: e.to_string(),
+        },
+    };
+    match &outcome {
+        MessageOutcome::Reconciled(s) => tracing::info!(
+            outcome = outcome.label(),
+            duration_ms = s.duration_ms,
+            conflicts = s.conflicts.len(),
+            skipped = s.skipped.len(),
+            "reconciled"
+        ),
+        MessageOutcome::Failed { reason, .. } => {
+            tracing::warn!(outcome = outcome.label(), reason = %reason, "reconcile failed")
+        }
+        other => tracing::info!(
+            outcome = other.label(),
+            "reconcile message acknowledged without a run"
+        ),
+    }
+    outcome
+}
+
+/// Every active overlay whose refresh interval has elapsed since its last run started, across
+/// all accounts: one message each, at the overlay's current generation. Paused overlays,
+/// overlays of paused or missing integrations, and overlays being deleted are not due.
+pub async fn due_overlays(store: &dyn Metastore, now_ms: i64) -> ApiResult<Vec<ReconcileMessage>> {
+    let accounts = query_all(
+        store,
+        Query::new(
+            keys::SYSTEM_PK,
+            keys::ACCOUNT_LISTING_PREFIX,
+            Consistency::Eventual,
+        ),
+    )
+    .await?;
+    let mut out = Vec::new();
+    for item in accounts {
+        let Some(account) = item.key.sk.strip_prefix(keys::ACCOUNT_LISTING_PREFIX) else {
+            continue;
+        };
+        out.extend(due_in_account(store, account, now_ms).await?);
+    }
+    Ok(out)
+}
+
+async fn due_in_account(
+    store: &dyn Metastore,
+    account: &str,
+    now_ms: i64,
+) -> ApiResult<Vec<ReconcileMessage>> {
+    let pk = keys::account_pk(account);
+    let scan = |prefix: &'static str| {
+        query_all(store, Query::new(pk.clone(), prefix, Consistency::Eventual))
+    };
+    let overlays = scan(keys::OVERLAY_PREFIX).await?;
+    if overlays.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut integrations: HashMap<String, IntegrationRecord> = HashMap::new();
+    for item in scan(keys::INTEGRATION_PREFIX).await? {
+        let rec: IntegrationRecord = item.json()?;
+        integrations.insert(rec.id.clone(), rec);
+    }
+    let mut last_started: HashMap<String, i64> = HashMap::new();
+    for item in scan("OVLSTATUS#").await? {
+        let Some(id) = item.key.sk.strip_prefix("OVLSTATUS#") else {
+            continue;
+        };
+        let st: OverlayStatus = item.json()?;
+        if let Some(ms) = st.last_started_ms {
+            last_started.insert(id.to_owned(), ms);
+        }
+    }
+    let fenced: HashSet<String> = scan("OVLFENCE#")
+        .await?
+        .iter()
+        .filter_map(|i| i.key.sk.strip_prefix("OVLFENCE#").map(str::to_owned))
+        .collect();
+    let mut out = Vec::new();
+    for item in overlays {
+        let o: OverlayRecord = item.json()?;
+        if o.paused || fenced.contains(&o.id) {
+            continue;
+        }
+        if integrations.get(&o.integration_id).is_none_or(|i| i.paused) {
+            continue;
+        }
+        let interval_ms = i64::try_from(o.refresh_interval_secs)
+            .unwrap_or(i64::MAX / 1000)
+            .saturating_mul(1000);
+        let due = last_started
+            .get(&o.id)
+            .is_none_or(|last| now_ms.saturating_sub(*last) >= interval_ms);
+        if due {
+            out.push(ReconcileMessage {
+                account_id: account.to_owned(),
+                overlay_id: o.id,
+                observed_generation: o.generation,
+            });
+        }
+    }
+    Ok(out)
+}
