@@ -1,2 +1,26 @@
 #![forbid(unsafe_code)]
-fn main() {}
+//! The catalog-finalize Lambda: enables directory authority (seed 000) once the operator
+//! acknowledges a complete writer rollout and quiescent write admission.
+//!
+//! Event: `{"acknowledge_writer_rollout": true, "acknowledge_quiescent_writes": true}`
+//! (`events/finalize/acknowledged.json`). Answers `{"authority": "ENABLED", "enabled_at": ...}`
+//! on the first and every later call; without both acknowledgements the invocation fails
+//! with `FAILED_PRECONDITION` and writes nothing.
+
+mod handler;
+
+use lambda_runtime::{LambdaEvent, service_fn};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    flotilla_runtime::telemetry::init(true);
+    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
+    let state = flotilla_runtime::aws::build_state(&settings).await;
+    let state = &state;
+    lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<handler::FinalizeEvent>| async move {
+            handler::handle(state, event.payload).await
+        },
+    ))
+    .await
+}

@@ -1,2 +1,27 @@
 #![forbid(unsafe_code)]
-fn main() {}
+//! The query-replica Lambda (seed 000): answers a catalog's table-name/schema directory from
+//! a [`flotilla_core::directory::DirectoryCache`] that lives in the state built once at cold
+//! start, so a warm container refreshes with one strong point read while nothing changed.
+//!
+//! Event: `{"account_id": "acme", "catalog_id": "..."}` (`events/query/directory.json`).
+//! Answers the body of `GET /v1/accounts/{A}/catalogs/{id}/directory`:
+//! `{"catalog_id", "entries": [...], "health": {...}}`; a missing catalog fails the
+//! invocation with `NOT_FOUND`.
+
+mod handler;
+
+use lambda_runtime::{LambdaEvent, service_fn};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    flotilla_runtime::telemetry::init(true);
+    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
+    let state = flotilla_runtime::aws::build_state(&settings).await;
+    let state = &state;
+    lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<handler::QueryEvent>| async move {
+            handler::handle(state, event.payload).await
+        },
+    ))
+    .await
+}

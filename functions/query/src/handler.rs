@@ -1,0 +1,219 @@
+//! The query handler, separate from `main` so tests call it on a local state. The state (and
+//! with it the directory replica) is borrowed, so it outlives every invocation of a warm
+//! container.
+
+use flotilla_core::AppState;
+use flotilla_core::directory;
+use flotilla_core::error::ApiError;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The invocation payload.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryEvent {
+    pub account_id: String,
+    pub catalog_id: String,
+}
+
+/// A failed invocation: the API error code and message (5xx detail only in the log).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HandlerError(ApiError);
+
+impl From<ApiError> for HandlerError {
+    fn from(e: ApiError) -> Self {
+        let _ = e.to_parts();
+        HandlerError(e)
+    }
+}
+
+impl HandlerError {
+    pub fn api(&self) -> &ApiError {
+        &self.0
+    }
+}
+
+impl From<HandlerError> for lambda_runtime::Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        lambda_runtime::Diagnostic {
+            error_type: e.0.code.as_str().to_owned(),
+            error_message: e.0.message.clone(),
+        }
+    }
+}
+
+pub async fn handle(state: &AppState, event: QueryEvent) -> Result<Value, HandlerError> {
+    flotilla_domain::names::validate_account_id(&event.account_id)
+        .map_err(|_| ApiError::not_found("account"))?;
+    Ok(directory::get(state, &event.account_id, &event.catalog_id).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use flotilla_core::clock::SystemClock;
+    use flotilla_core::error::Code;
+    use flotilla_core::service::accounts::{self, OnConflict};
+    use flotilla_core::service::{catalogs, namespaces, relations};
+    use flotilla_core::{AppState, Config};
+    use flotilla_domain::names::NamespacePath;
+    use flotilla_metastore::metrics::CountingMetastore;
+    use flotilla_metastore::redb_store::RedbMetastore;
+    use flotilla_runtime::aws::ClaimsOnly;
+    use serde_json::json;
+
+    use super::*;
+
+    struct Fixture {
+        state: AppState,
+        counters: Arc<flotilla_metastore::metrics::MetastoreCounters>,
+        catalog: String,
+        _dir: tempfile::TempDir,
+    }
+
+    fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).expect("request")
+    }
+
+    async fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = CountingMetastore::new(
+            RedbMetastore::open(dir.path().join("meta.redb")).expect("redb"),
+        );
+        let counters = store.counters();
+        let state = AppState::new(
+            Arc::new(store),
+            Arc::new(SystemClock),
+            Arc::new(ClaimsOnly),
+            Config::default(),
+        );
+        accounts::create(&state, from(json!({"id": "acme"})), OnConflict::Error, None)
+            .await
+            .expect("account");
+        let cat = catalogs::create(
+            &state,
+            "acme",
+            from(json!({"display_name": "main"})),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("catalog");
+        let catalog = cat.body["id"].as_str().expect("id").to_owned();
+        namespaces::create(
+            &state,
+            "acme",
+            &catalog,
+            from(json!({"path": ["sales"]})),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("namespace");
+        Fixture {
+            state,
+            counters,
+            catalog,
+            _dir: dir,
+        }
+    }
+
+    async fn create_table(f: &Fixture, name: &str) {
+        let body = json!({"name": name, "format": "ICEBERG", "schema": {"type": "struct", "fields": [
+            {"id": 1, "name": "id", "required": true, "type": "long"}]}});
+        let ns = NamespacePath::new(vec!["sales".into()]).expect("ns");
+        relations::create_table(
+            &f.state,
+            "acme",
+            &f.catalog,
+            &ns,
+            serde_json::from_value(body).expect("req"),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("table");
+    }
+
+    fn event(f: &Fixture) -> QueryEvent {
+        let sample = include_str!("../../../events/query/directory.json");
+        let mut e: QueryEvent = serde_json::from_str(sample).expect("sample event");
+        e.catalog_id = f.catalog.clone();
+        e
+    }
+
+    fn names(v: &Value) -> Vec<String> {
+        v["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| e["name"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn warm_invocations_reuse_the_replica_and_cost_one_point_read() {
+        let f = fixture().await;
+        create_table(&f, "orders").await;
+        let first = handle(&f.state, event(&f)).await.expect("directory");
+        assert_eq!(names(&first), ["orders"]);
+        assert_eq!(first["health"]["mode"], "LEGACY_SCAN");
+        assert_eq!(first["catalog_id"], f.catalog.as_str());
+
+        flotilla_core::directory::finalize(&f.state, true, true)
+            .await
+            .expect("finalize");
+        let second = handle(&f.state, event(&f)).await.expect("directory");
+        assert_eq!(second["health"]["mode"], "AUTHORITATIVE");
+
+        // Warm and unchanged: the catalog ownership read plus one generation point read.
+        let before = f.counters.snapshot();
+        let third = handle(&f.state, event(&f)).await.expect("directory");
+        let after = f.counters.snapshot();
+        assert_eq!(third["entries"], second["entries"]);
+        assert_eq!(
+            (after.get - before.get, after.requests() - before.requests()),
+            (2, 2)
+        );
+
+        create_table(&f, "customers").await;
+        let fourth = handle(&f.state, event(&f)).await.expect("directory");
+        assert_eq!(names(&fourth), ["customers", "orders"]);
+        let text = f.state.metrics.iter().map(|r| r()).collect::<String>();
+        assert!(
+            text.contains("flotilla_directory_refresh_total{outcome=\"unchanged\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_or_foreign_catalogs_are_not_found() {
+        let f = fixture().await;
+        let mut e = event(&f);
+        e.catalog_id = "nosuchcatalog".into();
+        let err = handle(&f.state, e).await.expect_err("missing");
+        assert_eq!(err.api().code, Code::NotFound);
+        let mut e = event(&f);
+        e.account_id = "beta".into();
+        assert_eq!(
+            handle(&f.state, e).await.expect_err("foreign").api().code,
+            Code::NotFound
+        );
+        let mut e = event(&f);
+        e.account_id = "Not An Id".into();
+        assert_eq!(
+            handle(&f.state, e).await.expect_err("bad id").api().code,
+            Code::NotFound
+        );
+    }
+
+    #[test]
+    fn unknown_event_fields_are_refused() {
+        assert!(
+            serde_json::from_str::<QueryEvent>(r#"{"account_id": "a", "catalog_id": "c", "x": 1}"#)
+                .is_err()
+        );
+    }
+}
