@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The project's test command (README, CI via .ci/run):
+#   1. a Python venv (.venv) with the pinned tools below, created or updated if needed;
+#   2. a moto server on a free loopback port, for the AWS backends (stopped on any exit);
+#   3. cargo fmt --check, clippy with -D warnings, then every test (nextest, or cargo test).
+# Extra arguments go to the test runner, e.g. `scripts/test.sh -p flotilla-metastore`.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+# ---- Pinned tool versions: the only place they live --------------------------------------
+PY_REQUIREMENTS=(
+  "moto[server]==5.2.1"
+  # Infra tooling pins go here (one exact version each), e.g.:
+  #   "aws-sam-translator==X.Y.Z"
+  #   "cfn-lint==X.Y.Z"
+  #   "cargo-lambda==X.Y.Z"
+)
+
+VENV="$ROOT/.venv"
+OUT="$ROOT/.ci/out"
+mkdir -p "$OUT"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/flotilla/target}"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# ---- 1. Python venv ----------------------------------------------------------------------
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV" || {
+    echo "python3 -m venv failed (on Debian/Ubuntu: apt-get install python3-venv)" >&2
+    exit 1
+  }
+fi
+STAMP="$VENV/.flotilla-requirements"
+WANT="$(printf '%s\n' "${PY_REQUIREMENTS[@]}")"
+if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
+  log "installing pinned Python tools"
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${PY_REQUIREMENTS[@]}"
+  printf '%s\n' "$WANT" >"$STAMP"
+fi
+
+# ---- 2. moto server ----------------------------------------------------------------------
+MOTO_PID=""
+MOTO_LOG="$OUT/moto.log"
+cleanup() {
+  local status=$?
+  if [[ -n "$MOTO_PID" ]] && kill -0 "$MOTO_PID" 2>/dev/null; then
+    kill "$MOTO_PID" 2>/dev/null || true
+    wait "$MOTO_PID" 2>/dev/null || true
+  fi
+  if [[ $status -ne 0 && -s "$MOTO_LOG" ]]; then
+    echo "---- last lines of $MOTO_LOG ----" >&2
+    tail -n 20 "$MOTO_LOG" >&2 || true
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+MOTO_PORT="$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+log "starting moto_server on 127.0.0.1:$MOTO_PORT"
+"$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$MOTO_LOG" 2>&1 &
+MOTO_PID=$!
+
+# Readiness polling: bounded (~30 s), fails fast if the server died.
+ready=""
+for _ in $(seq 1 150); do
+  if ! kill -0 "$MOTO_PID" 2>/dev/null; then
+    echo "moto_server exited during start-up" >&2
+    exit 1
+  fi
+  if "$VENV/bin/python" - "$MOTO_PORT" <<'PY' 2>/dev/null; then
+import sys, urllib.request
+urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/moto-api/", timeout=1).read()
+PY
+    ready=1
+    break
+  fi
+  sleep 0.2
+done
+[[ -n "$ready" ]] || { echo "moto_server did not answer on port $MOTO_PORT" >&2; exit 1; }
+
+export FLOTILLA_MOTO_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
+export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
+export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
+# Keep the developer's own AWS configuration and the instance metadata service out of tests.
+export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true
+unset AWS_PROFILE
+
+# ---- 3. Rust checks and tests ------------------------------------------------------------
+log "cargo fmt --all --check"
+cargo fmt --all --check
+
+log "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+if cargo nextest --version >/dev/null 2>&1; then
+  log "cargo nextest run --workspace"
+  cargo nextest run --workspace --no-fail-fast "$@"
+  # nextest does not run doctests.
+  log "cargo test --workspace --doc"
+  cargo test --workspace --doc
+else
+  log "cargo-nextest not found; cargo test --workspace"
+  cargo test --workspace --no-fail-fast "$@"
+fi
+log "all checks passed"
