@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime};
 
 use flotilla_catalog_access::http::HttpPolicy;
 use flotilla_catalog_access::{
-    CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogConnectionConfig, CatalogProtocol, ConnectOptions,
-    ResolvedCatalogCredentials, SecretString,
+    CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogConnectionConfig,
+    CatalogProtocol, ConnectOptions, ResolvedCatalogCredentials, SecretString,
 };
 use flotilla_domain::model::{AuthConfig, IntegrationRecord, IntegrationType};
 use flotilla_secrets::{SecretRef, SecretStoreError};
@@ -62,7 +62,9 @@ impl AccessError {
 impl From<AccessError> for ApiError {
     fn from(e: AccessError) -> Self {
         match &e {
-            AccessError::Store(s) if s.is_retryable() || s.is_outcome_unknown() => ApiError::unavailable(e.to_string()),
+            AccessError::Store(s) if s.is_retryable() || s.is_outcome_unknown() => {
+                ApiError::unavailable(e.to_string())
+            }
             AccessError::Store(SecretStoreError::NotFound(_)) => ApiError::new(
                 Code::FailedPrecondition,
                 "the integration's credentials are missing from the credential store; rotate them with PUT .../authentication",
@@ -85,7 +87,9 @@ pub fn upstream_error(e: &CatalogAccessError) -> ApiError {
         CatalogAccessError::Connection(_) | CatalogAccessError::Retryable { .. } => {
             ApiError::unavailable(format!("upstream catalog: {e}"))
         }
-        CatalogAccessError::NotFound(_) => ApiError::new(Code::NotFound, format!("upstream catalog: {e}")),
+        CatalogAccessError::NotFound(_) => {
+            ApiError::new(Code::NotFound, format!("upstream catalog: {e}"))
+        }
         CatalogAccessError::Authentication { .. } => ApiError::new(
             Code::FailedPrecondition,
             format!("the upstream catalog refused the integration's authentication: {e}"),
@@ -112,7 +116,11 @@ pub fn protocol_of(kind: IntegrationType) -> CatalogProtocol {
 /// The HTTP hardening for upstream calls: strict on AWS, loopback/private/plain-http allowed
 /// only in local mode (`--allow-insecure-upstreams`).
 pub fn http_policy(state: &AppState) -> HttpPolicy {
-    if state.config.allow_insecure_upstreams { HttpPolicy::local() } else { HttpPolicy::default() }
+    if state.config.allow_insecure_upstreams {
+        HttpPolicy::local()
+    } else {
+        HttpPolicy::default()
+    }
 }
 
 /// The SPI's clock over the service clock, so token refresh and vended-credential expiry
@@ -138,12 +146,18 @@ pub fn system_time(ms: i64) -> SystemTime {
 
 /// Connect options for `state`: its HTTP policy and its clock.
 pub fn connect_options(state: &AppState) -> ConnectOptions {
-    ConnectOptions { http: http_policy(state), clock: Arc::new(ServiceClock(state.clock.clone())) }
+    ConnectOptions {
+        http: http_policy(state),
+        clock: Arc::new(ServiceClock(state.clock.clone())),
+    }
 }
 
 /// The persistable half of the connection: URI and non-secret properties.
 pub fn connection_config(record: &IntegrationRecord) -> CatalogConnectionConfig {
-    CatalogConnectionConfig { uri: record.uri.clone(), properties: record.properties.clone() }
+    CatalogConnectionConfig {
+        uri: record.uri.clone(),
+        properties: record.properties.clone(),
+    }
 }
 
 /// The SPI authentication scheme of a record (no secrets involved).
@@ -186,7 +200,9 @@ pub fn authentication(record: &IntegrationRecord) -> Result<CatalogAuthenticatio
 fn field(fields: &Map<String, Value>, name: &str, auth: &str) -> Result<SecretString, AccessError> {
     match fields.get(name) {
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(SecretString::new(s.clone())),
-        _ => Err(AccessError::Credentials(format!("{auth} authentication needs credentials.{name}"))),
+        _ => Err(AccessError::Credentials(format!(
+            "{auth} authentication needs credentials.{name}"
+        ))),
     }
 }
 
@@ -210,27 +226,34 @@ async fn resolve_credentials(
     }
     let reference = SecretRef::new(&record.account_id, &record.id, record.credential_generation)
         .map_err(AccessError::Store)?;
-    let secret = state.credentials.resolve(&reference).await.map_err(AccessError::Store)?;
+    let secret = state
+        .credentials
+        .resolve(&reference)
+        .await
+        .map_err(AccessError::Store)?;
     let fields = secret.fields().map_err(AccessError::Store)?;
     match &record.authentication {
-        AuthConfig::OauthClientCredentials { .. } => {
-            Ok(ResolvedCatalogCredentials::ClientSecret(field(&fields, "client_secret", auth)?))
-        }
-        AuthConfig::Bearer {} => Ok(ResolvedCatalogCredentials::Token(field(&fields, "token", auth)?)),
-        AuthConfig::AwsSigv4 { access_key_id: Some(id), .. } if !id.trim().is_empty() => {
-            Ok(ResolvedCatalogCredentials::AwsAccessKeys {
-                access_key_id: SecretString::new(id.clone()),
-                secret_access_key: field(&fields, "secret_access_key", auth)?,
-                session_token: optional_field(&fields, "session_token"),
-            })
-        }
-        AuthConfig::AwsSigv4 { .. } => {
-            Err(AccessError::Credentials("AWS_SIGV4 STATIC authentication needs authentication.access_key_id".into()))
-        }
+        AuthConfig::OauthClientCredentials { .. } => Ok(ResolvedCatalogCredentials::ClientSecret(
+            field(&fields, "client_secret", auth)?,
+        )),
+        AuthConfig::Bearer {} => Ok(ResolvedCatalogCredentials::Token(field(
+            &fields, "token", auth,
+        )?)),
+        AuthConfig::AwsSigv4 {
+            access_key_id: Some(id),
+            ..
+        } if !id.trim().is_empty() => Ok(ResolvedCatalogCredentials::AwsAccessKeys {
+            access_key_id: SecretString::new(id.clone()),
+            secret_access_key: field(&fields, "secret_access_key", auth)?,
+            session_token: optional_field(&fields, "session_token"),
+        }),
+        AuthConfig::AwsSigv4 { .. } => Err(AccessError::Credentials(
+            "AWS_SIGV4 STATIC authentication needs authentication.access_key_id".into(),
+        )),
         // `authentication` refused these already.
-        AuthConfig::AwsAssumeRole { .. } | AuthConfig::AwsAccessKeys { .. } => {
-            Err(AccessError::Unsupported(format!("{auth} authentication is not supported yet")))
-        }
+        AuthConfig::AwsAssumeRole { .. } | AuthConfig::AwsAccessKeys { .. } => Err(
+            AccessError::Unsupported(format!("{auth} authentication is not supported yet")),
+        ),
     }
 }
 
@@ -239,7 +262,10 @@ async fn resolve_credentials(
 /// this deployment. No upstream I/O happens here (`connect` only validates); the first call
 /// on the client does the network work. A client is bound to the credential generation read
 /// here: after a rotation, connect again.
-pub async fn connect(state: &AppState, record: &IntegrationRecord) -> Result<Box<dyn CatalogClient>, AccessError> {
+pub async fn connect(
+    state: &AppState,
+    record: &IntegrationRecord,
+) -> Result<Box<dyn CatalogClient>, AccessError> {
     let protocol = protocol_of(record.kind);
     let auth = authentication(record)?;
     let config = connection_config(record);
@@ -248,7 +274,13 @@ pub async fn connect(state: &AppState, record: &IntegrationRecord) -> Result<Box
     let credentials = resolve_credentials(state, record).await?;
     state
         .catalog_access
-        .connect(protocol, &config, &auth, credentials, &connect_options(state))
+        .connect(
+            protocol,
+            &config,
+            &auth,
+            credentials,
+            &connect_options(state),
+        )
         .map_err(AccessError::Catalog)
 }
 
@@ -258,7 +290,9 @@ pub async fn connect_integration(
     account: &str,
     id: &str,
 ) -> Result<(IntegrationRecord, Box<dyn CatalogClient>), ApiError> {
-    let record = crate::service::integrations::load(state.store.as_ref(), account, id).await?.value;
+    let record = crate::service::integrations::load(state.store.as_ref(), account, id)
+        .await?
+        .value;
     let client = connect(state, &record).await?;
     Ok((record, client))
 }
@@ -288,14 +322,21 @@ mod tests {
 
     #[test]
     fn oauth_without_token_uri_uses_the_iceberg_catalog_endpoint_only_for_iceberg() {
-        let auth = AuthConfig::OauthClientCredentials { token_uri: None, client_id: "c".into(), scopes: vec![] };
+        let auth = AuthConfig::OauthClientCredentials {
+            token_uri: None,
+            client_id: "c".into(),
+            scopes: vec![],
+        };
         match authentication(&record(IntegrationType::IcebergRest, auth.clone())) {
             Ok(CatalogAuthentication::OauthClientCredentials { token_uri, .. }) => {
                 assert_eq!(token_uri, "https://catalog.example.com/v1/oauth/tokens");
             }
             other => panic!("unexpected {other:?}"),
         }
-        assert!(matches!(authentication(&record(IntegrationType::Unity, auth)), Err(AccessError::Credentials(_))));
+        assert!(matches!(
+            authentication(&record(IntegrationType::Unity, auth)),
+            Err(AccessError::Credentials(_))
+        ));
     }
 
     #[test]
@@ -307,7 +348,10 @@ mod tests {
                 session_name: None,
                 region: None,
             },
-            AuthConfig::AwsAccessKeys { access_key_id: "AKIA".into(), region: None },
+            AuthConfig::AwsAccessKeys {
+                access_key_id: "AKIA".into(),
+                region: None,
+            },
             AuthConfig::AwsSigv4 {
                 region: "us-east-1".into(),
                 signing_name: "glue".into(),
@@ -316,7 +360,10 @@ mod tests {
             },
         ] {
             let r = record(IntegrationType::IcebergRest, auth);
-            assert!(matches!(authentication(&r), Err(AccessError::Unsupported(_))));
+            assert!(matches!(
+                authentication(&r),
+                Err(AccessError::Unsupported(_))
+            ));
         }
     }
 }

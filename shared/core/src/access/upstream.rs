@@ -42,19 +42,29 @@ pub struct Kinds {
 
 impl Default for Kinds {
     fn default() -> Self {
-        Self { tables: true, views: true }
+        Self {
+            tables: true,
+            views: true,
+        }
     }
 }
 
 impl Kinds {
     /// Parses `table,view` (case-insensitive, any order, at least one).
     pub fn parse(text: &str) -> ApiResult<Self> {
-        let mut k = Kinds { tables: false, views: false };
+        let mut k = Kinds {
+            tables: false,
+            views: false,
+        };
         for part in text.split(',').map(str::trim) {
             match part.to_ascii_lowercase().as_str() {
                 "table" | "tables" => k.tables = true,
                 "view" | "views" => k.views = true,
-                _ => return Err(ApiError::invalid("kinds is a comma-separated list of table and view")),
+                _ => {
+                    return Err(ApiError::invalid(
+                        "kinds is a comma-separated list of table and view",
+                    ));
+                }
             }
         }
         Ok(k)
@@ -65,7 +75,9 @@ impl Kinds {
 pub fn parse_namespace(text: &str, what: &str) -> ApiResult<NamespacePath> {
     let levels: Vec<&str> = text.split('\u{1f}').collect();
     if levels.len() > MAX_NAMESPACE_LEVELS
-        || levels.iter().any(|l| l.is_empty() || l.len() > 1024 || l.chars().any(char::is_control))
+        || levels
+            .iter()
+            .any(|l| l.is_empty() || l.len() > 1024 || l.chars().any(char::is_control))
     {
         return Err(ApiError::invalid(format!(
             "{what} is a namespace path whose levels are joined by %1F; levels are non-empty and at most \
@@ -105,16 +117,23 @@ fn binding(listing: &str, record: &IntegrationRecord, filter: &Value) -> String 
 }
 
 fn encode(cursor: &Cursor) -> ApiResult<String> {
-    let body = serde_json::to_vec(cursor).map_err(|e| ApiError::internal(format!("encode page token: {e}")))?;
+    let body = serde_json::to_vec(cursor)
+        .map_err(|e| ApiError::internal(format!("encode page token: {e}")))?;
     Ok(URL_SAFE_NO_PAD.encode(body))
 }
 
 fn decode(token: &str, tag: &str, phases: u8) -> ApiResult<Cursor> {
-    let bad = || ApiError::invalid("malformed or foreign page_token (tokens are bound to the integration's credentials and the filter)");
+    let bad = || {
+        ApiError::invalid(
+            "malformed or foreign page_token (tokens are bound to the integration's credentials and the filter)",
+        )
+    };
     if token.len() > MAX_TOKEN_BYTES {
         return Err(bad());
     }
-    let raw = URL_SAFE_NO_PAD.decode(token.as_bytes()).map_err(|_| bad())?;
+    let raw = URL_SAFE_NO_PAD
+        .decode(token.as_bytes())
+        .map_err(|_| bad())?;
     let c: Cursor = serde_json::from_slice(&raw).map_err(|_| bad())?;
     if c.b != tag || c.p >= phases || c.h == 0 {
         return Err(bad());
@@ -141,7 +160,13 @@ where
     let mut cur = match token {
         Some(t) => decode(t, &tag, phases)?,
         None => match first(0) {
-            Some(p) => Cursor { b: tag.clone(), p, u: None, h: hint, k: 0 },
+            Some(p) => Cursor {
+                b: tag.clone(),
+                p,
+                u: None,
+                h: hint,
+                k: 0,
+            },
             None => return Ok((Vec::new(), None)),
         },
     };
@@ -151,26 +176,55 @@ where
         if !enabled[usize::from(cur.p)] {
             match first(cur.p + 1) {
                 Some(p) => {
-                    cur = Cursor { b: tag.clone(), p, u: None, h: hint, k: 0 };
+                    cur = Cursor {
+                        b: tag.clone(),
+                        p,
+                        u: None,
+                        h: hint,
+                        k: 0,
+                    };
                     continue;
                 }
                 None => return Ok((items, None)),
             }
         }
         calls += 1;
-        let page = fetch(cur.p, cur.u.clone(), cur.h).await.map_err(|e| upstream_error(&e))?;
+        let page = fetch(cur.p, cur.u.clone(), cur.h)
+            .await
+            .map_err(|e| upstream_error(&e))?;
         let total = page.items.len();
         let want = page_size - items.len();
         let taken = total.saturating_sub(cur.k).min(want);
-        items.extend(page.items.into_iter().skip(cur.k).take(taken).map(|i| (cur.p, i)));
+        items.extend(
+            page.items
+                .into_iter()
+                .skip(cur.k)
+                .take(taken)
+                .map(|i| (cur.p, i)),
+        );
         if cur.k + taken < total {
-            let next = Cursor { k: cur.k + taken, ..cur };
+            let next = Cursor {
+                k: cur.k + taken,
+                ..cur
+            };
             return Ok((items, Some(encode(&next)?)));
         }
         cur = match page.next_page_token {
-            Some(t) if !t.is_empty() => Cursor { b: tag.clone(), p: cur.p, u: Some(t), h: hint, k: 0 },
+            Some(t) if !t.is_empty() => Cursor {
+                b: tag.clone(),
+                p: cur.p,
+                u: Some(t),
+                h: hint,
+                k: 0,
+            },
             _ => match first(cur.p + 1) {
-                Some(p) => Cursor { b: tag.clone(), p, u: None, h: hint, k: 0 },
+                Some(p) => Cursor {
+                    b: tag.clone(),
+                    p,
+                    u: None,
+                    h: hint,
+                    k: 0,
+                },
                 None => return Ok((items, None)),
             },
         };
@@ -181,7 +235,11 @@ where
 }
 
 fn namespace_error(e: ApiError) -> ApiError {
-    if e.code == Code::NotFound { ApiError::new(Code::NamespaceNotFound, e.message) } else { e }
+    if e.code == Code::NotFound {
+        ApiError::new(Code::NamespaceNotFound, e.message)
+    } else {
+        e
+    }
 }
 
 /// `GET .../upstream/namespaces`: the children of `parent` (top level when absent).
@@ -202,7 +260,10 @@ pub async fn list_namespaces(
     })
     .await
     .map_err(namespace_error)?;
-    let items: Vec<Value> = items.into_iter().map(|(_, ns)| json!({"path": ns.levels()})).collect();
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(|(_, ns)| json!({"path": ns.levels()}))
+        .collect();
     Ok(crate::service::page_body(items, next))
 }
 
@@ -217,18 +278,33 @@ pub async fn list_objects(
     token: Option<&str>,
 ) -> ApiResult<Value> {
     let (record, client) = connect_integration(state, account, id).await?;
-    let tag = binding("objects", &record, &json!({"namespace": namespace, "kinds": kinds}));
+    let tag = binding(
+        "objects",
+        &record,
+        &json!({"namespace": namespace, "kinds": kinds}),
+    );
     let client: &dyn CatalogClient = client.as_ref();
     // A provider without views lists none rather than failing the listing.
-    let views = kinds.views && client.capabilities().await.map_err(|e| upstream_error(&e))?.list_views;
+    let views = kinds.views
+        && client
+            .capabilities()
+            .await
+            .map_err(|e| upstream_error(&e))?
+            .list_views;
     let ns = &namespace;
-    let (items, next) = page_through(tag, &[kinds.tables, views], page_size, token, |phase, t, h| async move {
-        if phase == 0 {
-            client.list_tables(ns, t.as_deref(), Some(h)).await
-        } else {
-            client.list_views(ns, t.as_deref(), Some(h)).await
-        }
-    })
+    let (items, next) = page_through(
+        tag,
+        &[kinds.tables, views],
+        page_size,
+        token,
+        |phase, t, h| async move {
+            if phase == 0 {
+                client.list_tables(ns, t.as_deref(), Some(h)).await
+            } else {
+                client.list_views(ns, t.as_deref(), Some(h)).await
+            }
+        },
+    )
     .await
     .map_err(namespace_error)?;
     let items: Vec<Value> = items
@@ -245,7 +321,10 @@ mod tests {
     use super::*;
 
     fn page(items: &[&str], next: Option<&str>) -> Page<String> {
-        Page { items: items.iter().map(|s| (*s).to_owned()).collect(), next_page_token: next.map(str::to_owned) }
+        Page {
+            items: items.iter().map(|s| (*s).to_owned()).collect(),
+            next_page_token: next.map(str::to_owned),
+        }
     }
 
     /// An upstream that ignores the hint and answers everything at once: the cursor must
@@ -256,11 +335,12 @@ mod tests {
         let mut seen = Vec::new();
         let mut token: Option<String> = None;
         for _ in 0..10 {
-            let (items, next) = page_through("t".into(), &[true], 2, token.as_deref(), |_, _, _| async {
-                Ok::<_, CatalogAccessError>(page(&all, None))
-            })
-            .await
-            .expect("page");
+            let (items, next) =
+                page_through("t".into(), &[true], 2, token.as_deref(), |_, _, _| async {
+                    Ok::<_, CatalogAccessError>(page(&all, None))
+                })
+                .await
+                .expect("page");
             assert!(items.len() <= 2);
             seen.extend(items.into_iter().map(|(_, i)| i));
             match next {
@@ -283,14 +363,19 @@ mod tests {
             Ok::<_, CatalogAccessError>(page(&["a", "b"], None))
         })
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
         assert_eq!(err.code, Code::InvalidArgument);
     }
 
     #[test]
     fn kinds_parse() {
-        assert_eq!(Kinds::parse("VIEW").expect("kinds"), Kinds { tables: false, views: true });
+        assert_eq!(
+            Kinds::parse("VIEW").expect("kinds"),
+            Kinds {
+                tables: false,
+                views: true
+            }
+        );
         assert!(Kinds::parse("table,index").is_err());
         assert!(Kinds::parse("").is_err());
     }

@@ -27,13 +27,15 @@ use std::time::Duration;
 
 use flotilla_catalog_access::http::AddressPolicy;
 use flotilla_catalog_access::{
-    CatalogAccessError, CatalogCapabilities, CatalogClient, LoadTableOutcome, NamespacePath, StorageCredential,
-    TableFormat, TableMetadata, VendedCredentials, VendingErrorKind,
+    CatalogAccessError, CatalogCapabilities, CatalogClient, LoadTableOutcome, NamespacePath,
+    StorageCredential, TableFormat, TableMetadata, VendedCredentials, VendingErrorKind,
 };
 use flotilla_domain::model::IntegrationRecord;
 use object_store::aws::{AmazonS3Builder, AwsCredential};
 use object_store::path::Path as ObjectPath;
-use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig, StaticCredentialProvider};
+use object_store::{
+    ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig, StaticCredentialProvider,
+};
 use serde::Serialize;
 use url::Url;
 
@@ -161,7 +163,10 @@ impl Checks {
 
     fn report(self) -> ValidationReport {
         let valid = self.0.iter().all(|c| c.status == CheckStatus::Passed);
-        ValidationReport { valid, checks: self.0 }
+        ValidationReport {
+            valid,
+            checks: self.0,
+        }
     }
 }
 
@@ -174,7 +179,9 @@ pub async fn validate(
     id: &str,
     table: Option<TableChoice>,
 ) -> ApiResult<ValidationReport> {
-    let record = crate::service::integrations::load(state.store.as_ref(), account, id).await?.value;
+    let record = crate::service::integrations::load(state.store.as_ref(), account, id)
+        .await?
+        .value;
     let mut checks = Checks::new();
     let client = match connect(state, &record).await {
         Ok(c) => c,
@@ -186,26 +193,46 @@ pub async fn validate(
     let protocol = protocol_of(record.kind);
     match client.check_connection().await {
         Ok(()) => {
-            checks.pass(CheckType::CatalogConnection, &format!("the {protocol} catalog endpoint answered"));
+            checks.pass(
+                CheckType::CatalogConnection,
+                &format!("the {protocol} catalog endpoint answered"),
+            );
             checks.pass(
                 CheckType::CatalogAuthentication,
-                &format!("the catalog accepted {} authentication", record.authentication.type_name()),
+                &format!(
+                    "the catalog accepted {} authentication",
+                    record.authentication.type_name()
+                ),
             );
         }
         Err(e @ CatalogAccessError::Authentication { .. }) => {
-            checks.pass(CheckType::CatalogConnection, &format!("the {protocol} catalog endpoint answered"));
-            checks.fail(CheckType::CatalogAuthentication, Issue::AuthenticationFailed, &e.to_string());
+            checks.pass(
+                CheckType::CatalogConnection,
+                &format!("the {protocol} catalog endpoint answered"),
+            );
+            checks.fail(
+                CheckType::CatalogAuthentication,
+                Issue::AuthenticationFailed,
+                &e.to_string(),
+            );
             return Ok(checks.report());
         }
         Err(e) => {
             let summary = match &e {
-                CatalogAccessError::Connection(_) | CatalogAccessError::Retryable { .. } | CatalogAccessError::Config(_) => {
-                    e.to_string()
-                }
+                CatalogAccessError::Connection(_)
+                | CatalogAccessError::Retryable { .. }
+                | CatalogAccessError::Config(_) => e.to_string(),
                 _ => format!("the endpoint did not answer as a {protocol} catalog: {e}"),
             };
-            checks.fail(CheckType::CatalogConnection, Issue::ConnectionFailed, &summary);
-            checks.not_run(CheckType::CatalogAuthentication, "not run: the catalog endpoint could not be used");
+            checks.fail(
+                CheckType::CatalogConnection,
+                Issue::ConnectionFailed,
+                &summary,
+            );
+            checks.not_run(
+                CheckType::CatalogAuthentication,
+                "not run: the catalog endpoint could not be used",
+            );
             return Ok(checks.report());
         }
     }
@@ -219,7 +246,15 @@ pub async fn validate(
     let Some(metadata) = discover(client.as_ref(), &capabilities, table, &mut checks).await else {
         return Ok(checks.report());
     };
-    let Some((vended, target)) = vend(state, client.as_ref(), &capabilities, &metadata, &mut checks).await else {
+    let Some((vended, target)) = vend(
+        state,
+        client.as_ref(),
+        &capabilities,
+        &metadata,
+        &mut checks,
+    )
+    .await
+    else {
         return Ok(checks.report());
     };
     check_storage(state, &record, &vended, &target, &mut checks).await;
@@ -229,11 +264,21 @@ pub async fn validate(
 fn record_connect_failure(checks: &mut Checks, e: AccessError) -> ApiResult<()> {
     match e {
         AccessError::Unsupported(m) | AccessError::Credentials(m) => {
-            checks.not_run(CheckType::CatalogConnection, "not run: the integration's authentication cannot be used");
-            checks.fail(CheckType::CatalogAuthentication, Issue::AuthenticationFailed, &m);
+            checks.not_run(
+                CheckType::CatalogConnection,
+                "not run: the integration's authentication cannot be used",
+            );
+            checks.fail(
+                CheckType::CatalogAuthentication,
+                Issue::AuthenticationFailed,
+                &m,
+            );
         }
         AccessError::Store(flotilla_secrets::SecretStoreError::NotFound(_)) => {
-            checks.not_run(CheckType::CatalogConnection, "not run: the integration's credentials are missing");
+            checks.not_run(
+                CheckType::CatalogConnection,
+                "not run: the integration's credentials are missing",
+            );
             checks.fail(
                 CheckType::CatalogAuthentication,
                 Issue::AuthenticationFailed,
@@ -242,12 +287,26 @@ fn record_connect_failure(checks: &mut Checks, e: AccessError) -> ApiResult<()> 
         }
         e @ AccessError::Store(_) => return Err(ApiError::from(e)),
         AccessError::Catalog(c @ CatalogAccessError::Unsupported(_)) => {
-            checks.not_run(CheckType::CatalogConnection, "not run: the integration's authentication cannot be used");
-            checks.fail(CheckType::CatalogAuthentication, Issue::AuthenticationFailed, &c.to_string());
+            checks.not_run(
+                CheckType::CatalogConnection,
+                "not run: the integration's authentication cannot be used",
+            );
+            checks.fail(
+                CheckType::CatalogAuthentication,
+                Issue::AuthenticationFailed,
+                &c.to_string(),
+            );
         }
         AccessError::Catalog(c) => {
-            checks.fail(CheckType::CatalogConnection, Issue::ConnectionFailed, &c.to_string());
-            checks.not_run(CheckType::CatalogAuthentication, "not run: the connection configuration is invalid");
+            checks.fail(
+                CheckType::CatalogConnection,
+                Issue::ConnectionFailed,
+                &c.to_string(),
+            );
+            checks.not_run(
+                CheckType::CatalogAuthentication,
+                "not run: the connection configuration is invalid",
+            );
         }
     }
     Ok(())
@@ -281,7 +340,11 @@ async fn discover(
     if let Some(t) = table {
         // The caller named the table: discovery still has to list, once.
         if let Err(e) = client.list_namespaces(None, None, Some(1)).await {
-            checks.fail(CheckType::Discovery, discovery_issue(&e), &format!("listing namespaces failed: {e}"));
+            checks.fail(
+                CheckType::Discovery,
+                discovery_issue(&e),
+                &format!("listing namespaces failed: {e}"),
+            );
             return None;
         }
         found = Some((t.namespace, t.name));
@@ -298,8 +361,14 @@ async fn discover(
                             break 'walk;
                         }
                     }
+                    // Levels that hold no tables (a Unity catalog, a share) answer NotFound.
+                    Err(CatalogAccessError::NotFound(_)) => {}
                     Err(e) => {
-                        checks.fail(CheckType::Discovery, discovery_issue(&e), &format!("listing tables failed: {e}"));
+                        checks.fail(
+                            CheckType::Discovery,
+                            discovery_issue(&e),
+                            &format!("listing tables failed: {e}"),
+                        );
                         return None;
                     }
                 }
@@ -310,13 +379,20 @@ async fn discover(
                     break 'walk;
                 }
                 calls += 1;
-                match client.list_namespaces(parent.as_ref(), token.as_deref(), Some(100)).await {
+                match client
+                    .list_namespaces(parent.as_ref(), token.as_deref(), Some(100))
+                    .await
+                {
                     Ok(page) => {
                         queue.extend(page.items.into_iter().map(Some));
                         token = page.next_page_token;
                     }
                     Err(e) => {
-                        checks.fail(CheckType::Discovery, discovery_issue(&e), &format!("listing namespaces failed: {e}"));
+                        checks.fail(
+                            CheckType::Discovery,
+                            discovery_issue(&e),
+                            &format!("listing namespaces failed: {e}"),
+                        );
                         return None;
                     }
                 }
@@ -331,7 +407,11 @@ async fn discover(
     if let (true, Some((ns, _))) = (capabilities.list_views, &found)
         && let Err(e) = client.list_views(ns, None, Some(1)).await
     {
-        checks.fail(CheckType::Discovery, discovery_issue(&e), &format!("listing views failed: {e}"));
+        checks.fail(
+            CheckType::Discovery,
+            discovery_issue(&e),
+            &format!("listing views failed: {e}"),
+        );
         return None;
     }
     let Some((namespace, name)) = found else {
@@ -349,16 +429,28 @@ async fn discover(
         Ok(LoadTableOutcome::Loaded { metadata, .. }) => {
             checks.pass(
                 CheckType::Discovery,
-                &format!("listed namespaces and tables; loaded table {} ({})", metadata.identifier, metadata.format.as_str()),
+                &format!(
+                    "listed namespaces and tables; loaded table {} ({})",
+                    metadata.identifier,
+                    metadata.format.as_str()
+                ),
             );
             Some(*metadata)
         }
         Ok(LoadTableOutcome::NotModified) => {
-            checks.fail(CheckType::Discovery, Issue::DiscoveryFailed, "the catalog answered an unconditional load as not modified");
+            checks.fail(
+                CheckType::Discovery,
+                Issue::DiscoveryFailed,
+                "the catalog answered an unconditional load as not modified",
+            );
             None
         }
         Err(e) => {
-            checks.fail(CheckType::Discovery, discovery_issue(&e), &format!("loading table {namespace}.{name} failed: {e}"));
+            checks.fail(
+                CheckType::Discovery,
+                discovery_issue(&e),
+                &format!("loading table {namespace}.{name} failed: {e}"),
+            );
             None
         }
     }
@@ -384,10 +476,18 @@ impl StorageTarget {
 /// The object that proves read access to the table: its metadata file when the catalog
 /// names one, else the Delta log, else the table location itself.
 pub fn storage_target(metadata: &TableMetadata) -> Option<StorageTarget> {
-    if let Some(m) = metadata.metadata_location.as_deref().filter(|m| !m.is_empty()) {
+    if let Some(m) = metadata
+        .metadata_location
+        .as_deref()
+        .filter(|m| !m.is_empty())
+    {
         return Some(StorageTarget::Object(m.to_owned()));
     }
-    let location = metadata.location.as_deref().filter(|l| !l.is_empty())?.trim_end_matches('/');
+    let location = metadata
+        .location
+        .as_deref()
+        .filter(|l| !l.is_empty())?
+        .trim_end_matches('/');
     Some(match metadata.format {
         TableFormat::Delta => StorageTarget::Prefix(format!("{location}/_delta_log/")),
         _ => StorageTarget::Prefix(format!("{location}/")),
@@ -396,10 +496,19 @@ pub fn storage_target(metadata: &TableMetadata) -> Option<StorageTarget> {
 
 fn vending_issue(e: &CatalogAccessError) -> Issue {
     match e {
-        CatalogAccessError::CredentialVending { kind: VendingErrorKind::Unsupported, .. }
+        CatalogAccessError::CredentialVending {
+            kind: VendingErrorKind::Unsupported,
+            ..
+        }
         | CatalogAccessError::Unsupported(_) => Issue::VendingUnsupported,
-        CatalogAccessError::CredentialVending { kind: VendingErrorKind::Expired, .. } => Issue::CredentialExpired,
-        CatalogAccessError::CredentialVending { kind: VendingErrorKind::Scope, .. } => Issue::CredentialScopeInvalid,
+        CatalogAccessError::CredentialVending {
+            kind: VendingErrorKind::Expired,
+            ..
+        } => Issue::CredentialExpired,
+        CatalogAccessError::CredentialVending {
+            kind: VendingErrorKind::Scope,
+            ..
+        } => Issue::CredentialScopeInvalid,
         _ => Issue::VendingFailed,
     }
 }
@@ -420,10 +529,17 @@ async fn vend(
         return None;
     }
     let ident = &metadata.identifier;
-    let vended = match client.vend_storage_credentials(&ident.namespace, &ident.name).await {
+    let vended = match client
+        .vend_storage_credentials(&ident.namespace, &ident.name)
+        .await
+    {
         Ok(v) => v,
         Err(e) => {
-            checks.fail(CheckType::CredentialVending, vending_issue(&e), &e.to_string());
+            checks.fail(
+                CheckType::CredentialVending,
+                vending_issue(&e),
+                &e.to_string(),
+            );
             return None;
         }
     };
@@ -437,7 +553,10 @@ async fn vend(
         return None;
     }
     let Some(target) = storage_target(metadata) else {
-        checks.pass(CheckType::CredentialVending, "the catalog vended storage credentials");
+        checks.pass(
+            CheckType::CredentialVending,
+            "the catalog vended storage credentials",
+        );
         checks.fail(
             CheckType::StorageAccess,
             Issue::StorageAccessFailed,
@@ -460,14 +579,23 @@ async fn vend(
         .unwrap_or_default();
     checks.pass(
         CheckType::CredentialVending,
-        &format!("the catalog vended {} storage credentials covering the table{lifetime}", vended.credential.kind_name()),
+        &format!(
+            "the catalog vended {} storage credentials covering the table{lifetime}",
+            vended.credential.kind_name()
+        ),
     );
     Some((vended, target))
 }
 
 /// The first of `keys` present in `map`.
-fn first_setting<'a>(map: &'a std::collections::BTreeMap<String, String>, keys: &[&str]) -> Option<&'a str> {
-    keys.iter().find_map(|k| map.get(*k)).map(String::as_str).filter(|v| !v.trim().is_empty())
+fn first_setting<'a>(
+    map: &'a std::collections::BTreeMap<String, String>,
+    keys: &[&str],
+) -> Option<&'a str> {
+    keys.iter()
+        .find_map(|k| map.get(*k))
+        .map(String::as_str)
+        .filter(|v| !v.trim().is_empty())
 }
 
 /// True when the integration's catalog is on this machine (local mode against a loopback
@@ -476,7 +604,9 @@ fn upstream_is_local(state: &AppState, record: &IntegrationRecord) -> bool {
     if !state.config.allow_insecure_upstreams {
         return false;
     }
-    let Ok(url) = Url::parse(&record.uri) else { return false };
+    let Ok(url) = Url::parse(&record.uri) else {
+        return false;
+    };
     match url.host() {
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
@@ -490,17 +620,34 @@ fn upstream_is_local(state: &AppState, record: &IntegrationRecord) -> bool {
 /// then every address the name resolves to now. The object-store client resolves again
 /// when it connects, so this narrows but does not close a DNS-rebinding window.
 async fn check_endpoint(state: &AppState, endpoint: &str) -> Result<(), String> {
-    let policy = if state.config.allow_insecure_upstreams { AddressPolicy::insecure() } else { AddressPolicy::strict() };
+    let policy = if state.config.allow_insecure_upstreams {
+        AddressPolicy::insecure()
+    } else {
+        AddressPolicy::strict()
+    };
     let url = Url::parse(endpoint).map_err(|_| "the S3 endpoint is not a URL".to_owned())?;
-    policy.check_url(&url).map_err(|e| format!("the S3 endpoint was refused: {}", e.reason()))?;
-    let Some(host) = url.host_str() else { return Err("the S3 endpoint has no host".into()) };
-    if host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok() {
+    policy
+        .check_url(&url)
+        .map_err(|e| format!("the S3 endpoint was refused: {}", e.reason()))?;
+    let Some(host) = url.host_str() else {
+        return Err("the S3 endpoint has no host".into());
+    };
+    if host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+        .is_ok()
+    {
         return Ok(());
     }
     let port = url.port_or_known_default().unwrap_or(443);
-    let addrs = tokio::net::lookup_host((host, port)).await.map_err(|_| "the S3 endpoint host does not resolve".to_owned())?;
+    let addrs = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|_| "the S3 endpoint host does not resolve".to_owned())?;
     for a in addrs {
-        policy.check_ip(a.ip()).map_err(|e| format!("the S3 endpoint was refused: {}", e.reason()))?;
+        policy
+            .check_ip(a.ip())
+            .map_err(|e| format!("the S3 endpoint was refused: {}", e.reason()))?;
     }
     Ok(())
 }
@@ -533,15 +680,23 @@ async fn check_storage(
     let url = match Url::parse(target.location()) {
         Ok(u) => u,
         Err(_) => {
-            checks.fail(CheckType::StorageAccess, Issue::StorageAccessFailed, "the table location is not a URL");
+            checks.fail(
+                CheckType::StorageAccess,
+                Issue::StorageAccessFailed,
+                "the table location is not a URL",
+            );
             return;
         }
     };
     let outcome = match url.scheme() {
         "s3" | "s3a" => read_s3(state, record, vended, &url, target).await,
         "file" if upstream_is_local(state, record) => read_local(&url, target).await,
-        "file" => Err(Ok("file:// locations are readable only in local mode against a local catalog".to_owned())),
-        other => Err(Ok(format!("verifying {other}:// storage is not supported by this deployment"))),
+        "file" => Err(Ok(
+            "file:// locations are readable only in local mode against a local catalog".to_owned(),
+        )),
+        other => Err(Ok(format!(
+            "verifying {other}:// storage is not supported by this deployment"
+        ))),
     };
     match outcome {
         Ok(()) => checks.pass(
@@ -551,8 +706,16 @@ async fn check_storage(
                 _ => format!("read {what} with the vended credentials"),
             },
         ),
-        Err(Ok(summary)) => checks.fail(CheckType::StorageAccess, Issue::StorageAccessFailed, &summary),
-        Err(Err(e)) => checks.fail(CheckType::StorageAccess, Issue::StorageAccessFailed, &storage_error_summary(&e, what)),
+        Err(Ok(summary)) => checks.fail(
+            CheckType::StorageAccess,
+            Issue::StorageAccessFailed,
+            &summary,
+        ),
+        Err(Err(e)) => checks.fail(
+            CheckType::StorageAccess,
+            Issue::StorageAccessFailed,
+            &storage_error_summary(&e, what),
+        ),
     }
 }
 
@@ -568,7 +731,9 @@ async fn probe(store: &dyn ObjectStore, target: &StorageTarget, path: ObjectPath
             match listing.next().await {
                 Some(Ok(_)) => Ok(()),
                 Some(Err(e)) => Err(Err(e)),
-                None => Err(Ok("the table's log or data prefix is empty in storage".to_owned())),
+                None => Err(Ok(
+                    "the table's log or data prefix is empty in storage".to_owned()
+                )),
             }
         }
     }
@@ -581,7 +746,12 @@ async fn read_s3(
     url: &Url,
     target: &StorageTarget,
 ) -> ReadOutcome {
-    let StorageCredential::S3 { access_key_id, secret_access_key, session_token } = &vended.credential else {
+    let StorageCredential::S3 {
+        access_key_id,
+        secret_access_key,
+        session_token,
+    } = &vended.credential
+    else {
         return Err(Ok(format!(
             "the catalog vended {} credentials for an s3:// location",
             vended.credential.kind_name()
@@ -596,7 +766,8 @@ async fn read_s3(
         Err(_) => return Err(Ok("the s3:// location is not a valid object key".to_owned())),
     };
     // The operator's endpoint wins over the catalog's, as the operator's URI does.
-    let endpoint = first_setting(&record.properties, &["s3.endpoint"]).or_else(|| first_setting(&vended.settings, &["s3.endpoint"]));
+    let endpoint = first_setting(&record.properties, &["s3.endpoint"])
+        .or_else(|| first_setting(&vended.settings, &["s3.endpoint"]));
     let region = first_setting(&record.properties, &["s3.region", "client.region"])
         .or_else(|| first_setting(&vended.settings, &["s3.region", "client.region"]))
         .unwrap_or("us-east-1");
@@ -605,8 +776,14 @@ async fn read_s3(
         secret_key: secret_access_key.expose().to_owned(),
         token: session_token.as_ref().map(|t| t.expose().to_owned()),
     };
-    let retry = RetryConfig { max_retries: 1, retry_timeout: Duration::from_secs(10), ..Default::default() };
-    let options = ClientOptions::new().with_timeout(Duration::from_secs(15)).with_connect_timeout(Duration::from_secs(5));
+    let retry = RetryConfig {
+        max_retries: 1,
+        retry_timeout: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let options = ClientOptions::new()
+        .with_timeout(Duration::from_secs(15))
+        .with_connect_timeout(Duration::from_secs(5));
     let mut builder = AmazonS3Builder::new()
         .with_bucket_name(bucket)
         .with_region(region)
@@ -617,7 +794,8 @@ async fn read_s3(
         if let Err(summary) = check_endpoint(state, endpoint).await {
             return Err(Ok(summary));
         }
-        let path_style = first_setting(&vended.settings, &["s3.path-style-access"]).is_none_or(|v| !v.eq_ignore_ascii_case("false"));
+        let path_style = first_setting(&vended.settings, &["s3.path-style-access"])
+            .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
         builder = builder
             .with_endpoint(endpoint)
             .with_allow_http(state.config.allow_insecure_upstreams)
@@ -625,7 +803,11 @@ async fn read_s3(
     }
     let store = match builder.build() {
         Ok(s) => s,
-        Err(_) => return Err(Ok("cannot configure an S3 client for the vended credentials".to_owned())),
+        Err(_) => {
+            return Err(Ok(
+                "cannot configure an S3 client for the vended credentials".to_owned(),
+            ));
+        }
     };
     probe(&store, target, path).await
 }
@@ -637,7 +819,11 @@ async fn read_local(url: &Url, target: &StorageTarget) -> ReadOutcome {
     let store = object_store::local::LocalFileSystem::new();
     let path = match ObjectPath::from_absolute_path(&file) {
         Ok(p) => p,
-        Err(_) => return Err(Ok("the file:// location is not a valid local path".to_owned())),
+        Err(_) => {
+            return Err(Ok(
+                "the file:// location is not a valid local path".to_owned()
+            ));
+        }
     };
     probe(&store, target, path).await
 }
@@ -646,7 +832,11 @@ async fn read_local(url: &Url, target: &StorageTarget) -> ReadOutcome {
 mod tests {
     use super::*;
 
-    fn meta(format: TableFormat, location: Option<&str>, metadata_location: Option<&str>) -> TableMetadata {
+    fn meta(
+        format: TableFormat,
+        location: Option<&str>,
+        metadata_location: Option<&str>,
+    ) -> TableMetadata {
         TableMetadata {
             identifier: flotilla_catalog_access::TableIdent::new(NamespacePath::new(["a"]), "t"),
             format,
@@ -660,10 +850,18 @@ mod tests {
 
     #[test]
     fn the_storage_target_is_the_metadata_file_else_the_delta_log() {
-        let m = meta(TableFormat::Iceberg, Some("s3://b/t"), Some("s3://b/t/metadata/v1.json"));
-        assert!(matches!(storage_target(&m), Some(StorageTarget::Object(l)) if l == "s3://b/t/metadata/v1.json"));
+        let m = meta(
+            TableFormat::Iceberg,
+            Some("s3://b/t"),
+            Some("s3://b/t/metadata/v1.json"),
+        );
+        assert!(
+            matches!(storage_target(&m), Some(StorageTarget::Object(l)) if l == "s3://b/t/metadata/v1.json")
+        );
         let d = meta(TableFormat::Delta, Some("s3://b/t/"), None);
-        assert!(matches!(storage_target(&d), Some(StorageTarget::Prefix(l)) if l == "s3://b/t/_delta_log/"));
+        assert!(
+            matches!(storage_target(&d), Some(StorageTarget::Prefix(l)) if l == "s3://b/t/_delta_log/")
+        );
         assert!(storage_target(&meta(TableFormat::Delta, None, None)).is_none());
     }
 
@@ -684,6 +882,9 @@ mod tests {
 
     #[test]
     fn summaries_are_bounded() {
-        assert_eq!(bounded(&"x".repeat(5000)).chars().count(), MAX_SUMMARY_CHARS + 1);
+        assert_eq!(
+            bounded(&"x".repeat(5000)).chars().count(),
+            MAX_SUMMARY_CHARS + 1
+        );
     }
 }

@@ -18,13 +18,23 @@ use crate::state::AppState;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route("/v1/accounts/{account_id}/integrations/{integration_id}/validate", post(validate))
-        .route("/v1/accounts/{account_id}/integrations/{integration_id}/upstream/namespaces", get(list_namespaces))
-        .route("/v1/accounts/{account_id}/integrations/{integration_id}/upstream/objects", get(list_objects))
+        .route(
+            "/v1/accounts/{account_id}/integrations/{integration_id}/validate",
+            post(validate),
+        )
+        .route(
+            "/v1/accounts/{account_id}/integrations/{integration_id}/upstream/namespaces",
+            get(list_namespaces),
+        )
+        .route(
+            "/v1/accounts/{account_id}/integrations/{integration_id}/upstream/objects",
+            get(list_objects),
+        )
 }
 
 fn authorize(p: &crate::auth::Principal, account: &str) -> ApiResult<()> {
-    flotilla_domain::names::validate_account_id(account).map_err(|_| ApiError::not_found("account"))?;
+    flotilla_domain::names::validate_account_id(account)
+        .map_err(|_| ApiError::not_found("account"))?;
     p.require_account(account)
 }
 
@@ -71,13 +81,16 @@ async fn validate(
     authorize(&p, &a)?;
     let table = match (q.namespace.as_deref(), q.table) {
         (None, None) => None,
-        (Some(ns), Some(name)) if !name.is_empty() => {
-            Some(TableChoice { namespace: parse_namespace(ns, "namespace")?, name })
-        }
+        (Some(ns), Some(name)) if !name.is_empty() => Some(TableChoice {
+            namespace: parse_namespace(ns, "namespace")?,
+            name,
+        }),
         _ => return Err(ApiError::invalid("namespace and table are given together")),
     };
     let report = validation::validate(&state, &a, &id, table).await?;
-    Ok(ok(serde_json::to_value(report).map_err(|e| ApiError::internal(e.to_string()))?))
+    Ok(ok(
+        serde_json::to_value(report).map_err(|e| ApiError::internal(e.to_string()))?
+    ))
 }
 
 async fn list_namespaces(
@@ -92,7 +105,15 @@ async fn list_namespaces(
         _ => None,
     };
     let size = page_size(q.page_size)?;
-    Ok(ok(upstream::list_namespaces(&state, &a, &id, parent, size, q.page_token.as_deref()).await?))
+    Ok(ok(upstream::list_namespaces(
+        &state,
+        &a,
+        &id,
+        parent,
+        size,
+        q.page_token.as_deref(),
+    )
+    .await?))
 }
 
 async fn list_objects(
@@ -111,5 +132,14 @@ async fn list_objects(
         Some(k) => Kinds::parse(k)?,
     };
     let size = page_size(q.page_size)?;
-    Ok(ok(upstream::list_objects(&state, &a, &id, namespace, kinds, size, q.page_token.as_deref()).await?))
+    Ok(ok(upstream::list_objects(
+        &state,
+        &a,
+        &id,
+        namespace,
+        kinds,
+        size,
+        q.page_token.as_deref(),
+    )
+    .await?))
 }
