@@ -18,7 +18,9 @@ use flotilla_catalog_access::{
 };
 use flotilla_secrets::local::{LocalEncryptedStore, SecretKey};
 use flotilla_testkit::delta_sharing_fixture::{self, DeltaSharingFixture, SharingTable};
-use flotilla_testkit::iceberg_fixture::{self, FixtureAuth, IcebergFixture, VendingMode};
+use flotilla_testkit::iceberg_fixture::{
+    self, FixtureAuth, IcebergFault, IcebergFaultRule, IcebergFixture, VendingMode,
+};
 use flotilla_testkit::unity_fixture::{self, UnityFixture, UnityTable};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
@@ -270,6 +272,47 @@ async fn a_wrong_client_secret_fails_authentication_only() {
         assert_check(&r, kind, "NOT_RUN", None);
     }
     assert_absent(&r, &["not-the-secret-canary"]);
+    // Rotating to the right secret publishes a new generation, which the next validation reads.
+    let rot = env
+        .h
+        .call(
+            Method::PUT,
+            &format!("{A}/integrations/{id}/authentication"),
+            Some(ACME),
+            Some(json!({"credentials": {"client_secret": iceberg_fixture::DEFAULT_CLIENT_SECRET}})),
+            &[],
+        )
+        .await;
+    assert_eq!(rot.status, StatusCode::OK, "{:?}", rot.body);
+    assert_all_passed(&env.validate(&id).await);
+}
+
+#[tokio::test]
+async fn a_non_conforming_endpoint_fails_the_connection_and_a_failing_listing_fails_discovery() {
+    let f = oauth_fixture().await;
+    f.add_fault(IcebergFaultRule::always(IcebergFault::MalformedJson).on_path("/v1/config"));
+    let env = Env::new().await;
+    let id = env
+        .integration(
+            "ice",
+            iceberg_oauth(&f, iceberg_fixture::DEFAULT_CLIENT_SECRET),
+        )
+        .await;
+    let r = env.validate(&id).await;
+    assert_check(
+        &r,
+        "CATALOG_CONNECTION",
+        "FAILED",
+        Some("CONNECTION_FAILED"),
+    );
+    assert_check(&r, "CATALOG_AUTHENTICATION", "NOT_RUN", None);
+    f.clear_faults();
+    f.add_fault(IcebergFaultRule::always(IcebergFault::Status(500)).on_path("/tables"));
+    let r = env.validate(&id).await;
+    assert_eq!(r.body["valid"], false);
+    assert_check(&r, "CATALOG_AUTHENTICATION", "PASSED", None);
+    assert_check(&r, "DISCOVERY", "FAILED", Some("DISCOVERY_FAILED"));
+    assert_check(&r, "CREDENTIAL_VENDING", "NOT_RUN", None);
 }
 
 #[tokio::test]
@@ -586,6 +629,29 @@ async fn unity_storage_without_the_delta_log_or_bucket_fails_storage_access() {
     );
     let secrets = unity_vended_material(&g);
     assert_absent(&r, &secrets.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn an_s3_endpoint_at_the_metadata_address_is_refused() {
+    let bucket = bucket_with(&["main/orders/_delta_log/00000000000000000000.json"]).await;
+    let f = unity_on_moto(&bucket).await;
+    let env = Env::new().await;
+    let mut body = unity_bearer(&f, unity_fixture::DEFAULT_BEARER_TOKEN);
+    body["properties"]["s3.endpoint"] = json!("http://169.254.169.254");
+    let id = env.integration("uc", body).await;
+    let r = env.validate(&id).await;
+    assert_check(&r, "CREDENTIAL_VENDING", "PASSED", None);
+    assert_check(
+        &r,
+        "STORAGE_ACCESS",
+        "FAILED",
+        Some("STORAGE_ACCESS_FAILED"),
+    );
+    let summary = check(&r, "STORAGE_ACCESS")["summary"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(summary.contains("refused"), "{summary}");
 }
 
 #[tokio::test]
