@@ -55,6 +55,8 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         .map(|a| a.to_string())
         .unwrap_or_default();
     let app = flotilla_core::router(stack.state.clone());
+    // The same scheduler and reconciler as the Lambdas, in-process (stopped on drop).
+    let _reconcile = flotilla_runtime::local::spawn_reconcile(&stack.state);
     tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "flotilla serve ready on http://{addr}");
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())

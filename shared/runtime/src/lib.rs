@@ -4,4 +4,5 @@
 
 pub mod aws;
 pub mod local;
+pub mod queue;
 pub mod telemetry;

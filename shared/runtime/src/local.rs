@@ -90,3 +90,34 @@ fn generated_operator_token(data_dir: &Path) -> Result<(String, PathBuf), LocalE
     f.write_all(token.as_bytes()).map_err(io)?;
     Ok((token, path))
 }
+
+/// The reconcile scheduler loop and worker of `flotilla serve`, on the in-process queue.
+/// Dropping it stops both.
+pub struct ReconcileTasks {
+    scheduler: tokio::task::JoinHandle<()>,
+    worker: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ReconcileTasks {
+    fn drop(&mut self) {
+        self.scheduler.abort();
+        self.worker.abort();
+    }
+}
+
+/// Starts the same scheduler and reconciler the Lambdas run, in-process: a pass every
+/// `FLOTILLA_SCHEDULE_SECS` seconds (default 60) enqueues due overlays, one worker runs them.
+pub fn spawn_reconcile(state: &AppState) -> ReconcileTasks {
+    use crate::queue::{ChannelQueue, WorkerOptions, run_channel_worker, run_scheduler_loop};
+    let every = std::env::var("FLOTILLA_SCHEDULE_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .unwrap_or(60);
+    let (queue, rx) = ChannelQueue::new();
+    let connector: flotilla_core::reconcile::DynConnector = Arc::new(flotilla_core::reconcile::AdapterConnector);
+    let worker = tokio::spawn(run_channel_worker(state.clone(), connector, queue.clone(), rx, WorkerOptions::default()));
+    let scheduler =
+        tokio::spawn(run_scheduler_loop(state.clone(), Arc::new(queue), std::time::Duration::from_secs(every)));
+    ReconcileTasks { scheduler, worker }
+}

@@ -1,0 +1,354 @@
+//! The SQS path on moto: the scheduler enqueues through SQS, this crate's handler consumes
+//! batches the way the Lambda event source mapping delivers them (delete on success, make
+//! visible again on a reported failure), and the queue's redrive policy moves a poison
+//! message to the dead-letter queue after `maxReceiveCount` receives.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::QueueAttributeName;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use flotilla_core::auth::StaticTokens;
+use flotilla_core::clock::SystemClock;
+use flotilla_core::reconcile::AdapterConnector;
+use flotilla_core::reconcile::work::ReconcileMessage;
+use flotilla_core::{AppState, Config};
+use flotilla_fn_reconciler::handle_batch;
+use flotilla_metastore::redb_store::RedbMetastore;
+use flotilla_metastore::{Consistency, Query, query_all};
+use flotilla_runtime::queue::{SqsQueue, schedule_once};
+use flotilla_testkit::iceberg_fixture::{FixtureAuth, IcebergFixture};
+use flotilla_testkit::moto;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const OPERATOR: &str = "operator-token-0001";
+const ACME: &str = "acme-token-0001";
+const UPSTREAM: &str = "upstream-token-0001";
+
+struct Env {
+    state: AppState,
+    fx: IcebergFixture,
+    catalog: String,
+    overlay: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn call(state: &AppState, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let resp = flotilla_core::router(state.clone())
+        .oneshot(req)
+        .await
+        .expect("infallible");
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn env() -> Env {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = RedbMetastore::open(dir.path().join("meta.redb")).expect("redb");
+    let key = flotilla_secrets::local::SecretKey::generate();
+    let creds =
+        flotilla_secrets::local::LocalEncryptedStore::with_key(dir.path().join("secrets"), &key)
+            .expect("secrets");
+    let mut tokens = StaticTokens::new();
+    tokens.add(OPERATOR, true, vec![]);
+    tokens.add(ACME, false, vec!["acme".into()]);
+    let config = Config {
+        allow_insecure_upstreams: true,
+        ..Config::default()
+    };
+    let state = AppState::new(
+        Arc::new(store),
+        Arc::new(SystemClock),
+        Arc::new(tokens),
+        config,
+    )
+    .with_credentials(Arc::new(creds));
+    let fx = IcebergFixture::start_with_sample().await;
+    fx.set_auth(FixtureAuth::Bearer);
+    fx.set_bearer_tokens(&[UPSTREAM]);
+    let (s, b) = call(&state, "/v1/accounts", OPERATOR, json!({"id": "acme"})).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let (s, b) = call(
+        &state,
+        "/v1/accounts/acme/catalogs",
+        ACME,
+        json!({"display_name": "analytics"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let catalog = b["id"].as_str().expect("id").to_owned();
+    let (s, b) = call(
+        &state,
+        "/v1/accounts/acme/integrations",
+        ACME,
+        json!({"display_name": "up", "type": "ICEBERG_REST", "uri": fx.uri(),
+               "authentication": {"type": "BEARER"}, "credentials": {"token": UPSTREAM}}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let integration = b["id"].as_str().expect("id").to_owned();
+    let (s, b) = call(
+        &state,
+        "/v1/accounts/acme/overlays",
+        ACME,
+        json!({"display_name": "import", "integration_id": integration, "catalog_id": catalog}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let overlay = b["id"].as_str().expect("id").to_owned();
+    Env {
+        state,
+        fx,
+        catalog,
+        overlay,
+        _dir: dir,
+    }
+}
+
+fn sqs() -> aws_sdk_sqs::Client {
+    let conf = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .endpoint_url(moto::endpoint())
+        .region(aws_sdk_sqs::config::Region::new(moto::TEST_REGION))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            moto::TEST_ACCESS_KEY_ID,
+            moto::TEST_SECRET_ACCESS_KEY,
+            None,
+            None,
+            "moto",
+        ))
+        .build();
+    aws_sdk_sqs::Client::from_conf(conf)
+}
+
+/// A queue with a dead-letter queue after `max_receives`; answers (queue url, dlq url).
+async fn queues(client: &aws_sdk_sqs::Client, max_receives: u32) -> (String, String) {
+    let dlq = client
+        .create_queue()
+        .queue_name(moto::unique_name("reconcile-dlq"))
+        .send()
+        .await
+        .expect("dlq");
+    let dlq_url = dlq.queue_url().expect("dlq url").to_owned();
+    let attrs = client
+        .get_queue_attributes()
+        .queue_url(&dlq_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("dlq attributes");
+    let arn = attrs
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+        .expect("arn")
+        .clone();
+    let redrive = json!({"deadLetterTargetArn": arn, "maxReceiveCount": max_receives.to_string()})
+        .to_string();
+    let q = client
+        .create_queue()
+        .queue_name(moto::unique_name("reconcile"))
+        .attributes(QueueAttributeName::RedrivePolicy, redrive)
+        .attributes(QueueAttributeName::VisibilityTimeout, "30")
+        .send()
+        .await
+        .expect("queue");
+    (q.queue_url().expect("url").to_owned(), dlq_url)
+}
+
+async fn send_raw(client: &aws_sdk_sqs::Client, url: &str, body: &str) {
+    client
+        .send_message()
+        .queue_url(url)
+        .message_body(body)
+        .send()
+        .await
+        .expect("send");
+}
+
+/// One poll as the Lambda event source mapping does it: receive, invoke the handler, delete
+/// what succeeded, make the reported failures visible again at once (instead of waiting out
+/// the visibility timeout). Answers how many records the batch held.
+async fn poll_once(env: &Env, client: &aws_sdk_sqs::Client, url: &str) -> usize {
+    let got = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .expect("receive");
+    let msgs = got.messages().to_vec();
+    if msgs.is_empty() {
+        return 0;
+    }
+    let mut event = SqsEvent::default();
+    for m in &msgs {
+        let mut r = SqsMessage::default();
+        r.message_id = m.message_id().map(str::to_owned);
+        r.receipt_handle = m.receipt_handle().map(str::to_owned);
+        r.body = m.body().map(str::to_owned);
+        event.records.push(r);
+    }
+    let response = handle_batch(&env.state, &AdapterConnector, event).await;
+    let failed: HashSet<String> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    for m in &msgs {
+        let handle = m.receipt_handle().expect("receipt handle");
+        if failed.contains(m.message_id().unwrap_or_default()) {
+            client
+                .change_message_visibility()
+                .queue_url(url)
+                .receipt_handle(handle)
+                .visibility_timeout(0)
+                .send()
+                .await
+                .expect("nack");
+        } else {
+            client
+                .delete_message()
+                .queue_url(url)
+                .receipt_handle(handle)
+                .send()
+                .await
+                .expect("ack");
+        }
+    }
+    msgs.len()
+}
+
+async fn relation_count(env: &Env) -> usize {
+    let q = Query::new(
+        flotilla_domain::keys::catalog_pk(&env.catalog),
+        flotilla_domain::keys::RELATION_PREFIX,
+        Consistency::Strong,
+    );
+    query_all(env.state.store.as_ref(), q)
+        .await
+        .expect("scan")
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqs_duplicate_delivery_stale_generation_and_poison_message_to_dlq() {
+    let env = env().await;
+    let client = sqs();
+    let (url, dlq) = queues(&client, 2).await;
+    // The scheduler enqueues the one due overlay through SQS.
+    let n = schedule_once(&env.state, &SqsQueue::new(client.clone(), url.clone()))
+        .await
+        .expect("schedule");
+    assert_eq!(n, 1);
+    let current = ReconcileMessage {
+        account_id: "acme".into(),
+        overlay_id: env.overlay.clone(),
+        observed_generation: 1,
+    };
+    // A duplicate delivery, a message for a superseded generation, and a poison message.
+    send_raw(&client, &url, &current.to_body()).await;
+    let stale = ReconcileMessage {
+        observed_generation: 0,
+        ..current.clone()
+    };
+    send_raw(&client, &url, &stale.to_body()).await;
+    send_raw(&client, &url, "{\"account_id\": \"acme\", \"overlay\": 42}").await;
+    let mut rounds = 0;
+    let mut empty = 0;
+    while empty < 2 && rounds < 20 {
+        rounds += 1;
+        if poll_once(&env, &client, &url).await == 0 {
+            empty += 1;
+        }
+    }
+    assert_eq!(
+        relation_count(&env).await,
+        4,
+        "materialized once despite the duplicate"
+    );
+    let dead = client
+        .receive_message()
+        .queue_url(&dlq)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .expect("dlq receive");
+    let bodies: Vec<&str> = dead.messages().iter().filter_map(|m| m.body()).collect();
+    assert_eq!(
+        bodies,
+        vec!["{\"account_id\": \"acme\", \"overlay\": 42}"],
+        "only the poison message is dead-lettered"
+    );
+    let left = client
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .expect("receive");
+    assert!(
+        left.messages().is_empty(),
+        "every other message was acknowledged"
+    );
+    // The overlay kept the last summary, and the scheduler does not enqueue it again now.
+    let n = schedule_once(&env.state, &SqsQueue::new(client.clone(), url.clone()))
+        .await
+        .expect("schedule");
+    assert_eq!(n, 0, "interval not elapsed since the run");
+}
+
+#[tokio::test]
+async fn handler_reports_malformed_and_failing_records_and_acks_the_rest() {
+    let env = env().await;
+    let raw = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../events/reconciler/batch.json"
+    ))
+    .expect("sample");
+    let mut event: SqsEvent = serde_json::from_str(&raw).expect("sample event parses");
+    // The sample's overlays do not exist here: acknowledged as gone.
+    let r = handle_batch(&env.state, &AdapterConnector, event.clone()).await;
+    assert!(r.batch_item_failures.is_empty(), "{r:?}");
+    // A body that is not a reconcile message, a missing body, and a failing run are failures.
+    event.records[0].body = Some("[1, 2".into());
+    event.records[1].body = None;
+    let current = ReconcileMessage {
+        account_id: "acme".into(),
+        overlay_id: env.overlay.clone(),
+        observed_generation: 1,
+    };
+    event.records[2].body = Some(current.to_body());
+    env.fx
+        .add_fault(flotilla_testkit::iceberg_fixture::IcebergFaultRule::always(
+            flotilla_testkit::iceberg_fixture::IcebergFault::Status(503),
+        ));
+    let r = handle_batch(&env.state, &AdapterConnector, event.clone()).await;
+    let ids: Vec<&str> = r
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    env.fx.clear_faults();
+    let r = handle_batch(&env.state, &AdapterConnector, event).await;
+    assert_eq!(
+        r.batch_item_failures.len(),
+        2,
+        "the run now succeeds; the two bad bodies still fail"
+    );
+    assert_eq!(relation_count(&env).await, 4);
+}

@@ -1,0 +1,236 @@
+//! The reconcile queue: the seam between the scheduler (which decides which overlays are
+//! due) and the reconciler workers (which run them).
+//!
+//! On AWS it is SQS ([`SqsQueue`]): the scheduler Lambda sends one message per due overlay,
+//! the reconciler Lambda consumes batches and reports partial batch failures, and the queue's
+//! redrive policy moves a message that keeps failing to the dead-letter queue. Under
+//! `flotilla serve` it is an in-process channel ([`ChannelQueue`]) with the same contract: a
+//! failed message is redelivered (after a delay) until a receive limit, then dropped with an
+//! error log line standing in for the dead-letter queue.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flotilla_core::AppState;
+use flotilla_core::reconcile::DynConnector;
+use flotilla_core::reconcile::work::{ReconcileMessage, due_overlays, handle_message};
+use tokio::sync::mpsc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The queue refused some messages (the scheduler's next tick sends them again).
+    #[error("{failed} of {total} messages were not accepted by the queue")]
+    Partial { failed: usize, total: usize },
+    #[error("queue unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Where reconcile messages go.
+#[async_trait]
+pub trait ReconcileQueue: Send + Sync {
+    async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError>;
+}
+
+/// SQS: `SendMessageBatch` in groups of ten (the API's limit).
+pub struct SqsQueue {
+    client: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl SqsQueue {
+    pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>) -> Self {
+        Self {
+            client,
+            url: url.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl ReconcileQueue for SqsQueue {
+    async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError> {
+        let mut failed = 0;
+        for group in msgs.chunks(10) {
+            let mut entries = Vec::with_capacity(group.len());
+            for (i, m) in group.iter().enumerate() {
+                let e = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(m.to_body())
+                    .build()
+                    .map_err(|e| QueueError::Unavailable(e.to_string()))?;
+                entries.push(e);
+            }
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| {
+                    QueueError::Unavailable(aws_sdk_sqs::error::DisplayErrorContext(&e).to_string())
+                })?;
+            failed += out.failed().len();
+        }
+        if failed > 0 {
+            return Err(QueueError::Partial {
+                failed,
+                total: msgs.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One in-process delivery: the message and how often it was received.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub message: ReconcileMessage,
+    pub receives: u32,
+}
+
+/// The in-process queue of `flotilla serve`. Messages already queued (same overlay and
+/// generation) are not queued twice, so a scheduler tick that comes round while a long run
+/// is still waiting does not pile up duplicates.
+#[derive(Clone)]
+pub struct ChannelQueue {
+    tx: mpsc::UnboundedSender<Delivery>,
+    queued: Arc<Mutex<HashSet<(String, String, u64)>>>,
+}
+
+fn ident(m: &ReconcileMessage) -> (String, String, u64) {
+    (
+        m.account_id.clone(),
+        m.overlay_id.clone(),
+        m.observed_generation,
+    )
+}
+
+impl ChannelQueue {
+    pub fn new() -> (Self, mpsc::UnboundedReceiver<Delivery>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Self {
+                tx,
+                queued: Arc::new(Mutex::new(HashSet::new())),
+            },
+            rx,
+        )
+    }
+
+    fn queued(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String, u64)>> {
+        self.queued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn redeliver(&self, d: Delivery) -> Result<(), QueueError> {
+        self.tx
+            .send(d)
+            .map_err(|_| QueueError::Unavailable("the local worker stopped".into()))
+    }
+}
+
+#[async_trait]
+impl ReconcileQueue for ChannelQueue {
+    async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError> {
+        for m in msgs {
+            if !self.queued().insert(ident(m)) {
+                continue;
+            }
+            self.redeliver(Delivery {
+                message: m.clone(),
+                receives: 0,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Settings of the in-process worker.
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    /// Receives before a failing message is given up (SQS `maxReceiveCount`).
+    pub max_receives: u32,
+    /// Delay before a failed message is delivered again (SQS visibility timeout).
+    pub retry_delay: Duration,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self {
+            max_receives: 5,
+            retry_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Consumes the in-process queue until every sender is gone.
+pub async fn run_channel_worker(
+    state: AppState,
+    connector: DynConnector,
+    queue: ChannelQueue,
+    mut rx: mpsc::UnboundedReceiver<Delivery>,
+    opts: WorkerOptions,
+) {
+    while let Some(mut d) = rx.recv().await {
+        d.receives += 1;
+        let outcome = handle_message(&state, connector.as_ref(), &d.message).await;
+        if outcome.redeliver() && d.receives < opts.max_receives {
+            let q = queue.clone();
+            let delay = opts.retry_delay;
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = q.redeliver(d);
+            });
+            continue;
+        }
+        if outcome.redeliver() {
+            tracing::error!(
+                account_id = %d.message.account_id,
+                overlay_id = %d.message.overlay_id,
+                receives = d.receives,
+                "reconcile message dead-lettered after repeated failures"
+            );
+        }
+        queue.queued().remove(&ident(&d.message));
+    }
+}
+
+/// One scheduler pass: every due overlay becomes one message. Answers how many were sent.
+pub async fn schedule_once(
+    state: &AppState,
+    queue: &dyn ReconcileQueue,
+) -> Result<usize, QueueError> {
+    let due = due_overlays(state.store.as_ref(), state.clock.now_ms())
+        .await
+        .map_err(|e| QueueError::Unavailable(e.to_string()))?;
+    queue.send(&due).await?;
+    Ok(due.len())
+}
+
+/// The scheduler loop of `flotilla serve` (EventBridge's role on AWS).
+pub async fn run_scheduler_loop(state: AppState, queue: Arc<dyn ReconcileQueue>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match schedule_once(&state, queue.as_ref()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(enqueued = n, "scheduled overlay reconciliations"),
+            Err(e) => tracing::warn!(error = %e, "scheduler pass failed"),
+        }
+    }
+}
+
+/// An SQS client from the ambient AWS configuration, sent to `endpoint` when given (an
+/// emulator in tests and `cargo lambda watch`).
+pub async fn sqs_client(endpoint: Option<&str>) -> aws_sdk_sqs::Client {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(e) = endpoint {
+        loader = loader.endpoint_url(e);
+    }
+    aws_sdk_sqs::Client::new(&loader.load().await)
+}
