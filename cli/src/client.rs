@@ -14,6 +14,11 @@ use url::Url;
 use crate::config::Settings;
 use crate::error::{ApiFailure, CliError, CliResult};
 
+/// Page size used when listing everything for name resolution. Not the documented maximum
+/// of 1000: the server currently answers 500 to `page_size=1000` (it asks its store for one
+/// more item than the page to detect the end, and the store refuses 1001).
+const RESOLVE_PAGE_SIZE: u32 = 500;
+
 /// Longest server text quoted back in an error when the body is not the API's error shape.
 const MAX_QUOTED_BODY: usize = 300;
 
@@ -265,7 +270,7 @@ impl Api {
             .list(
                 req,
                 &Paging {
-                    page_size: Some(1000),
+                    page_size: Some(RESOLVE_PAGE_SIZE),
                     page_token: None,
                     all: true,
                 },

@@ -10,6 +10,7 @@ mod cmd;
 mod config;
 mod creds;
 mod error;
+mod index_gc;
 mod nspath;
 mod output;
 mod resolve;
@@ -133,6 +134,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => return serve::run(args).await,
+        Command::Index(IndexCmd::Gc(args)) => return index_gc::run(args).await,
         Command::Admin(AdminCmd::CreateTable { table, endpoint }) => {
             cmd::admin::create_table(&table, endpoint.as_deref()).await
         }

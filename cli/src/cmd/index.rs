@@ -87,6 +87,9 @@ pub enum IndexCmd {
         #[command(flatten)]
         source: SourceArgs,
     },
+    /// Garbage-collect an index catalog's warehouse (operator maintenance; runs on the
+    /// metastore directly, not through the API: see docs/parqdb.md).
+    Gc(crate::index_gc::GcArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -330,6 +333,11 @@ pub async fn run(ctx: &Ctx, cmd: IndexCmd) -> CliResult<()> {
             )
             .body(body);
             ctx.out.object(&api.send(req).await?.body);
+        }
+        IndexCmd::Gc(_) => {
+            return Err(CliError::usage(
+                "index gc is dispatched before the API client",
+            ));
         }
     }
     Ok(())

@@ -74,6 +74,19 @@ pub struct AuthArgs {
 impl AuthArgs {
     fn json(&self) -> CliResult<Value> {
         let mut m = kv_map(&self.auth, "authentication setting")?;
+        // List-valued settings: `scopes=a,b` (or a JSON array) becomes an array.
+        if let Some(Value::String(s)) = m.get("scopes").cloned() {
+            let list: Vec<Value> = if s.trim_start().starts_with('[') {
+                serde_json::from_str(&s)
+                    .map_err(|_| CliError::usage("--auth scopes=[...] is not a JSON array"))?
+            } else {
+                s.split([',', ' '])
+                    .filter(|x| !x.is_empty())
+                    .map(|x| Value::String(x.to_owned()))
+                    .collect()
+            };
+            m.insert("scopes".into(), Value::Array(list));
+        }
         if m.contains_key("type") {
             return Err(CliError::usage("use --auth-type, not --auth type=..."));
         }
