@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI via .ci/run):
-#   1. a Python venv (.venv) with the pinned tools below, created or updated if needed;
+#   1. a Python venv (.venv) with the pinned tools below, created or updated if needed,
+#      then the SAM template lint (scripts/lint-template.sh);
 #   2. a moto server on a free loopback port, for the AWS backends (stopped on any exit);
 #   3. cargo fmt --check, clippy with -D warnings, then every test (nextest, or cargo test).
 # Extra arguments go to the test runner, e.g. `scripts/test.sh -p flotilla-metastore`.
@@ -12,10 +13,11 @@ cd "$ROOT"
 # ---- Pinned tool versions: the only place they live --------------------------------------
 PY_REQUIREMENTS=(
   "moto[server]==5.2.1"
-  # Infra tooling pins go here (one exact version each), e.g.:
-  #   "aws-sam-translator==X.Y.Z"
-  #   "cfn-lint==X.Y.Z"
-  #   "cargo-lambda==X.Y.Z"
+  # SAM template lint (scripts/lint-template.sh): offline translation, then cfn-lint.
+  "aws-sam-translator==1.110.0"
+  "cfn-lint==1.51.0"
+  # `cargo lambda watch` / `invoke` for the Lambda end-to-end test (tests/tests/lambda_e2e.rs).
+  "cargo-lambda==1.9.2"
 )
 
 VENV="$ROOT/.venv"
@@ -40,6 +42,12 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
   "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${PY_REQUIREMENTS[@]}"
   printf '%s\n' "$WANT" >"$STAMP"
 fi
+
+# ---- 1b. SAM template lint (needs only the venv, so it runs before any compilation) ---
+log "scripts/lint-template.sh"
+FLOTILLA_PYTHON="$VENV/bin/python" bash "$ROOT/scripts/lint-template.sh"
+# The Lambda end-to-end test runs this cargo-lambda (it fails when the variable is unset).
+export FLOTILLA_CARGO_LAMBDA="$VENV/bin/cargo-lambda"
 
 # ---- 2. moto server ----------------------------------------------------------------------
 MOTO_PID=""
