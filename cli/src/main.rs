@@ -52,6 +52,7 @@ struct Cli {
 /// The token has no flag on purpose (it would show in process listings): use FLOTILLA_TOKEN,
 /// --token-file, or the profile's token_file / token_env.
 #[derive(clap::Args, Debug)]
+#[command(next_help_heading = "Global options")]
 struct Global {
     /// Config file (TOML, or JSON when it ends in .json).
     #[arg(long, global = true, env = "FLOTILLA_CONFIG", value_name = "FILE")]
