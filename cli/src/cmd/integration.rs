@@ -65,7 +65,7 @@ pub struct AuthArgs {
     /// Authentication type.
     #[arg(long, value_enum, ignore_case = true)]
     pub auth_type: AuthType,
-    /// A non-secret authentication setting, e.g. `token_endpoint=...`, `client_id=...`,
+    /// A non-secret authentication setting, e.g. `client_id=...`, `token_uri=...`, `scopes=a,b`,
     /// `role_arn=...`, `region=...` (repeatable). Secrets go through --cred-*.
     #[arg(long = "auth", value_name = "K=V", value_parser = parse_kv)]
     pub auth: Vec<(String, String)>,
@@ -135,6 +135,12 @@ pub enum IntegrationCmd {
         props: Vec<(String, String)>,
         #[arg(long)]
         clear_props: bool,
+        /// Stop scheduled work (overlay reconciliation) that uses this integration.
+        #[arg(long, conflicts_with = "resume")]
+        pause: bool,
+        /// Resume scheduled work.
+        #[arg(long)]
+        resume: bool,
         #[command(flatten)]
         etag: EtagOpt,
     },
@@ -264,6 +270,8 @@ pub async fn run(ctx: &Ctx, cmd: IntegrationCmd) -> CliResult<()> {
             uri,
             props,
             clear_props,
+            pause,
+            resume,
             etag,
         } => {
             let mut body = Map::new();
@@ -277,6 +285,9 @@ pub async fn run(ctx: &Ctx, cmd: IntegrationCmd) -> CliResult<()> {
                 body.insert("properties".into(), json!(props_map(&props)?));
             } else if clear_props {
                 body.insert("properties".into(), json!({}));
+            }
+            if pause || resume {
+                body.insert("paused".into(), json!(pause));
             }
             if body.is_empty() {
                 return Err(CliError::usage(

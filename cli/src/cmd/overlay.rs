@@ -29,6 +29,12 @@ pub enum OverlayCmd {
         /// An upstream namespace to leave out, with its descendants (repeatable).
         #[arg(long, value_parser = nspath::parse_arg)]
         exclude: Vec<NsPath>,
+        /// Scheduled reconciliation interval in seconds (server default when omitted).
+        #[arg(long, value_name = "SECS")]
+        refresh_interval: Option<u64>,
+        /// Create the overlay paused (no scheduled reconciliation).
+        #[arg(long)]
+        paused: bool,
         #[command(flatten)]
         create: CreateOpts,
     },
@@ -58,6 +64,15 @@ pub enum OverlayCmd {
         /// Empties the exclude list.
         #[arg(long)]
         clear_exclude: bool,
+        /// Scheduled reconciliation interval in seconds.
+        #[arg(long, value_name = "SECS")]
+        refresh_interval: Option<u64>,
+        /// Stop scheduled reconciliation.
+        #[arg(long, conflicts_with = "resume")]
+        pause: bool,
+        /// Resume scheduled reconciliation.
+        #[arg(long)]
+        resume: bool,
         #[command(flatten)]
         etag: EtagOpt,
     },
@@ -155,17 +170,26 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
             catalog,
             include,
             exclude,
+            refresh_interval,
+            paused,
             create,
         } => {
             let integration_id = resolve::id(api, Kind::Integration, &integration).await?;
             let catalog_id = resolve::id(api, Kind::Catalog, &catalog).await?;
-            let body = json!({
+            let mut body = json!({
                 "display_name": name,
                 "integration_id": integration_id,
                 "catalog_id": catalog_id,
                 "include_namespaces": path_list(&include),
                 "exclude_namespaces": path_list(&exclude),
             });
+            // Optional fields are sent only when asked for.
+            if let Some(secs) = refresh_interval {
+                body["refresh_interval_secs"] = json!(secs);
+            }
+            if paused {
+                body["paused"] = json!(true);
+            }
             let req = create.apply(Req::new(Method::POST, api.acct(&["overlays"])?).body(body));
             ctx.out.object(&api.send(req).await?.body);
         }
@@ -196,6 +220,9 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
             exclude,
             clear_include,
             clear_exclude,
+            refresh_interval,
+            pause,
+            resume,
             etag,
         } => {
             let mut body = Map::new();
@@ -207,6 +234,12 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
             }
             if !exclude.is_empty() || clear_exclude {
                 body.insert("exclude_namespaces".into(), path_list(&exclude));
+            }
+            if let Some(secs) = refresh_interval {
+                body.insert("refresh_interval_secs".into(), json!(secs));
+            }
+            if pause || resume {
+                body.insert("paused".into(), json!(pause));
             }
             if body.is_empty() {
                 return Err(CliError::usage(
