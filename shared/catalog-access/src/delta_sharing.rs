@@ -166,7 +166,8 @@ impl DeltaSharingClient {
             .collect();
         Ok(Self {
             base,
-            http: HttpClient::new(options.http.clone())?,
+            http: HttpClient::new(options.http.clone())?
+                .for_protocol(CatalogProtocol::DeltaSharing),
             token,
             strict_access_modes,
             extra_headers,

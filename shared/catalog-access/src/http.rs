@@ -20,6 +20,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -29,6 +30,7 @@ use reqwest::header::HeaderMap;
 use url::{Host, Url};
 
 use crate::error::{BoundedText, CatalogAccessError, Result};
+use crate::spi::CatalogProtocol;
 
 /// Which upstream addresses may be contacted.
 ///
@@ -452,11 +454,81 @@ fn is_retryable_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
 }
 
+/// Upstream HTTP requests sent, per catalog protocol, for the whole process
+/// (`flotilla_upstream_requests_total` on `/v1/admin/metrics`).
+///
+/// Process-wide on purpose: clients are built per integration and per call, while the
+/// metric answers "what did reconciliations and validations cost upstream" for the host.
+/// Every attempt that reaches the network counts (retries included); a request refused by
+/// the address policy before sending does not. The only label is the protocol, never an
+/// integration id or a URI.
+#[derive(Debug, Default)]
+pub struct UpstreamRequestCounters {
+    iceberg_rest: AtomicU64,
+    unity: AtomicU64,
+    delta_sharing: AtomicU64,
+}
+
+static UPSTREAM_REQUESTS: UpstreamRequestCounters = UpstreamRequestCounters {
+    iceberg_rest: AtomicU64::new(0),
+    unity: AtomicU64::new(0),
+    delta_sharing: AtomicU64::new(0),
+};
+
+/// The process-wide upstream request counters.
+pub fn upstream_requests() -> &'static UpstreamRequestCounters {
+    &UPSTREAM_REQUESTS
+}
+
+impl UpstreamRequestCounters {
+    fn slot(&self, protocol: CatalogProtocol) -> &AtomicU64 {
+        match protocol {
+            CatalogProtocol::IcebergRest => &self.iceberg_rest,
+            CatalogProtocol::Unity => &self.unity,
+            CatalogProtocol::DeltaSharing => &self.delta_sharing,
+        }
+    }
+
+    /// Counts one request sent to an upstream of `protocol`.
+    pub fn record(&self, protocol: CatalogProtocol) {
+        self.slot(protocol).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests sent so far to upstreams of `protocol`.
+    pub fn get(&self, protocol: CatalogProtocol) -> u64 {
+        self.slot(protocol).load(Ordering::Relaxed)
+    }
+
+    /// Prometheus text for the counter family; every protocol appears, even at 0, so a
+    /// scrape can tell "no traffic" from "not wired".
+    pub fn render_prometheus(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::from(
+            "# HELP flotilla_upstream_requests_total Upstream catalog HTTP requests sent, by protocol.\n\
+             # TYPE flotilla_upstream_requests_total counter\n",
+        );
+        for (label, protocol) in [
+            ("iceberg_rest", CatalogProtocol::IcebergRest),
+            ("unity", CatalogProtocol::Unity),
+            ("delta_sharing", CatalogProtocol::DeltaSharing),
+        ] {
+            let _ = writeln!(
+                out,
+                "flotilla_upstream_requests_total{{protocol=\"{label}\"}} {}",
+                self.get(protocol)
+            );
+        }
+        out
+    }
+}
+
 /// The hardened HTTP client. Cheap to clone.
 #[derive(Clone)]
 pub struct HttpClient {
     client: reqwest::Client,
     policy: Arc<HttpPolicy>,
+    /// The protocol whose counter every sent request advances (none for ad-hoc clients).
+    protocol: Option<CatalogProtocol>,
 }
 
 impl fmt::Debug for HttpClient {
@@ -504,7 +576,15 @@ impl HttpClient {
         Ok(Self {
             client,
             policy: Arc::new(policy),
+            protocol: None,
         })
+    }
+
+    /// Counts every request this client sends under `protocol` in
+    /// [`upstream_requests`]. Providers set it on the client they build in `connect`.
+    pub fn for_protocol(mut self, protocol: CatalogProtocol) -> Self {
+        self.protocol = Some(protocol);
+        self
     }
 
     /// The policy in force.
@@ -547,6 +627,9 @@ impl HttpClient {
             let last = attempt >= max_attempts;
             if !last {
                 pending = current.try_clone();
+            }
+            if let Some(protocol) = self.protocol {
+                UPSTREAM_REQUESTS.record(protocol);
             }
             let outcome = match self.client.execute(current).await {
                 Ok(resp) => {

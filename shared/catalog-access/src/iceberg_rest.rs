@@ -173,7 +173,7 @@ impl IcebergRestClient {
             warehouse: config.property("warehouse").map(str::to_owned),
             client_properties,
             extra_headers,
-            http: HttpClient::new(options.http.clone())?,
+            http: HttpClient::new(options.http.clone())?.for_protocol(CatalogProtocol::IcebergRest),
             auth,
             clock: options.clock.clone(),
             settings: OnceCell::new(),

@@ -343,7 +343,7 @@ impl UnityClient {
             .collect();
         Ok(Self {
             base,
-            http: HttpClient::new(options.http.clone())?,
+            http: HttpClient::new(options.http.clone())?.for_protocol(CatalogProtocol::Unity),
             auth,
             pinned_catalog,
             extra_headers,
