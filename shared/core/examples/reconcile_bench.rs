@@ -145,6 +145,9 @@ async fn main() -> BenchResult<()> {
     .await?;
     let overlay = ovl["id"].as_str().ok_or("overlay id")?.to_owned();
 
+    // The fixture's 10,000 tables of metadata live in this process too: report the peak
+    // before the first run so the reconciler's own share can be read off.
+    let baseline_rss_kib = peak_rss_kib();
     let mut runs = Vec::new();
     for label in ["first run", "no-op rerun"] {
         fx.log().clear();
@@ -211,7 +214,7 @@ async fn main() -> BenchResult<()> {
             "summary": r.summary.to_json(),
         }));
     }
-    let doc = json!({"tables": tables, "namespaces": namespaces, "runs": out});
+    let doc = json!({"tables": tables, "namespaces": namespaces, "baseline_peak_rss_kib": baseline_rss_kib, "runs": out});
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench-results");
     std::fs::create_dir_all(&path)?;
     std::fs::write(
