@@ -1,9 +1,11 @@
 //! Every sample in `events/` parses as the event type its function receives, so a sample
 //! that drifts from the code (or from what AWS sends) fails here.
 //!
-//! The message and input shapes below mirror the contract written in `docs/deploy.md`; once
-//! the functions expose their own types, these tests should deserialize into those instead
-//! (and route the samples through the real handlers).
+//! These are the shape checks (what AWS sends, what the template routes). The samples also
+//! drive the real handlers: `functions/api/src/sample_events.rs` (lambda_http conversion into
+//! the router), `functions/reconciler/tests/sqs.rs`, `functions/scheduler/tests/schedule.rs`,
+//! and the handler tests of `functions/finalize` and `functions/query`;
+//! `tests/tests/lambda_e2e.rs` invokes them through `cargo lambda`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,14 @@ struct ReconcileMessage {
     account_id: String,
     overlay_id: String,
     observed_generation: u64,
+}
+
+/// Input of the query function: which catalog's directory.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueryInput {
+    account_id: String,
+    catalog_id: String,
 }
 
 /// Input of the finalize function (same body as `POST /v1/admin/catalog-finalize`).
@@ -68,7 +78,7 @@ fn jwt_claims(event: &ApiGatewayV2httpRequest) -> Option<&HashMap<String, String
 
 #[test]
 fn every_sample_belongs_to_a_function() {
-    let known = ["api", "reconciler", "scheduler", "finalize"];
+    let known = ["api", "reconciler", "scheduler", "finalize", "query"];
     for entry in std::fs::read_dir(events_dir()).expect("events/") {
         let path = entry.expect("dir entry").path();
         let name = path
@@ -240,6 +250,19 @@ fn finalize_samples_are_finalize_inputs() {
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: finalize input: {e}"));
         assert!(
             input.acknowledge_writer_rollout && input.acknowledge_quiescent_writes,
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn query_samples_name_a_catalog_directory() {
+    for (path, text) in samples("query") {
+        let file = path.display();
+        let input: QueryInput =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: query input: {e}"));
+        assert!(
+            !input.account_id.is_empty() && !input.catalog_id.is_empty(),
             "{file}"
         );
     }

@@ -2,6 +2,8 @@
 //! The HTTP API Lambda: API Gateway (HTTP API, payload 2.0) -> the shared axum router.
 
 mod handler;
+#[cfg(test)]
+mod sample_events;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
