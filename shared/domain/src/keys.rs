@@ -94,7 +94,10 @@ pub fn integration_fence(account: &str, id: &str) -> KeyParts {
 /// A credential generation not (or no longer) referenced by its published integration:
 /// prepared before publication, or retiring after a rotation (see `sweep-credentials`).
 pub fn credential_generation(account: &str, integration_id: &str, generation: u64) -> KeyParts {
-    (account_pk(account), format!("CREDGEN#{integration_id}#{generation:020}"))
+    (
+        account_pk(account),
+        format!("CREDGEN#{integration_id}#{generation:020}"),
+    )
 }
 pub const CREDENTIAL_GENERATION_PREFIX: &str = "CREDGEN#";
 pub fn credential_generations_prefix(integration_id: &str) -> String {
@@ -103,7 +106,10 @@ pub fn credential_generations_prefix(integration_id: &str) -> String {
 
 /// Dependency record: overlay `overlay_id` uses integration `integration_id`.
 pub fn integration_dependency(account: &str, integration_id: &str, overlay_id: &str) -> KeyParts {
-    (account_pk(account), format!("INTDEP#{integration_id}#{overlay_id}"))
+    (
+        account_pk(account),
+        format!("INTDEP#{integration_id}#{overlay_id}"),
+    )
 }
 pub fn integration_dependency_prefix(integration_id: &str) -> String {
     format!("INTDEP#{integration_id}#")
@@ -130,7 +136,10 @@ pub fn overlay_fence(account: &str, id: &str) -> KeyParts {
 
 /// Dependency record: overlay `overlay_id` targets catalog `catalog_id`.
 pub fn catalog_dependency(account: &str, catalog_id: &str, overlay_id: &str) -> KeyParts {
-    (account_pk(account), format!("CATDEP#{catalog_id}#{overlay_id}"))
+    (
+        account_pk(account),
+        format!("CATDEP#{catalog_id}#{overlay_id}"),
+    )
 }
 pub fn catalog_dependency_prefix(catalog_id: &str) -> String {
     format!("CATDEP#{catalog_id}#")
@@ -151,7 +160,10 @@ pub fn catalog_guard(catalog_id: &str) -> KeyParts {
 
 /// A namespace. The depth prefix makes "children of P" one prefix query.
 pub fn namespace(catalog_id: &str, path: &NamespacePath) -> KeyParts {
-    (catalog_pk(catalog_id), format!("NS#{:02}#{}", path.depth(), ns_str(path)))
+    (
+        catalog_pk(catalog_id),
+        format!("NS#{:02}#{}", path.depth(), ns_str(path)),
+    )
 }
 pub const NAMESPACE_PREFIX: &str = "NS#";
 
@@ -170,7 +182,10 @@ pub fn namespace_guard(catalog_id: &str, path: &NamespacePath) -> KeyParts {
 
 /// A relation (table or view): one name slot per namespace, so a name is never both.
 pub fn relation(catalog_id: &str, ns: &NamespacePath, name: &str) -> KeyParts {
-    (catalog_pk(catalog_id), format!("REL#{}{}{}", ns_str(ns), REL_SEP, name))
+    (
+        catalog_pk(catalog_id),
+        format!("REL#{}{}{}", ns_str(ns), REL_SEP, name),
+    )
 }
 pub const RELATION_PREFIX: &str = "REL#";
 
@@ -181,7 +196,10 @@ pub fn relations_in_prefix(ns: &NamespacePath) -> String {
 
 /// Namespace claim of an overlay on a namespace path (seed 004 "Namespace claim state").
 pub fn namespace_claim(catalog_id: &str, path: &NamespacePath, overlay_id: &str) -> KeyParts {
-    (catalog_pk(catalog_id), format!("CLAIM#{}{}{}", ns_str(path), REL_SEP, overlay_id))
+    (
+        catalog_pk(catalog_id),
+        format!("CLAIM#{}{}{}", ns_str(path), REL_SEP, overlay_id),
+    )
 }
 pub fn namespace_claims_prefix(path: &NamespacePath) -> String {
     format!("CLAIM#{}{}", ns_str(path), REL_SEP)
@@ -198,7 +216,10 @@ pub fn directory_generation(catalog_id: &str) -> KeyParts {
 pub fn parse_relation_sk(sk: &str) -> Option<(Vec<String>, String)> {
     let rest = sk.strip_prefix(RELATION_PREFIX)?;
     let (ns, name) = rest.split_once(REL_SEP)?;
-    Some((ns.split(NS_SEP).map(str::to_owned).collect(), name.to_owned()))
+    Some((
+        ns.split(NS_SEP).map(str::to_owned).collect(),
+        name.to_owned(),
+    ))
 }
 
 #[cfg(test)]
@@ -225,6 +246,9 @@ mod tests {
         let prefix = relations_in_prefix(&p(&["a"]));
         assert!(in_a.starts_with(&prefix));
         assert!(!in_ab.starts_with(&prefix));
-        assert_eq!(parse_relation_sk(&in_ab), Some((vec!["a".into(), "b".into()], "t".into())));
+        assert_eq!(
+            parse_relation_sk(&in_ab),
+            Some((vec!["a".into(), "b".into()], "t".into()))
+        );
     }
 }

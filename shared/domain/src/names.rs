@@ -27,7 +27,9 @@ pub fn validate_segment(what: &str, name: &str) -> Result<(), NameError> {
         return Err(NameError(format!("{what} must not be empty")));
     }
     if name.len() > MAX_SEGMENT_BYTES {
-        return Err(NameError(format!("{what} is longer than {MAX_SEGMENT_BYTES} bytes")));
+        return Err(NameError(format!(
+            "{what} is longer than {MAX_SEGMENT_BYTES} bytes"
+        )));
     }
     if let Some(c) = name.chars().find(|c| c.is_control()) {
         return Err(NameError(format!(
@@ -61,7 +63,9 @@ pub struct NamespacePath(Vec<String>);
 impl NamespacePath {
     pub fn new(segments: Vec<String>) -> Result<Self, NameError> {
         if segments.is_empty() {
-            return Err(NameError("a namespace path needs at least one segment".into()));
+            return Err(NameError(
+                "a namespace path needs at least one segment".into(),
+            ));
         }
         if segments.len() > MAX_NAMESPACE_DEPTH {
             return Err(NameError(format!(
@@ -77,7 +81,12 @@ impl NamespacePath {
     /// Decodes a URL path segment in which levels are joined by `0x1F`. Axum has already
     /// percent-decoded it.
     pub fn from_url_segment(segment: &str) -> Result<Self, NameError> {
-        Self::new(segment.split(NAMESPACE_URL_SEPARATOR).map(str::to_owned).collect())
+        Self::new(
+            segment
+                .split(NAMESPACE_URL_SEPARATOR)
+                .map(str::to_owned)
+                .collect(),
+        )
     }
 
     pub fn to_url_segment(&self) -> String {
@@ -130,7 +139,9 @@ impl fmt::Display for NamespacePath {
 pub fn validate_account_id(id: &str) -> Result<(), NameError> {
     let ok = !id.is_empty()
         && id.len() <= 63
-        && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if ok {
         Ok(())
     } else {
@@ -146,7 +157,12 @@ pub fn new_id() -> String {
 
 /// Ids arriving in URLs are checked for shape before they reach a storage key.
 pub fn validate_resource_id(id: &str) -> Result<(), NameError> {
-    if !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+    if !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
         Ok(())
     } else {
         Err(NameError("malformed resource id".into()))

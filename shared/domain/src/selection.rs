@@ -34,9 +34,18 @@ fn minimal(mut paths: Vec<NamespacePath>) -> Vec<NamespacePath> {
 
 impl Selection {
     /// Validates and normalizes raw include / exclude paths.
-    pub fn normalize(include: Vec<Vec<String>>, exclude: Vec<Vec<String>>) -> Result<Self, NameError> {
-        let include = include.into_iter().map(NamespacePath::new).collect::<Result<Vec<_>, _>>()?;
-        let exclude = exclude.into_iter().map(NamespacePath::new).collect::<Result<Vec<_>, _>>()?;
+    pub fn normalize(
+        include: Vec<Vec<String>>,
+        exclude: Vec<Vec<String>>,
+    ) -> Result<Self, NameError> {
+        let include = include
+            .into_iter()
+            .map(NamespacePath::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let exclude = exclude
+            .into_iter()
+            .map(NamespacePath::new)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self::from_paths(include, exclude))
     }
 
@@ -44,12 +53,20 @@ impl Selection {
         let include = minimal(include);
         let exclude: Vec<NamespacePath> = minimal(exclude)
             .into_iter()
-            .filter(|e| include.is_empty() || include.iter().any(|i| i.is_prefix_of(e) || e.is_prefix_of(i)))
+            .filter(|e| {
+                include.is_empty()
+                    || include
+                        .iter()
+                        .any(|i| i.is_prefix_of(e) || e.is_prefix_of(i))
+            })
             .collect();
         // An include wholly inside an exclude selects nothing: drop it, but never let the
         // include list become empty through that (empty means "everything").
-        let surviving: Vec<NamespacePath> =
-            include.iter().filter(|i| !exclude.iter().any(|e| e.is_prefix_of(i))).cloned().collect();
+        let surviving: Vec<NamespacePath> = include
+            .iter()
+            .filter(|i| !exclude.iter().any(|e| e.is_prefix_of(i)))
+            .cloned()
+            .collect();
         if !include.is_empty() && surviving.is_empty() {
             // Everything included is excluded: keep the includes and excludes that say so.
             return Self { include, exclude };
@@ -58,7 +75,10 @@ impl Selection {
             .into_iter()
             .filter(|e| surviving.is_empty() || surviving.iter().any(|i| i.is_prefix_of(e)))
             .collect();
-        Self { include: surviving, exclude }
+        Self {
+            include: surviving,
+            exclude,
+        }
     }
 
     /// Whether the upstream namespace `path` is selected.
@@ -73,7 +93,11 @@ impl Selection {
         if self.exclude.iter().any(|e| e.is_prefix_of(path)) {
             return false;
         }
-        self.include.is_empty() || self.include.iter().any(|i| i.is_prefix_of(path) || path.is_prefix_of(i))
+        self.include.is_empty()
+            || self
+                .include
+                .iter()
+                .any(|i| i.is_prefix_of(path) || path.is_prefix_of(i))
     }
 
     pub fn include_segments(&self) -> Vec<Vec<String>> {
@@ -95,14 +119,22 @@ mod tests {
     }
 
     fn naive(include: &[NamespacePath], exclude: &[NamespacePath], path: &NamespacePath) -> bool {
-        let inc = include.is_empty() || include.iter().any(|i| path.segments().starts_with(i.segments()));
-        let exc = exclude.iter().any(|e| path.segments().starts_with(e.segments()));
+        let inc = include.is_empty()
+            || include
+                .iter()
+                .any(|i| path.segments().starts_with(i.segments()));
+        let exc = exclude
+            .iter()
+            .any(|e| path.segments().starts_with(e.segments()));
         inc && !exc
     }
 
     #[test]
     fn subsumed_includes_collapse_and_outside_excludes_drop() {
-        let s = Selection::from_paths(vec![p(&["a"]), p(&["a", "b"]), p(&["c"]), p(&["a"])], vec![p(&["a", "x"]), p(&["z"])]);
+        let s = Selection::from_paths(
+            vec![p(&["a"]), p(&["a", "b"]), p(&["c"]), p(&["a"])],
+            vec![p(&["a", "x"]), p(&["z"])],
+        );
         assert_eq!(s.include, vec![p(&["a"]), p(&["c"])]);
         assert_eq!(s.exclude, vec![p(&["a", "x"])]);
     }

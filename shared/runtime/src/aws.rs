@@ -52,8 +52,13 @@ pub async fn build_state(settings: &AwsSettings) -> AppState {
     let client = connect(settings.endpoint.as_deref()).await;
     let counting = CountingMetastore::new(DynamoMetastore::new(client, settings.table.clone()));
     let counters = counting.counters();
-    AppState::new(Arc::new(counting), Arc::new(SystemClock), Arc::new(ClaimsOnly), Config::default())
-        .with_metrics(Arc::new(move || counters.render_prometheus()))
-        // Index warehouses on S3 (`FLOTILLA_S3_ENDPOINT` only for emulators).
-        .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env())
+    AppState::new(
+        Arc::new(counting),
+        Arc::new(SystemClock),
+        Arc::new(ClaimsOnly),
+        Config::default(),
+    )
+    .with_metrics(Arc::new(move || counters.render_prometheus()))
+    // Index warehouses on S3 (`FLOTILLA_S3_ENDPOINT` only for emulators).
+    .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env())
 }

@@ -24,7 +24,10 @@ pub struct LocalOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {
     #[error("cannot prepare data directory {path}: {source}")]
-    DataDir { path: PathBuf, source: std::io::Error },
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot open the metastore: {0}")]
     Metastore(String),
     #[error("{0}")]
@@ -39,16 +42,21 @@ pub struct LocalStack {
 }
 
 pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
-    std::fs::create_dir_all(&opts.data_dir)
-        .map_err(|source| LocalError::DataDir { path: opts.data_dir.clone(), source })?;
-    let redb = RedbMetastore::open(opts.data_dir.join("metastore.redb")).map_err(|e| LocalError::Metastore(e.to_string()))?;
+    std::fs::create_dir_all(&opts.data_dir).map_err(|source| LocalError::DataDir {
+        path: opts.data_dir.clone(),
+        source,
+    })?;
+    let redb = RedbMetastore::open(opts.data_dir.join("metastore.redb"))
+        .map_err(|e| LocalError::Metastore(e.to_string()))?;
     let counting = CountingMetastore::new(redb);
     let counters = counting.counters();
 
     let mut tokens = StaticTokens::new();
     if let Some(t) = &opts.bootstrap_token {
         if t.len() < 8 {
-            return Err(LocalError::Tokens("FLOTILLA_BOOTSTRAP_TOKEN needs at least 8 characters".into()));
+            return Err(LocalError::Tokens(
+                "FLOTILLA_BOOTSTRAP_TOKEN needs at least 8 characters".into(),
+            ));
         }
         tokens.add(t, true, Vec::new());
     }
@@ -63,12 +71,23 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         None
     };
 
-    let config = Config { allow_insecure_upstreams: opts.allow_insecure_upstreams, ..Config::default() };
-    let state = AppState::new(Arc::new(counting), Arc::new(SystemClock), Arc::new(tokens), config)
-        .with_metrics(Arc::new(move || counters.render_prometheus()))
-        // `file://` index warehouses; `s3://` ones too, sent to `FLOTILLA_S3_ENDPOINT` if set.
-        .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env());
-    Ok(LocalStack { state, generated_token_file })
+    let config = Config {
+        allow_insecure_upstreams: opts.allow_insecure_upstreams,
+        ..Config::default()
+    };
+    let state = AppState::new(
+        Arc::new(counting),
+        Arc::new(SystemClock),
+        Arc::new(tokens),
+        config,
+    )
+    .with_metrics(Arc::new(move || counters.render_prometheus()))
+    // `file://` index warehouses; `s3://` ones too, sent to `FLOTILLA_S3_ENDPOINT` if set.
+    .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env());
+    Ok(LocalStack {
+        state,
+        generated_token_file,
+    })
 }
 
 /// With no token configured, an operator token is generated once and kept in
@@ -78,15 +97,25 @@ fn generated_operator_token(data_dir: &Path) -> Result<(String, PathBuf), LocalE
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let path = data_dir.join("operator-token");
-    let io = |source| LocalError::DataDir { path: path.clone(), source };
+    let io = |source| LocalError::DataDir {
+        path: path.clone(),
+        source,
+    };
     if let Ok(existing) = std::fs::read_to_string(&path) {
         let t = existing.trim().to_owned();
         if t.len() >= 8 {
             return Ok((t, path));
         }
     }
-    let token = format!("flo_{}", flotilla_domain::names::new_id()) + &flotilla_domain::names::new_id();
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path).map_err(io)?;
+    let token =
+        format!("flo_{}", flotilla_domain::names::new_id()) + &flotilla_domain::names::new_id();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io)?;
     f.write_all(token.as_bytes()).map_err(io)?;
     Ok((token, path))
 }
@@ -115,9 +144,19 @@ pub fn spawn_reconcile(state: &AppState) -> ReconcileTasks {
         .filter(|s| *s > 0)
         .unwrap_or(60);
     let (queue, rx) = ChannelQueue::new();
-    let connector: flotilla_core::reconcile::DynConnector = Arc::new(flotilla_core::reconcile::AdapterConnector);
-    let worker = tokio::spawn(run_channel_worker(state.clone(), connector, queue.clone(), rx, WorkerOptions::default()));
-    let scheduler =
-        tokio::spawn(run_scheduler_loop(state.clone(), Arc::new(queue), std::time::Duration::from_secs(every)));
+    let connector: flotilla_core::reconcile::DynConnector =
+        Arc::new(flotilla_core::reconcile::AdapterConnector);
+    let worker = tokio::spawn(run_channel_worker(
+        state.clone(),
+        connector,
+        queue.clone(),
+        rx,
+        WorkerOptions::default(),
+    ));
+    let scheduler = tokio::spawn(run_scheduler_loop(
+        state.clone(),
+        Arc::new(queue),
+        std::time::Duration::from_secs(every),
+    ));
     ReconcileTasks { scheduler, worker }
 }
