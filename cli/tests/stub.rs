@@ -624,6 +624,9 @@ async fn reconcile_prints_the_summary() {
         post.path,
         format!("/v1/accounts/acme/overlays/{OV_ID}/reconcile")
     );
+    // JSON routes answer 415 to a POST without a JSON body.
+    assert_eq!(post.header("content-type"), Some("application/json"));
+    assert_eq!(post.body, json!({}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -784,7 +787,7 @@ async fn directory_and_admin_commands() {
     );
     let sweep = stub
         .cli()
-        .run(&["admin", "sweep-credentials"])
+        .run(&["admin", "sweep-credentials", "--min-age", "60"])
         .await
         .fails(1);
     assert!(
@@ -792,6 +795,12 @@ async fn directory_and_admin_commands() {
         "{}",
         sweep.stderr
     );
+    let post = stub
+        .writes()
+        .into_iter()
+        .find(|r| r.path == "/v1/admin/sweep-credentials")
+        .expect("sweep");
+    assert_eq!(post.body, json!({"account_id": "acme", "min_age_secs": 60}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,8 +30,13 @@ pub enum AdminCmd {
         #[arg(long, required = true)]
         acknowledge_quiescent_writes: bool,
     },
-    /// Delete stored credential versions no integration references any more.
-    SweepCredentials,
+    /// Delete stored credential versions of the account (`--account`) that no integration
+    /// references any more.
+    SweepCredentials {
+        /// Leave generations younger than this alone (server default: 3600).
+        #[arg(long, value_name = "SECS")]
+        min_age: Option<u64>,
+    },
 }
 
 /// `admin create-table`: needs no API endpoint.
@@ -73,13 +78,17 @@ pub async fn run(ctx: &Ctx, cmd: AdminCmd) -> CliResult<()> {
             ctx.out.object(&doc);
             Ok(())
         }
-        AdminCmd::SweepCredentials => {
+        AdminCmd::SweepCredentials { min_age } => {
             let segs = vec![
                 "v1".to_owned(),
                 "admin".to_owned(),
                 "sweep-credentials".to_owned(),
             ];
-            match api.send(Req::new(Method::POST, segs)).await {
+            let mut body = json!({"account_id": api.account()?});
+            if let Some(secs) = min_age {
+                body["min_age_secs"] = json!(secs);
+            }
+            match api.send(Req::new(Method::POST, segs).body(body)).await {
                 Ok(a) => {
                     let doc = if a.body.is_null() { json!({"swept": true}) } else { a.body };
                     ctx.out.object(&doc);

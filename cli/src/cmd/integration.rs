@@ -350,10 +350,10 @@ pub async fn run(ctx: &Ctx, cmd: IntegrationCmd) -> CliResult<()> {
         IntegrationCmd::Validate { integration } => {
             let id = resolve::id(api, Kind::Integration, &integration).await?;
             let v = api
-                .send(Req::new(
-                    Method::POST,
-                    api.acct(&["integrations", &id, "validate"])?,
-                ))
+                .send(
+                    Req::new(Method::POST, api.acct(&["integrations", &id, "validate"])?)
+                        .body(json!({})),
+                )
                 .await?
                 .body;
             match ctx.out.format {

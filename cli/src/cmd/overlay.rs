@@ -264,7 +264,9 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
         }
         OverlayCmd::Reconcile { overlay } => {
             let id = resolve::id(api, Kind::Overlay, &overlay).await?;
-            let req = Req::new(Method::POST, api.acct(&["overlays", &id, "reconcile"])?);
+            // An empty JSON object: the API answers 415 to a body-less POST on JSON routes.
+            let req =
+                Req::new(Method::POST, api.acct(&["overlays", &id, "reconcile"])?).body(json!({}));
             let summary = with_progress(&id, api.send(req)).await?.body;
             match ctx.out.format {
                 Format::Json => ctx.out.json(&summary),
