@@ -83,8 +83,28 @@ pub fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<JsonBody<T>, ApiE
 }
 
 fn short(e: &serde_json::Error) -> String {
-    let s = e.to_string();
+    let s = redact_values(&e.to_string());
     if s.len() > 300 { format!("{}...", &s[..s.floor_char_boundary(300)]) } else { s }
+}
+
+/// Drops the values serde quotes in its messages (`invalid type: string "..."`, `unknown
+/// variant `...``): a value sent in the wrong place may be a secret (seed 004: secrets never
+/// appear in an error). The field path and the expectation stay.
+fn redact_values(message: &str) -> String {
+    let mut out = message.to_owned();
+    for (open, close) in [("string \"", "\", expected"), ("variant `", "`, expected")] {
+        while let Some(start) = out.find(open) {
+            let from = start + open.len();
+            match out[from..].find(close) {
+                Some(len) => out.replace_range(start + open.len() - 1..from + len + 1, "(redacted)"),
+                None => {
+                    out.truncate(start + open.len() - 1);
+                    break;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Refuses JSON nested deeper than [`MAX_JSON_DEPTH`] before parsing it into a tree.

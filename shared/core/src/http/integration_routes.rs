@@ -15,13 +15,25 @@ use crate::state::AppState;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route("/v1/accounts/{account_id}/integrations", post(create_integration).get(list_integrations))
+        .route(
+            "/v1/accounts/{account_id}/integrations",
+            post(create_integration).get(list_integrations),
+        )
         .route(
             "/v1/accounts/{account_id}/integrations/{integration_id}",
-            get(get_integration).patch(patch_integration).delete(delete_integration),
+            get(get_integration)
+                .patch(patch_integration)
+                .delete(delete_integration),
         )
-        .route("/v1/accounts/{account_id}/integrations/{integration_id}/authentication", put(rotate_authentication))
-        .route("/v1/accounts/{account_id}/overlays", post(create_overlay).get(list_overlays))
+        .route(
+            "/v1/accounts/{account_id}/integrations/{integration_id}/authentication",
+            put(rotate_authentication),
+        )
+        .route("/v1/admin/sweep-credentials", post(sweep_credentials))
+        .route(
+            "/v1/accounts/{account_id}/overlays",
+            post(create_overlay).get(list_overlays),
+        )
         .route(
             "/v1/accounts/{account_id}/overlays/{overlay_id}",
             get(get_overlay).patch(patch_overlay).delete(delete_overlay),
@@ -29,7 +41,8 @@ pub fn routes() -> Router<AppState> {
 }
 
 fn authorize(p: &crate::auth::Principal, account: &str) -> ApiResult<()> {
-    flotilla_domain::names::validate_account_id(account).map_err(|_| ApiError::not_found("account"))?;
+    flotilla_domain::names::validate_account_id(account)
+        .map_err(|_| ApiError::not_found("account"))?;
     p.require_account(account)
 }
 
@@ -61,19 +74,44 @@ async fn create_integration(
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
     let fingerprint = integrations::fingerprint_body(&body.canonical);
-    let idem = idempotency(k, params.on_conflict, |k| account_receipt_key(&a, k), "integrations", &fingerprint)?;
-    Ok(recorded(integrations::create(&state, &a, body.value, params.on_conflict, idem).await?))
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        "integrations",
+        &fingerprint,
+    )?;
+    Ok(recorded(
+        integrations::create(&state, &a, body.value, params.on_conflict, idem).await?,
+    ))
 }
 
-async fn list_integrations(State(state): State<AppState>, Auth(p): Auth, P(a): P<String>, Q(l): Q<ListQuery>) -> ApiResult<Response> {
+async fn list_integrations(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+    Q(l): Q<ListQuery>,
+) -> ApiResult<Response> {
     authorize(&p, &a)?;
     if l.integration_id.is_some() {
-        return Err(ApiError::invalid("integration_id filters overlay listings only"));
+        return Err(ApiError::invalid(
+            "integration_id filters overlay listings only",
+        ));
     }
-    Ok(ok(integrations::list(&state, &a, page_size(l.page_size)?, l.page_token.as_deref()).await?))
+    Ok(ok(integrations::list(
+        &state,
+        &a,
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
 }
 
-async fn get_integration(State(state): State<AppState>, Auth(p): Auth, P((a, id)): P<(String, String)>) -> ApiResult<Response> {
+async fn get_integration(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, id)): P<(String, String)>,
+) -> ApiResult<Response> {
     authorize(&p, &a)?;
     Ok(ok(integrations::get(&state, &a, &id).await?))
 }
@@ -86,7 +124,14 @@ async fn patch_integration(
     body: JsonBody<integrations::PatchIntegration>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    Ok(ok(integrations::patch(&state, &a, &id, body.value, m.as_deref()).await?))
+    Ok(ok(integrations::patch(
+        &state,
+        &a,
+        &id,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
 }
 
 async fn rotate_authentication(
@@ -97,7 +142,14 @@ async fn rotate_authentication(
     body: JsonBody<integrations::RotateAuthentication>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    Ok(ok(integrations::rotate(&state, &a, &id, body.value, m.as_deref()).await?))
+    Ok(ok(integrations::rotate(
+        &state,
+        &a,
+        &id,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
 }
 
 async fn delete_integration(
@@ -112,6 +164,38 @@ async fn delete_integration(
     Ok(no_content())
 }
 
+/// Body of `POST /v1/admin/sweep-credentials`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SweepRequest {
+    account_id: String,
+    /// Generations recorded more recently than this are left alone: they may belong to an
+    /// operation still in progress. Defaults to one hour.
+    #[serde(default = "default_sweep_age")]
+    min_age_secs: u64,
+}
+
+fn default_sweep_age() -> u64 {
+    3600
+}
+
+/// Operator only: reclaims retained credential generations of one account (the CLI's
+/// `flotilla admin sweep-credentials`). Answers what it did.
+async fn sweep_credentials(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    body: JsonBody<SweepRequest>,
+) -> ApiResult<Response> {
+    p.require_operator()?;
+    let req = body.value;
+    flotilla_domain::names::validate_account_id(&req.account_id)?;
+    let min_age_ms = i64::try_from(req.min_age_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let report = integrations::sweep(&state, &req.account_id, min_age_ms).await?;
+    Ok(ok(
+        serde_json::to_value(report).map_err(|e| ApiError::internal(e.to_string()))?
+    ))
+}
+
 async fn create_overlay(
     State(state): State<AppState>,
     Auth(p): Auth,
@@ -121,16 +205,40 @@ async fn create_overlay(
     body: JsonBody<overlays::CreateOverlay>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    let idem = idempotency(k, params.on_conflict, |k| account_receipt_key(&a, k), "overlays", &body.canonical)?;
-    Ok(recorded(overlays::create(&state, &a, body.value, params.on_conflict, idem).await?))
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        "overlays",
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        overlays::create(&state, &a, body.value, params.on_conflict, idem).await?,
+    ))
 }
 
-async fn list_overlays(State(state): State<AppState>, Auth(p): Auth, P(a): P<String>, Q(l): Q<ListQuery>) -> ApiResult<Response> {
+async fn list_overlays(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+    Q(l): Q<ListQuery>,
+) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    Ok(ok(overlays::list(&state, &a, l.integration_id.as_deref(), page_size(l.page_size)?, l.page_token.as_deref()).await?))
+    Ok(ok(overlays::list(
+        &state,
+        &a,
+        l.integration_id.as_deref(),
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
 }
 
-async fn get_overlay(State(state): State<AppState>, Auth(p): Auth, P((a, id)): P<(String, String)>) -> ApiResult<Response> {
+async fn get_overlay(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, id)): P<(String, String)>,
+) -> ApiResult<Response> {
     authorize(&p, &a)?;
     Ok(ok(overlays::get(&state, &a, &id).await?))
 }
@@ -143,7 +251,14 @@ async fn patch_overlay(
     body: JsonBody<overlays::PatchOverlay>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    Ok(ok(overlays::patch(&state, &a, &id, body.value, m.as_deref()).await?))
+    Ok(ok(overlays::patch(
+        &state,
+        &a,
+        &id,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
 }
 
 async fn delete_overlay(

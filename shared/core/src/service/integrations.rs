@@ -2,17 +2,20 @@
 //! "Durability contract", "Lifecycle and garbage collection").
 //!
 //! Credential publication, for create and rotation alike:
-//! 1. a `CREDGEN` record for the new generation is written first (so no secret can exist in
-//!    the store without a durable trace the sweep can find);
+//! 1. a `CREDGEN` record for the new generation is *created* (put-if-absent) first: whoever
+//!    creates it owns that generation, and no secret can exist without a durable trace the
+//!    sweep can find;
 //! 2. the secret is reserved with put-if-absent under `(account, integration, generation)`;
-//! 3. the resource CAS publishes the generation and deletes the `CREDGEN` record in the same
-//!    transaction (for a rotation it also writes a `retiring` record for the old generation);
+//! 3. the resource CAS publishes the generation and deletes the `CREDGEN` record at the
+//!    version its owner created, in the same transaction (a rotation also records a `retiring`
+//!    record for the old generation there);
 //! 4. only then is the old generation deleted (and its record with it).
 //!
 //! A definite failure of step 3 deletes the prepared secret and its record; an
 //! outcome-unknown failure keeps both, because the CAS may have published them. The sweep
-//! (`flotilla admin sweep-credentials`) reclaims what is left and never deletes the
-//! generation a published integration references.
+//! (`flotilla admin sweep-credentials`) claims a record by bumping its version before it
+//! decides, so a generation it reclaims can never be published afterwards, and it never
+//! deletes the generation a published integration references.
 
 use std::collections::BTreeMap;
 
@@ -20,7 +23,8 @@ use flotilla_catalog_access::http::AddressPolicy;
 use flotilla_catalog_access::spi::{CatalogConnectionConfig, is_secret_key};
 use flotilla_domain::keys;
 use flotilla_domain::model::{
-    AuthConfig, CredentialGenerationRecord, IntegrationRecord, IntegrationType, NameIndexRecord, etag_for,
+    AuthConfig, CredentialGenerationRecord, IntegrationRecord, IntegrationType, NameIndexRecord,
+    etag_for,
 };
 use flotilla_domain::names::{validate_display_name, validate_resource_id};
 use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
@@ -31,14 +35,19 @@ use serde_json::{Map, Value};
 use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{
-    GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff,
-    check_if_match, guard_state, guarded_delete, key, read, to_body,
+    GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error,
+    account_guards, backoff, check_if_match, guard_state, guarded_delete, key, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
 
 /// Write-only credential fields accepted on create and rotation.
-pub const CREDENTIAL_FIELDS: &[&str] = &["client_secret", "token", "secret_access_key", "session_token"];
+pub const CREDENTIAL_FIELDS: &[&str] = &[
+    "client_secret",
+    "token",
+    "secret_access_key",
+    "session_token",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,9 +59,11 @@ pub struct CreateIntegration {
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
     pub authentication: AuthConfig,
-    /// Write-only; never stored in the metastore or echoed.
+    /// Write-only; never stored in the metastore or echoed. Taken as any JSON value so that
+    /// a malformed one is refused by [`validate_credentials`], whose messages name fields only
+    /// (serde's type errors quote the offending value, which here is a secret).
     #[serde(default)]
-    pub credentials: Option<Map<String, Value>>,
+    pub credentials: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -81,8 +92,9 @@ pub struct PatchIntegration {
 pub struct RotateAuthentication {
     #[serde(default)]
     pub authentication: Option<AuthConfig>,
+    /// Write-only (see [`CreateIntegration::credentials`]).
     #[serde(default)]
-    pub credentials: Option<Map<String, Value>>,
+    pub credentials: Option<Value>,
 }
 
 /// The canonical request body with the secret bytes removed, for idempotency fingerprints
@@ -90,10 +102,14 @@ pub struct RotateAuthentication {
 pub fn fingerprint_body(canonical: &[u8]) -> Vec<u8> {
     match serde_json::from_slice::<Value>(canonical) {
         Ok(Value::Object(mut m)) => {
-            if let Some(Value::Object(c)) = m.get_mut("credentials") {
-                for v in c.values_mut() {
-                    *v = Value::Null;
+            match m.get_mut("credentials") {
+                Some(Value::Object(c)) => {
+                    for v in c.values_mut() {
+                        *v = Value::Null;
+                    }
                 }
+                Some(other) => *other = Value::Null,
+                None => {}
             }
             serde_json::to_vec(&Value::Object(m)).unwrap_or_default()
         }
@@ -106,30 +122,52 @@ pub fn fingerprint_body(canonical: &[u8]) -> Vec<u8> {
 fn validate_auth_for_type(kind: IntegrationType, auth: &AuthConfig) -> ApiResult<()> {
     let ok = match kind {
         IntegrationType::IcebergRest => true,
-        IntegrationType::Unity => matches!(auth, AuthConfig::OauthClientCredentials { .. } | AuthConfig::Bearer {}),
+        IntegrationType::Unity => matches!(
+            auth,
+            AuthConfig::OauthClientCredentials { .. } | AuthConfig::Bearer {}
+        ),
         IntegrationType::DeltaSharing => matches!(auth, AuthConfig::Bearer {}),
     };
     if !ok {
         let rule = match kind {
-            IntegrationType::Unity => "UNITY integrations accept only OAUTH_CLIENT_CREDENTIALS or BEARER authentication",
-            _ => "DELTA_SHARING integrations accept only BEARER authentication (the recipient token)",
+            IntegrationType::Unity => {
+                "UNITY integrations accept only OAUTH_CLIENT_CREDENTIALS or BEARER authentication"
+            }
+            _ => {
+                "DELTA_SHARING integrations accept only BEARER authentication (the recipient token)"
+            }
         };
         return Err(ApiError::invalid(rule));
     }
     let nonempty = |what: &str, v: &str| {
         if v.trim().is_empty() || v.len() > 2048 || v.chars().any(char::is_control) {
-            Err(ApiError::invalid(format!("authentication.{what} must be a non-empty string")))
+            Err(ApiError::invalid(format!(
+                "authentication.{what} must be a non-empty string"
+            )))
         } else {
             Ok(())
         }
     };
     match auth {
-        AuthConfig::OauthClientCredentials { token_uri, client_id, scopes } => {
+        AuthConfig::OauthClientCredentials {
+            token_uri,
+            client_id,
+            scopes,
+        } => {
             nonempty("client_id", client_id)?;
             if let Some(u) = token_uri {
-                let url = url::Url::parse(u).map_err(|_| ApiError::invalid("authentication.token_uri must be an absolute URL"))?;
-                if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() || !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
-                    return Err(ApiError::invalid("authentication.token_uri must be an http(s) URL without user-info or fragment"));
+                let url = url::Url::parse(u).map_err(|_| {
+                    ApiError::invalid("authentication.token_uri must be an absolute URL")
+                })?;
+                if !matches!(url.scheme(), "http" | "https")
+                    || url.host_str().is_none()
+                    || !url.username().is_empty()
+                    || url.password().is_some()
+                    || url.fragment().is_some()
+                {
+                    return Err(ApiError::invalid(
+                        "authentication.token_uri must be an http(s) URL without user-info or fragment",
+                    ));
                 }
             }
             for s in scopes {
@@ -139,21 +177,36 @@ fn validate_auth_for_type(kind: IntegrationType, auth: &AuthConfig) -> ApiResult
         AuthConfig::Bearer {} => {}
         AuthConfig::AwsAssumeRole { role_arn, .. } => {
             if !role_arn.starts_with("arn:") || !role_arn.contains(":role/") {
-                return Err(ApiError::invalid("authentication.role_arn must be an IAM role ARN"));
+                return Err(ApiError::invalid(
+                    "authentication.role_arn must be an IAM role ARN",
+                ));
             }
         }
-        AuthConfig::AwsAccessKeys { access_key_id, .. } => nonempty("access_key_id", access_key_id)?,
-        AuthConfig::AwsSigv4 { region, signing_name, credential_source, access_key_id } => {
+        AuthConfig::AwsAccessKeys { access_key_id, .. } => {
+            nonempty("access_key_id", access_key_id)?
+        }
+        AuthConfig::AwsSigv4 {
+            region,
+            signing_name,
+            credential_source,
+            access_key_id,
+        } => {
             nonempty("region", region)?;
             nonempty("signing_name", signing_name)?;
             match credential_source.as_str() {
                 "STATIC" => {
                     if access_key_id.as_deref().is_none_or(|k| k.trim().is_empty()) {
-                        return Err(ApiError::invalid("AWS_SIGV4 with credential_source STATIC needs authentication.access_key_id"));
+                        return Err(ApiError::invalid(
+                            "AWS_SIGV4 with credential_source STATIC needs authentication.access_key_id",
+                        ));
                     }
                 }
                 "AMBIENT" => {}
-                _ => return Err(ApiError::invalid("authentication.credential_source must be STATIC or AMBIENT")),
+                _ => {
+                    return Err(ApiError::invalid(
+                        "authentication.credential_source must be STATIC or AMBIENT",
+                    ));
+                }
             }
         }
     }
@@ -166,47 +219,87 @@ fn credential_rules(auth: &AuthConfig) -> (&'static [&'static str], &'static [&'
         AuthConfig::OauthClientCredentials { .. } => (&["client_secret"], &["client_secret"]),
         AuthConfig::Bearer {} => (&["token"], &["token"]),
         AuthConfig::AwsAssumeRole { .. } => (&[], &[]),
-        AuthConfig::AwsAccessKeys { .. } => (&["secret_access_key"], &["secret_access_key", "session_token"]),
-        AuthConfig::AwsSigv4 { credential_source, .. } if credential_source == "STATIC" => {
-            (&["secret_access_key"], &["secret_access_key", "session_token"])
-        }
+        AuthConfig::AwsAccessKeys { .. } => (
+            &["secret_access_key"],
+            &["secret_access_key", "session_token"],
+        ),
+        AuthConfig::AwsSigv4 {
+            credential_source, ..
+        } if credential_source == "STATIC" => (
+            &["secret_access_key"],
+            &["secret_access_key", "session_token"],
+        ),
         AuthConfig::AwsSigv4 { .. } => (&[], &[]),
     }
 }
 
 /// Checks the write-only credentials against the authentication type. Messages name fields,
 /// never values.
-fn validate_credentials(auth: &AuthConfig, creds: &Option<Map<String, Value>>) -> ApiResult<Option<SecretBytes>> {
+fn validate_credentials(
+    auth: &AuthConfig,
+    creds: &Option<Value>,
+) -> ApiResult<Option<SecretBytes>> {
     let (required, allowed) = credential_rules(auth);
     let empty = Map::new();
-    let c = creds.as_ref().unwrap_or(&empty);
+    let c = match creds {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "credentials must be an object of credential fields",
+            ));
+        }
+    };
     for (k, v) in c {
         if !CREDENTIAL_FIELDS.contains(&k.as_str()) {
-            return Err(ApiError::invalid(format!("credentials.{k} is not a credential field")));
+            return Err(ApiError::invalid(format!(
+                "credentials.{k} is not a credential field"
+            )));
         }
         if !allowed.contains(&k.as_str()) {
-            return Err(ApiError::invalid(format!("credentials.{k} does not apply to {} authentication", auth.type_name())));
+            return Err(ApiError::invalid(format!(
+                "credentials.{k} does not apply to {} authentication",
+                auth.type_name()
+            )));
         }
         match v {
             Value::String(s) if !s.is_empty() && s.len() <= 16 * 1024 => {}
-            _ => return Err(ApiError::invalid(format!("credentials.{k} must be a non-empty string"))),
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "credentials.{k} must be a non-empty string"
+                )));
+            }
         }
     }
     for r in required {
         if !c.contains_key(*r) {
-            return Err(ApiError::invalid(format!("{} authentication needs credentials.{r}", auth.type_name())));
+            return Err(ApiError::invalid(format!(
+                "{} authentication needs credentials.{r}",
+                auth.type_name()
+            )));
         }
     }
     if c.is_empty() {
         return Ok(None);
     }
-    SecretBytes::from_fields(c).map(Some).map_err(|_| ApiError::invalid("credentials cannot be stored"))
+    SecretBytes::from_fields(c)
+        .map(Some)
+        .map_err(|_| ApiError::invalid("credentials cannot be stored"))
 }
 
-const METADATA_HOSTS: &[&str] = &["metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"];
+const METADATA_HOSTS: &[&str] = &[
+    "metadata.google.internal",
+    "metadata",
+    "instance-data",
+    "instance-data.ec2.internal",
+];
 
 /// URI and properties: structure, no secrets, and the address policy for literal hosts.
-pub fn validate_connection(state: &AppState, uri: &str, properties: &BTreeMap<String, String>) -> ApiResult<()> {
+pub fn validate_connection(
+    state: &AppState,
+    uri: &str,
+    properties: &BTreeMap<String, String>,
+) -> ApiResult<()> {
     if uri.len() > 2048 {
         return Err(ApiError::invalid("uri is longer than 2048 bytes"));
     }
@@ -218,17 +311,33 @@ pub fn validate_connection(state: &AppState, uri: &str, properties: &BTreeMap<St
             )));
         }
     }
-    let config = CatalogConnectionConfig { uri: uri.to_owned(), properties: properties.clone() };
-    let url = config.validate().map_err(|e| ApiError::invalid(format!("invalid connection: {e}")))?;
-    let policy = if state.config.allow_insecure_upstreams { AddressPolicy::insecure() } else { AddressPolicy::strict() };
-    policy.check_url(&url).map_err(|e| ApiError::invalid(format!("uri refused: {}", e.reason())))?;
+    let config = CatalogConnectionConfig {
+        uri: uri.to_owned(),
+        properties: properties.clone(),
+    };
+    let url = config
+        .validate()
+        .map_err(|e| ApiError::invalid(format!("invalid connection: {e}")))?;
+    let policy = if state.config.allow_insecure_upstreams {
+        AddressPolicy::insecure()
+    } else {
+        AddressPolicy::strict()
+    };
+    policy
+        .check_url(&url)
+        .map_err(|e| ApiError::invalid(format!("uri refused: {}", e.reason())))?;
     if let Some(host) = url.host_str() {
         let h = host.trim_end_matches('.').to_ascii_lowercase();
         if METADATA_HOSTS.contains(&h.as_str()) {
-            return Err(ApiError::invalid("uri refused: cloud metadata endpoints are never contacted"));
+            return Err(ApiError::invalid(
+                "uri refused: cloud metadata endpoints are never contacted",
+            ));
         }
-        if !state.config.allow_insecure_upstreams && (h == "localhost" || h.ends_with(".localhost")) {
-            return Err(ApiError::invalid("uri refused: loopback hosts are only allowed with --allow-insecure-upstreams"));
+        if !state.config.allow_insecure_upstreams && (h == "localhost" || h.ends_with(".localhost"))
+        {
+            return Err(ApiError::invalid(
+                "uri refused: loopback hosts are only allowed with --allow-insecure-upstreams",
+            ));
         }
     }
     Ok(())
@@ -236,7 +345,11 @@ pub fn validate_connection(state: &AppState, uri: &str, properties: &BTreeMap<St
 
 // ---- reads -----------------------------------------------------------------------------
 
-pub async fn load(store: &dyn Metastore, account: &str, id: &str) -> ApiResult<Versioned<IntegrationRecord>> {
+pub async fn load(
+    store: &dyn Metastore,
+    account: &str,
+    id: &str,
+) -> ApiResult<Versioned<IntegrationRecord>> {
     validate_resource_id(id).map_err(|_| ApiError::not_found("integration"))?;
     read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong)
         .await?
@@ -244,10 +357,18 @@ pub async fn load(store: &dyn Metastore, account: &str, id: &str) -> ApiResult<V
 }
 
 pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> {
-    Ok(load(state.store.as_ref(), account, id).await?.value.to_api())
+    Ok(load(state.store.as_ref(), account, id)
+        .await?
+        .value
+        .to_api())
 }
 
-pub async fn list(state: &AppState, account: &str, page_size: usize, token: Option<&str>) -> ApiResult<Value> {
+pub async fn list(
+    state: &AppState,
+    account: &str,
+    page_size: usize,
+    token: Option<&str>,
+) -> ApiResult<Value> {
     let (items, next) = super::list_page(
         state.store.as_ref(),
         &keys::account_pk(account),
@@ -276,80 +397,278 @@ fn secret_error(e: SecretStoreError) -> ApiError {
     }
 }
 
-/// Steps 1 and 2: the durable record, then the secret. Answers the generation reserved,
-/// searching upward past generations another writer owns.
+/// How many generation numbers one prepare tries. Each number another writer holds (or a
+/// leftover the sweep has not reclaimed yet) costs one conditional write.
+const GENERATION_SEARCH: u64 = 64;
+
+/// The version of a generation record created from absence. The operation that created it
+/// owns it: publication asserts the record at exactly this version, so a sweep that claims
+/// the record (bumping its version) makes that publication fail definitely.
+const RECORD_VERSION: u64 = 1;
+
+fn record_key(account: &str, integration: &str, generation: u64) -> flotilla_metastore::Key {
+    key(keys::credential_generation(
+        account,
+        integration,
+        generation,
+    ))
+}
+
+/// The op a publishing transaction carries for the generation it publishes: the record must
+/// still be the one this operation created (not claimed by a sweep), and it goes.
+fn publish_record_op(account: &str, integration: &str, generation: u64) -> Op {
+    Op::delete_at(record_key(account, integration, generation), RECORD_VERSION)
+}
+
+/// Steps 1 and 2: create the durable record (put-if-absent: whoever creates it owns the
+/// generation), then reserve the secret with put-if-absent. Answers the generation reserved.
 async fn prepare_generation(
     state: &AppState,
     account: &str,
     integration: &str,
     first: u64,
     secret: &SecretBytes,
-    exact: bool,
 ) -> ApiResult<u64> {
     let store = state.store.as_ref();
-    for generation in first..first + 16 {
+    for generation in first..first.saturating_add(GENERATION_SEARCH) {
         let rec = CredentialGenerationRecord {
             integration_id: integration.to_owned(),
             generation,
             state: "prepared".into(),
             created_ms: state.clock.now_ms(),
         };
-        store
-            .transact(Transaction::new().with(Op::put(
-                key(keys::credential_generation(account, integration, generation)),
-                to_body(&rec)?,
-            )))
-            .await?;
+        let create = Transaction::new().with(Op::create(
+            record_key(account, integration, generation),
+            to_body(&rec)?,
+        ));
+        match store.transact(create).await {
+            Ok(()) => {}
+            // Another writer, or a leftover awaiting the sweep, holds this generation.
+            Err(e) if super::is_condition_failure(&e) => continue,
+            // Perhaps ours, perhaps not: never guess; the sweep reclaims it if it is ours.
+            Err(e) if e.is_outcome_unknown() => continue,
+            Err(e) => return Err(e.into()),
+        }
         let r = secret_ref(account, integration, generation)?;
         match state.credentials.put_if_absent(&r, secret).await {
-            Ok(PutOutcome::Created) | Ok(PutOutcome::AlreadyExists { identical: true }) => return Ok(generation),
-            // An idempotent create replaying with other bytes: the first value wins.
-            Ok(PutOutcome::AlreadyExists { identical: false }) if exact => return Ok(generation),
-            Ok(PutOutcome::AlreadyExists { identical: false }) => continue,
-            Err(e) => return Err(secret_error(e)),
+            Ok(PutOutcome::Created) => return Ok(generation),
+            // A stray secret without a record (e.g. a sweep stopped half-way). Bytes this
+            // operation did not write are never published; the record we hold lets the sweep
+            // reclaim the stray.
+            Ok(PutOutcome::AlreadyExists { .. }) => continue,
+            Err(e) => {
+                if !e.is_outcome_unknown() {
+                    // Definitely nothing stored: release the record.
+                    let _ = store
+                        .transact(Transaction::new().with(Op::delete_at(
+                            record_key(account, integration, generation),
+                            RECORD_VERSION,
+                        )))
+                        .await;
+                }
+                return Err(secret_error(e));
+            }
         }
     }
-    Err(ApiError::unavailable("no free credential generation; run sweep-credentials"))
+    Err(ApiError::unavailable(
+        "no free credential generation; run sweep-credentials",
+    ))
 }
 
-/// After a definite publication failure: the prepared secret and its record go.
+/// Whether this operation still owns the record of `generation` (no sweep claimed it).
+async fn still_owned(
+    state: &AppState,
+    account: &str,
+    integration: &str,
+    generation: u64,
+) -> ApiResult<bool> {
+    Ok(state
+        .store
+        .get(
+            &record_key(account, integration, generation),
+            Consistency::Strong,
+        )
+        .await?
+        .is_some_and(|i| i.version == RECORD_VERSION))
+}
+
+/// After a definite publication failure: the prepared secret goes, then its record. Safe
+/// because nobody else can publish a generation whose record this operation holds; if a
+/// sweep claimed the record meanwhile, the sweep finishes the job.
 async fn discard_prepared(state: &AppState, account: &str, integration: &str, generation: u64) {
-    if let Ok(r) = secret_ref(account, integration, generation) {
-        if state.credentials.delete(&r).await.is_ok() {
-            let _ = state
-                .store
-                .transact(Transaction::new().with(Op::delete(key(keys::credential_generation(account, integration, generation)))))
-                .await;
-        }
+    if let Ok(r) = secret_ref(account, integration, generation)
+        && state.credentials.delete(&r).await.is_ok()
+    {
+        let _ = state
+            .store
+            .transact(Transaction::new().with(Op::delete_at(
+                record_key(account, integration, generation),
+                RECORD_VERSION,
+            )))
+            .await;
     }
 }
 
-/// After publication: make sure the referenced generation is really there (a concurrent
-/// sweep or a racing discard could only have removed bytes identical to ours).
-async fn ensure_published_secret(state: &AppState, account: &str, integration: &str, generation: u64, secret: &SecretBytes) -> ApiResult<()> {
-    let r = secret_ref(account, integration, generation)?;
-    if state.credentials.get(&r).await.map_err(secret_error)?.is_none() {
-        state.credentials.put_if_absent(&r, secret).await.map_err(secret_error)?;
+/// After publication: a last check that the referenced generation is there (the protocol
+/// guarantees it; this restores the invariant should anything outside the protocol have
+/// removed it). Best effort: the publication already succeeded.
+async fn verify_published_secret(
+    state: &AppState,
+    account: &str,
+    integration: &str,
+    generation: u64,
+    secret: &SecretBytes,
+) {
+    let Ok(r) = secret_ref(account, integration, generation) else {
+        return;
+    };
+    if let Ok(None) = state.credentials.get(&r).await {
+        tracing::warn!(
+            account,
+            integration,
+            generation,
+            "published credential generation was missing; restoring it"
+        );
+        let _ = state.credentials.put_if_absent(&r, secret).await;
     }
-    Ok(())
 }
 
-/// Step 4 of a rotation: delete the superseded generation and its `retiring` record.
+/// Step 4: delete a superseded generation and its `retiring` record. Best effort: what is
+/// left behind stays recorded for the sweep.
 async fn retire_generation(state: &AppState, account: &str, integration: &str, generation: u64) {
     if generation == 0 {
         return;
     }
-    if let Ok(r) = secret_ref(account, integration, generation) {
-        if state.credentials.delete(&r).await.is_ok() {
-            let _ = state
-                .store
-                .transact(Transaction::new().with(Op::delete(key(keys::credential_generation(account, integration, generation)))))
-                .await;
-        }
+    if let Ok(r) = secret_ref(account, integration, generation)
+        && state.credentials.delete(&r).await.is_ok()
+    {
+        let _ = state
+            .store
+            .transact(Transaction::new().with(Op::delete(record_key(
+                account,
+                integration,
+                generation,
+            ))))
+            .await;
     }
 }
 
+/// A `retiring` record for each stored generation of `integration` (for replace).
+fn retiring_ops(
+    state: &AppState,
+    account: &str,
+    integration: &str,
+    generations: &[u64],
+) -> ApiResult<Vec<Op>> {
+    generations
+        .iter()
+        .map(|g| {
+            let rec = CredentialGenerationRecord {
+                integration_id: integration.to_owned(),
+                generation: *g,
+                state: "retiring".into(),
+                created_ms: state.clock.now_ms(),
+            };
+            Ok(Op::put(
+                record_key(account, integration, *g),
+                to_body(&rec)?,
+            ))
+        })
+        .collect()
+}
+
 // ---- create ----------------------------------------------------------------------------
+
+/// Installs (or finds, on a re-run of the same create) the transient delete guard of the
+/// integration a `replace` retires, then proves no overlay depends on it. Overlay creates
+/// assert that guard's absence, so none can attach between the count and the replacing
+/// transaction (which deletes the guard). Answers the guard's version.
+async fn guard_for_replace(
+    state: &AppState,
+    account: &str,
+    old: &Versioned<IntegrationRecord>,
+    owner: &str,
+) -> ApiResult<u64> {
+    let store = state.store.as_ref();
+    let guard = keys::integration_fence(account, &old.value.id);
+    let now = state.clock.now_ms();
+    let existing = store.get(&key(guard.clone()), Consistency::Strong).await?;
+    let mut installed = None;
+    let condition = match &existing {
+        None => Condition::Absent,
+        Some(item) => {
+            let g: GuardRecord = item.json()?;
+            if g.owner == owner && !g.durable {
+                installed = Some(item.version);
+                Condition::Version(item.version)
+            } else if !g.durable && now.saturating_sub(g.installed_ms) > state.config.guard_lease_ms
+            {
+                Condition::Version(item.version)
+            } else {
+                return Err(ApiError::deleting("the integration being replaced"));
+            }
+        }
+    };
+    let version = match installed {
+        Some(v) => v,
+        None => {
+            let next = match condition {
+                Condition::Version(v) => v + 1,
+                _ => 1,
+            };
+            let body = to_body(&GuardRecord {
+                installed_ms: now,
+                owner: owner.to_owned(),
+                durable: false,
+            })?;
+            let tx = Transaction::new()
+                .with(Op::Put {
+                    key: key(guard.clone()),
+                    body,
+                    expires_at: None,
+                    condition: Some(condition),
+                })
+                .with(Op::check(
+                    key(keys::integration(account, &old.value.id)),
+                    Condition::Version(old.version),
+                ));
+            match store.transact(tx).await {
+                Ok(()) => next,
+                Err(e) if super::is_condition_failure(&e) => {
+                    return Err(ApiError::new(
+                        Code::CommitConflict,
+                        "the integration being replaced changed; retry",
+                    ));
+                }
+                Err(e) if e.is_outcome_unknown() => {
+                    match store.get(&key(guard.clone()), Consistency::Strong).await? {
+                        Some(item) if item.json::<GuardRecord>()?.owner == owner => item.version,
+                        _ => return Err(e.into()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let deps = store
+        .count(
+            &keys::account_pk(account),
+            &keys::integration_dependency_prefix(&old.value.id),
+            Consistency::Strong,
+        )
+        .await?;
+    if deps > 0 {
+        let _ = store
+            .transact(Transaction::new().with(Op::delete_at(key(guard), version)))
+            .await;
+        return Err(ApiError::new(
+            Code::HasDependents,
+            "overlays depend on the integration being replaced; replacement must not retarget them",
+        )
+        .with_detail("overlays", deps));
+    }
+    Ok(version)
+}
 
 pub async fn create(
     state: &AppState,
@@ -363,66 +682,94 @@ pub async fn create(
     validate_connection(state, &req.uri, &req.properties)?;
     let secret = validate_credentials(&req.authentication, &req.credentials)?;
     let store = state.store.as_ref();
+    // The generation this request prepared (integration id, generation), reused when
+    // `run_create` re-runs the plan for the same id, and the replace guard it installed.
     let prepared = std::sync::Mutex::new(None::<(String, u64)>);
-    let idempotent = idem.is_some();
+    let replace_guard = std::sync::Mutex::new(None::<(String, u64)>);
+    let lock = |m: &std::sync::Mutex<Option<(String, u64)>>| {
+        m.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    };
     let result = run_create(state, idem, |id| {
-        let (req, secret, prepared) = (&req, &secret, &prepared);
+        let (req, secret, prepared, replace_guard) = (&req, &secret, &prepared, &replace_guard);
         async move {
             if let Some(err) = account_guard_error(store, account).await? {
                 return Err(err);
             }
             let name_key = keys::integration_name(account, &req.display_name);
-            let existing = read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?;
+            let existing =
+                read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?;
             let mut ops = account_guards(account);
             let mut replaced: Option<Versioned<IntegrationRecord>> = None;
-            match existing {
-                None => {}
-                Some(idx) => {
-                    let old = load(store, account, &idx.value.id).await?;
-                    match on_conflict {
-                        OnConflict::Error => {
-                            return Err(ApiError::already_exists(format!("an integration named {:?} already exists", req.display_name)));
-                        }
-                        OnConflict::ReturnExisting => return Ok(Plan::Respond(RecordedResponse::ok(old.value.to_api()))),
-                        OnConflict::Replace => {
-                            // Replacement must not silently retarget overlays.
-                            let deps = store
-                                .count(&keys::account_pk(account), &keys::integration_dependency_prefix(&old.value.id), Consistency::Strong)
-                                .await?;
-                            if deps > 0 {
-                                return Err(ApiError::new(Code::HasDependents, "overlays depend on the integration being replaced")
-                                    .with_detail("overlays", deps));
-                            }
-                            // Overlay creates assert the fence's absence: replacing deletes the
-                            // old record while no overlay can attach to it.
-                            ops.push(Op::check(key(keys::integration_fence(account, &old.value.id)), Condition::Absent));
-                            ops.push(Op::delete_at(key(keys::integration(account, &old.value.id)), old.version));
-                            ops.push(Op::replace(key(name_key.clone()), idx.version, to_body(&NameIndexRecord { id: id.clone() })?));
-                            replaced = Some(old);
-                        }
+            if let Some(idx) = existing {
+                let old = load(store, account, &idx.value.id).await?;
+                match on_conflict {
+                    OnConflict::Error => {
+                        return Err(ApiError::already_exists(format!(
+                            "an integration named {:?} already exists",
+                            req.display_name
+                        )));
+                    }
+                    OnConflict::ReturnExisting => {
+                        return Ok(Plan::Respond(RecordedResponse::ok(old.value.to_api())));
+                    }
+                    OnConflict::Replace => {
+                        let guard_version = guard_for_replace(state, account, &old, &id).await?;
+                        *replace_guard.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some((old.value.id.clone(), guard_version));
+                        ops.push(Op::delete_at(
+                            key(keys::integration_fence(account, &old.value.id)),
+                            guard_version,
+                        ));
+                        ops.push(Op::delete_at(
+                            key(keys::integration(account, &old.value.id)),
+                            old.version,
+                        ));
+                        ops.push(Op::replace(
+                            key(name_key.clone()),
+                            idx.version,
+                            to_body(&NameIndexRecord { id: id.clone() })?,
+                        ));
+                        replaced = Some(old);
                     }
                 }
             }
             if replaced.is_none() {
-                ops.push(Op::create(key(name_key), to_body(&NameIndexRecord { id: id.clone() })?));
+                ops.push(Op::create(
+                    key(name_key),
+                    to_body(&NameIndexRecord { id: id.clone() })?,
+                ));
             }
             let mut generation = 0;
             if let Some(secret) = secret {
-                generation = prepare_generation(state, account, &id, 1, secret, idempotent).await?;
-                *prepared.lock().unwrap_or_else(|p| p.into_inner()) = Some((id.clone(), generation));
-                ops.push(Op::delete(key(keys::credential_generation(account, &id, generation))));
+                let reuse = match lock(prepared) {
+                    Some((pid, g)) if pid == id && still_owned(state, account, &id, g).await? => {
+                        Some(g)
+                    }
+                    Some((pid, g)) => {
+                        discard_unpublished(state, account, &pid, g).await;
+                        None
+                    }
+                    None => None,
+                };
+                generation = match reuse {
+                    Some(g) => g,
+                    None => {
+                        *prepared.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                        let g = prepare_generation(state, account, &id, 1, secret).await?;
+                        *prepared.lock().unwrap_or_else(|p| p.into_inner()) = Some((id.clone(), g));
+                        g
+                    }
+                };
+                ops.push(publish_record_op(account, &id, generation));
             }
             if let Some(old) = &replaced {
-                // Every generation of the replaced integration is retired after publication.
-                for g in state.credentials.list(account, &old.value.id).await.map_err(secret_error)? {
-                    let rec = CredentialGenerationRecord {
-                        integration_id: old.value.id.clone(),
-                        generation: g,
-                        state: "retiring".into(),
-                        created_ms: state.clock.now_ms(),
-                    };
-                    ops.push(Op::put(key(keys::credential_generation(account, &old.value.id, g)), to_body(&rec)?));
-                }
+                // Every generation of the replaced identity is retired after publication.
+                let gens = state
+                    .credentials
+                    .list(account, &old.value.id)
+                    .await
+                    .map_err(secret_error)?;
+                ops.extend(retiring_ops(state, account, &old.value.id, &gens)?);
             }
             let now = state.clock.now_rfc3339();
             let rec = IntegrationRecord {
@@ -441,30 +788,49 @@ pub async fn create(
                 create_time: now.clone(),
                 update_time: now,
             };
-            ops.push(Op::create(key(keys::integration(account, &id)), to_body(&rec)?));
-            Ok(Plan::Publish { ops, response: RecordedResponse::created(rec.to_api()), probe: key(keys::integration(account, &id)) })
+            ops.push(Op::create(
+                key(keys::integration(account, &id)),
+                to_body(&rec)?,
+            ));
+            Ok(Plan::Publish {
+                ops,
+                response: RecordedResponse::created(rec.to_api()),
+                probe: key(keys::integration(account, &id)),
+            })
         }
     })
     .await;
-    let prepared = prepared.into_inner().unwrap_or_else(|p| p.into_inner());
-    match (&result, prepared) {
-        (Ok(resp), Some((id, generation))) => {
-            if resp.body.get("id").and_then(Value::as_str) == Some(id.as_str()) {
-                if let Some(secret) = &secret {
-                    ensure_published_secret(state, account, &id, generation, secret).await?;
-                }
-            } else {
-                discard_unpublished(state, account, &id, generation).await;
+    if let Some((pid, g)) = lock(&prepared) {
+        let published = result.as_ref().is_ok_and(|resp| {
+            resp.body.get("id").and_then(Value::as_str) == Some(pid.as_str())
+                && resp
+                    .body
+                    .get("credential_generation")
+                    .and_then(Value::as_u64)
+                    == Some(g)
+        });
+        match (&result, &secret) {
+            (Ok(_), Some(secret)) if published => {
+                verify_published_secret(state, account, &pid, g, secret).await
             }
+            // The outcome may be unknown: the CAS may have published it. Keep it; the sweep
+            // decides later with the published record in hand.
+            (Err(e), _) if e.code == Code::Unavailable => {}
+            _ => discard_unpublished(state, account, &pid, g).await,
         }
-        (Err(e), Some((id, generation))) if e.code != Code::Unavailable => {
-            discard_unpublished(state, account, &id, generation).await;
-        }
-        _ => {}
+    }
+    if let (Err(_), Some((old, version))) = (&result, lock(&replace_guard)) {
+        // A replace that did not commit releases its guard (one that did deleted it).
+        let _ = store
+            .transact(Transaction::new().with(Op::delete_at(
+                key(keys::integration_fence(account, &old)),
+                version,
+            )))
+            .await;
     }
     if let Ok(resp) = &result {
         // A replace retires the old identity's credentials after publication.
-        if resp.status == 201 {
+        if resp.status == 201 && on_conflict == OnConflict::Replace {
             sweep_retiring(state, account).await;
         }
     }
@@ -473,11 +839,15 @@ pub async fn create(
 
 /// Discards a prepared generation unless a published integration references it.
 async fn discard_unpublished(state: &AppState, account: &str, id: &str, generation: u64) {
-    let published = read::<IntegrationRecord>(state.store.as_ref(), keys::integration(account, id), Consistency::Strong)
-        .await
-        .ok()
-        .flatten()
-        .is_some_and(|r| r.value.credential_generation == generation);
+    let published = read::<IntegrationRecord>(
+        state.store.as_ref(),
+        keys::integration(account, id),
+        Consistency::Strong,
+    )
+    .await
+    .ok()
+    .flatten()
+    .is_some_and(|r| r.value.credential_generation == generation);
     if !published {
         discard_prepared(state, account, id, generation).await;
     }
@@ -485,26 +855,42 @@ async fn discard_unpublished(state: &AppState, account: &str, id: &str, generati
 
 /// Finishes `retiring` records (best effort; the sweep does the same later).
 async fn sweep_retiring(state: &AppState, account: &str) {
-    let Ok(items) = strong_scan(state.store.as_ref(), &keys::account_pk(account), keys::CREDENTIAL_GENERATION_PREFIX).await else {
+    let Ok(items) = strong_scan(
+        state.store.as_ref(),
+        &keys::account_pk(account),
+        keys::CREDENTIAL_GENERATION_PREFIX,
+    )
+    .await
+    else {
         return;
     };
     for item in items {
-        if let Ok(rec) = item.json::<CredentialGenerationRecord>() {
-            if rec.state == "retiring" {
-                retire_generation(state, account, &rec.integration_id, rec.generation).await;
-            }
+        if let Ok(rec) = item.json::<CredentialGenerationRecord>()
+            && rec.state == "retiring"
+        {
+            retire_generation(state, account, &rec.integration_id, rec.generation).await;
         }
     }
 }
 
 // ---- update and rotation ---------------------------------------------------------------
 
-pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchIntegration, if_match: Option<&str>) -> ApiResult<Value> {
+pub async fn patch(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    req: PatchIntegration,
+    if_match: Option<&str>,
+) -> ApiResult<Value> {
     if req.kind.is_some() {
-        return Err(ApiError::invalid("type is immutable; create with on_conflict=replace to change it"));
+        return Err(ApiError::invalid(
+            "type is immutable; create with on_conflict=replace to change it",
+        ));
     }
     if req.authentication.is_some() || req.credentials.is_some() {
-        return Err(ApiError::invalid("authentication and credentials change through PUT .../authentication"));
+        return Err(ApiError::invalid(
+            "authentication and credentials change through PUT .../authentication",
+        ));
     }
     if let Some(n) = &req.display_name {
         validate_display_name(n)?;
@@ -513,6 +899,16 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchIntegrat
     for attempt in 0..MAX_ATTEMPTS {
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        if store
+            .get(
+                &key(keys::integration_fence(account, id)),
+                Consistency::Strong,
+            )
+            .await?
+            .is_some()
+        {
+            return Err(ApiError::deleting("the integration"));
+        }
         let mut next = cur.value.clone();
         if let Some(n) = &req.display_name {
             next.display_name = n.clone();
@@ -529,24 +925,45 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchIntegrat
         if req.uri.is_some() || req.properties.is_some() {
             validate_connection(state, &next.uri, &next.properties)?;
         }
-        let fences_work = next.uri != cur.value.uri || next.properties != cur.value.properties || next.paused != cur.value.paused;
+        let fences_work = next.uri != cur.value.uri
+            || next.properties != cur.value.properties
+            || next.paused != cur.value.paused;
         if fences_work {
             next.generation += 1;
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let mut tx = Transaction::new().with(Op::replace(key(keys::integration(account, id)), cur.version, to_body(&next)?));
+        let mut tx = Transaction::new().with(Op::replace(
+            key(keys::integration(account, id)),
+            cur.version,
+            to_body(&next)?,
+        ));
         if next.display_name != cur.value.display_name {
-            tx.push(Op::delete(key(keys::integration_name(account, &cur.value.display_name))));
-            tx.push(Op::create(key(keys::integration_name(account, &next.display_name)), to_body(&NameIndexRecord { id: id.to_owned() })?));
+            tx.push(Op::delete(key(keys::integration_name(
+                account,
+                &cur.value.display_name,
+            ))));
+            tx.push(Op::create(
+                key(keys::integration_name(account, &next.display_name)),
+                to_body(&NameIndexRecord { id: id.to_owned() })?,
+            ));
         }
         match store.transact(tx).await {
             Ok(()) => return Ok(next.to_api()),
             Err(e) if super::is_condition_failure(&e) => {
                 if next.display_name != cur.value.display_name
-                    && store.get(&key(keys::integration_name(account, &next.display_name)), Consistency::Strong).await?.is_some()
+                    && store
+                        .get(
+                            &key(keys::integration_name(account, &next.display_name)),
+                            Consistency::Strong,
+                        )
+                        .await?
+                        .is_some()
                 {
-                    return Err(ApiError::already_exists(format!("an integration named {:?} already exists", next.display_name)));
+                    return Err(ApiError::already_exists(format!(
+                        "an integration named {:?} already exists",
+                        next.display_name
+                    )));
                 }
                 backoff(attempt).await;
             }
@@ -558,58 +975,76 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchIntegrat
 }
 
 /// `PUT .../authentication`: new authentication configuration and/or credentials, published
-/// as a new credential generation.
-pub async fn rotate(state: &AppState, account: &str, id: &str, req: RotateAuthentication, if_match: Option<&str>) -> ApiResult<Value> {
+/// as a new credential generation (see the module documentation for the protocol).
+pub async fn rotate(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    req: RotateAuthentication,
+    if_match: Option<&str>,
+) -> ApiResult<Value> {
     if req.authentication.is_none() && req.credentials.is_none() {
-        return Err(ApiError::invalid("give authentication, credentials, or both"));
+        return Err(ApiError::invalid(
+            "give authentication, credentials, or both",
+        ));
     }
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
-        if store.get(&key(keys::integration_fence(account, id)), Consistency::Strong).await?.is_some() {
+        if store
+            .get(
+                &key(keys::integration_fence(account, id)),
+                Consistency::Strong,
+            )
+            .await?
+            .is_some()
+        {
             return Err(ApiError::deleting("the integration"));
         }
-        let auth = req.authentication.clone().unwrap_or_else(|| cur.value.authentication.clone());
+        let auth = req
+            .authentication
+            .clone()
+            .unwrap_or_else(|| cur.value.authentication.clone());
         validate_auth_for_type(cur.value.kind, &auth)?;
         let secret = validate_credentials(&auth, &req.credentials)?;
-        let mut next = cur.value.clone();
-        next.authentication = auth;
         let new_generation = match &secret {
-            Some(s) => Some(prepare_generation(state, account, id, cur.value.credential_generation + 1, s, false).await?),
+            Some(s) => Some(
+                prepare_generation(state, account, id, cur.value.credential_generation + 1, s)
+                    .await?,
+            ),
             None => None,
         };
         let old_generation = cur.value.credential_generation;
+        let mut next = cur.value.clone();
+        next.authentication = auth;
         next.credential_generation = new_generation.unwrap_or(0);
         next.credentials_configured = new_generation.is_some();
         next.generation += 1;
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let mut tx = Transaction::new().with(Op::replace(key(keys::integration(account, id)), cur.version, to_body(&next)?));
+        let mut tx = Transaction::new().with(Op::replace(
+            key(keys::integration(account, id)),
+            cur.version,
+            to_body(&next)?,
+        ));
         if let Some(g) = new_generation {
-            tx.push(Op::delete(key(keys::credential_generation(account, id, g))));
+            tx.push(publish_record_op(account, id, g));
         }
         if old_generation > 0 {
-            let rec = CredentialGenerationRecord {
-                integration_id: id.to_owned(),
-                generation: old_generation,
-                state: "retiring".into(),
-                created_ms: state.clock.now_ms(),
-            };
-            tx.push(Op::put(key(keys::credential_generation(account, id, old_generation)), to_body(&rec)?));
+            tx.ops
+                .extend(retiring_ops(state, account, id, &[old_generation])?);
         }
         match store.transact(tx).await {
             Ok(()) => {
                 if let (Some(g), Some(s)) = (new_generation, &secret) {
-                    ensure_published_secret(state, account, id, g, s).await?;
+                    verify_published_secret(state, account, id, g, s).await;
                 }
                 retire_generation(state, account, id, old_generation).await;
                 return Ok(next.to_api());
             }
-            Err(e) if e.is_outcome_unknown() => {
-                // The CAS may have published the new generation: keep it (the sweep decides).
-                return Err(e.into());
-            }
+            // The CAS may have published the new generation: keep it (the sweep decides).
+            Err(e) if e.is_outcome_unknown() => return Err(e.into()),
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => {
                 if let Some(g) = new_generation {
                     discard_prepared(state, account, id, g).await;
@@ -631,23 +1066,82 @@ pub async fn rotate(state: &AppState, account: &str, id: &str, req: RotateAuthen
 
 /// Deletes every credential generation of an integration and their records (idempotent).
 pub async fn purge_credentials(state: &AppState, account: &str, id: &str) -> ApiResult<()> {
-    for g in state.credentials.list(account, id).await.map_err(secret_error)? {
-        state.credentials.delete(&secret_ref(account, id, g)?).await.map_err(secret_error)?;
+    for g in state
+        .credentials
+        .list(account, id)
+        .await
+        .map_err(secret_error)?
+    {
+        state
+            .credentials
+            .delete(&secret_ref(account, id, g)?)
+            .await
+            .map_err(secret_error)?;
     }
-    let records = strong_scan(state.store.as_ref(), &keys::account_pk(account), &keys::credential_generations_prefix(id)).await?;
-    delete_items(state.store.as_ref(), records.into_iter().map(|i| i.key).collect()).await
+    let records = strong_scan(
+        state.store.as_ref(),
+        &keys::account_pk(account),
+        &keys::credential_generations_prefix(id),
+    )
+    .await?;
+    delete_items(
+        state.store.as_ref(),
+        records.into_iter().map(|i| i.key).collect(),
+    )
+    .await
+}
+
+/// Whether credentials or generation records of a (deleted) integration remain.
+async fn has_leftovers(state: &AppState, account: &str, id: &str) -> ApiResult<bool> {
+    if !state
+        .credentials
+        .list(account, id)
+        .await
+        .map_err(secret_error)?
+        .is_empty()
+    {
+        return Ok(true);
+    }
+    Ok(state
+        .store
+        .count(
+            &keys::account_pk(account),
+            &keys::credential_generations_prefix(id),
+            Consistency::Strong,
+        )
+        .await?
+        > 0)
 }
 
 /// Hook for overlay deletion during a cascade (the overlay module registers itself).
-pub type OverlayDeleter = fn(&AppState, &str, &str) -> futures::future::BoxFuture<'static, ApiResult<()>>;
+pub type OverlayDeleter =
+    fn(&AppState, &str, &str) -> futures::future::BoxFuture<'static, ApiResult<()>>;
 
-pub async fn delete(state: &AppState, account: &str, id: &str, cascade: bool, if_match: Option<&str>) -> ApiResult<()> {
+pub async fn delete(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    cascade: bool,
+    if_match: Option<&str>,
+) -> ApiResult<()> {
     let store = state.store.as_ref();
     if cascade {
         return cascade_delete(state, account, id, if_match).await;
     }
     for attempt in 0..MAX_ATTEMPTS {
-        let cur = load(store, account, id).await?;
+        let cur = match load(store, account, id).await {
+            Ok(c) => c,
+            Err(e) if e.code == Code::NotFound => {
+                // A delete that removed the record and stopped before its credentials were
+                // gone: finish the cleanup instead of answering 404.
+                if validate_resource_id(id).is_ok() && has_leftovers(state, account, id).await? {
+                    purge_credentials(state, account, id).await?;
+                    return Ok(());
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         let outcome = guarded_delete(
             state,
@@ -657,14 +1151,24 @@ pub async fn delete(state: &AppState, account: &str, id: &str, cascade: bool, if
             "the integration",
             || async {
                 let deps = store
-                    .count(&keys::account_pk(account), &keys::integration_dependency_prefix(id), Consistency::Strong)
+                    .count(
+                        &keys::account_pk(account),
+                        &keys::integration_dependency_prefix(id),
+                        Consistency::Strong,
+                    )
                     .await?;
                 Ok((deps > 0).then(|| {
-                    ApiError::new(Code::HasDependents, "overlays use this integration; delete them or use ?cascade=true")
-                        .with_detail("overlays", deps)
+                    ApiError::new(
+                        Code::HasDependents,
+                        "overlays use this integration; delete them or use ?cascade=true",
+                    )
+                    .with_detail("overlays", deps)
                 }))
             },
-            vec![Op::delete(key(keys::integration_name(account, &cur.value.display_name)))],
+            vec![Op::delete(key(keys::integration_name(
+                account,
+                &cur.value.display_name,
+            )))],
         )
         .await?;
         match outcome {
@@ -678,21 +1182,36 @@ pub async fn delete(state: &AppState, account: &str, id: &str, cascade: bool, if
 /// Cascade: a durable integration fence (no new overlay can attach and reconciliation stops
 /// publishing), each dependent overlay deleted with its contributions, then the integration
 /// and its credentials. A retry after any failure resumes under the same fence.
-async fn cascade_delete(state: &AppState, account: &str, id: &str, if_match: Option<&str>) -> ApiResult<()> {
+async fn cascade_delete(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    if_match: Option<&str>,
+) -> ApiResult<()> {
     let store = state.store.as_ref();
     let fence_key = keys::integration_fence(account, id);
-    let existing_fence = store.get(&key(fence_key.clone()), Consistency::Strong).await?;
-    let durable = existing_fence.as_ref().and_then(|i| i.json::<GuardRecord>().ok()).is_some_and(|g| g.durable);
-    let cur = match read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong).await? {
-        Some(c) => c,
-        None if durable => {
-            // The record is gone: finish credential cleanup and drop the fence.
-            purge_credentials(state, account, id).await?;
-            store.transact(Transaction::new().with(Op::delete(key(fence_key)))).await?;
-            return Ok(());
-        }
-        None => return Err(ApiError::not_found("integration")),
-    };
+    let existing_fence = store
+        .get(&key(fence_key.clone()), Consistency::Strong)
+        .await?;
+    let durable = existing_fence
+        .as_ref()
+        .and_then(|i| i.json::<GuardRecord>().ok())
+        .is_some_and(|g| g.durable);
+    let cur =
+        match read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong)
+            .await?
+        {
+            Some(c) => c,
+            None if durable => {
+                // The record is gone: finish credential cleanup and drop the fence.
+                purge_credentials(state, account, id).await?;
+                store
+                    .transact(Transaction::new().with(Op::delete(key(fence_key))))
+                    .await?;
+                return Ok(());
+            }
+            None => return Err(ApiError::not_found("integration")),
+        };
     if !durable {
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         let now = state.clock.now_ms();
@@ -702,23 +1221,45 @@ async fn cascade_delete(state: &AppState, account: &str, id: &str, if_match: Opt
             GuardState::Abandoned { version } => Condition::Version(version),
             GuardState::Live => return Err(ApiError::deleting("the integration")),
         };
-        let body = to_body(&GuardRecord { installed_ms: now, owner: flotilla_domain::names::new_id(), durable: true })?;
+        let body = to_body(&GuardRecord {
+            installed_ms: now,
+            owner: flotilla_domain::names::new_id(),
+            durable: true,
+        })?;
         store
-            .transact(Transaction::new().with(Op::Put { key: key(fence_key.clone()), body, expires_at: None, condition: Some(condition) }))
+            .transact(Transaction::new().with(Op::Put {
+                key: key(fence_key.clone()),
+                body,
+                expires_at: None,
+                condition: Some(condition),
+            }))
             .await?;
     }
-    let deps = strong_scan(store, &keys::account_pk(account), &keys::integration_dependency_prefix(id)).await?;
+    let deps = strong_scan(
+        store,
+        &keys::account_pk(account),
+        &keys::integration_dependency_prefix(id),
+    )
+    .await?;
     for dep in deps {
         let overlay_id = dep.key.sk.rsplit('#').next().unwrap_or_default().to_owned();
         super::overlays::delete_for_cascade(state, account, &overlay_id).await?;
     }
     let cur = load(store, account, id).await?;
     let tx = Transaction::new()
-        .with(Op::delete_at(key(keys::integration(account, id)), cur.version))
-        .with(Op::delete(key(keys::integration_name(account, &cur.value.display_name))));
+        .with(Op::delete_at(
+            key(keys::integration(account, id)),
+            cur.version,
+        ))
+        .with(Op::delete(key(keys::integration_name(
+            account,
+            &cur.value.display_name,
+        ))));
     store.transact(tx).await?;
     purge_credentials(state, account, id).await?;
-    store.transact(Transaction::new().with(Op::delete(key(fence_key)))).await?;
+    store
+        .transact(Transaction::new().with(Op::delete(key(fence_key))))
+        .await?;
     Ok(())
 }
 
@@ -733,41 +1274,97 @@ pub struct SweepReport {
     pub orphans_deleted: u64,
 }
 
-/// Reclaims retained credential generations of one account. Never deletes the generation a
-/// published integration references; leaves records younger than `min_age_ms` alone (they
-/// may belong to an operation in progress).
+/// Reclaims retained credential generations of one account (`flotilla admin
+/// sweep-credentials`, `POST /v1/admin/sweep-credentials`).
+///
+/// For each generation record older than `min_age_ms` it first *claims* the record by
+/// bumping its version: the operation that prepared it publishes only while the record is at
+/// the version it created, so after the claim that generation can never be published. Only
+/// then does it read the integration, strongly, and delete the secret unless the integration
+/// references it. Secrets no record explains are deleted unless referenced: every in-flight
+/// operation writes its record before its secret, so an unrecorded generation is never one
+/// that is about to be published.
 pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> ApiResult<SweepReport> {
     let store = state.store.as_ref();
     let mut report = SweepReport::default();
     let now = state.clock.now_ms();
-    let records = strong_scan(store, &keys::account_pk(account), keys::CREDENTIAL_GENERATION_PREFIX).await?;
+    let referenced = |rec: Option<&Versioned<IntegrationRecord>>, generation: u64| {
+        rec.is_some_and(|c| {
+            c.value.credentials_configured && c.value.credential_generation == generation
+        })
+    };
+    let records = strong_scan(
+        store,
+        &keys::account_pk(account),
+        keys::CREDENTIAL_GENERATION_PREFIX,
+    )
+    .await?;
     for item in records {
         report.records_examined += 1;
         let rec: CredentialGenerationRecord = item.json()?;
         if now.saturating_sub(rec.created_ms) < min_age_ms {
             continue;
         }
-        let current = read::<IntegrationRecord>(store, keys::integration(account, &rec.integration_id), Consistency::Strong).await?;
-        let referenced = current.as_ref().is_some_and(|c| c.value.credential_generation == rec.generation);
-        if !referenced {
-            state.credentials.delete(&secret_ref(account, &rec.integration_id, rec.generation)?).await.map_err(secret_error)?;
+        let claimed = CredentialGenerationRecord {
+            state: "sweeping".into(),
+            ..rec.clone()
+        };
+        match store
+            .transact(Transaction::new().with(Op::replace(
+                item.key.clone(),
+                item.version,
+                to_body(&claimed)?,
+            )))
+            .await
+        {
+            Ok(()) => {}
+            // Published, discarded or claimed meanwhile: nothing to do here.
+            Err(e) if super::is_condition_failure(&e) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let current = read::<IntegrationRecord>(
+            store,
+            keys::integration(account, &rec.integration_id),
+            Consistency::Strong,
+        )
+        .await?;
+        if !referenced(current.as_ref(), rec.generation) {
+            state
+                .credentials
+                .delete(&secret_ref(account, &rec.integration_id, rec.generation)?)
+                .await
+                .map_err(secret_error)?;
             report.generations_deleted += 1;
         }
-        store.transact(Transaction::new().with(Op::delete_at(item.key.clone(), item.version))).await.ok();
+        store
+            .transact(Transaction::new().with(Op::delete_at(item.key.clone(), item.version + 1)))
+            .await
+            .ok();
         report.records_cleared += 1;
     }
-    // Secrets whose integration no longer exists and that no record explains.
-    for r in state.credentials.list_account(account).await.map_err(secret_error)? {
-        let has_record = store
-            .get(&key(keys::credential_generation(account, &r.integration_id, r.credential_generation)), Consistency::Strong)
+    for r in state
+        .credentials
+        .list_account(account)
+        .await
+        .map_err(secret_error)?
+    {
+        let recorded = store
+            .get(
+                &record_key(account, &r.integration_id, r.credential_generation),
+                Consistency::Strong,
+            )
             .await?
             .is_some();
-        if has_record {
+        if recorded {
             continue;
         }
-        let current = read::<IntegrationRecord>(store, keys::integration(account, &r.integration_id), Consistency::Strong).await?;
-        let keep = current.as_ref().is_some_and(|c| c.value.credential_generation == r.credential_generation);
-        if !keep && current.is_none() {
+        let current = read::<IntegrationRecord>(
+            store,
+            keys::integration(account, &r.integration_id),
+            Consistency::Strong,
+        )
+        .await?;
+        if !referenced(current.as_ref(), r.credential_generation) {
             state.credentials.delete(&r).await.map_err(secret_error)?;
             report.orphans_deleted += 1;
         }

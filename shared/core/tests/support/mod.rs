@@ -175,3 +175,348 @@ pub fn urlencode(s: &str) -> String {
     }
     out
 }
+
+// ---- integrations and overlays (seed 004) ----------------------------------------------
+
+/// The local encrypted credential store behind a fault injector (no faults planned until a
+/// test injects one).
+pub type FaultyCreds = flotilla_secrets::fault::FaultInjectingCredentialStore<
+    flotilla_secrets::local::LocalEncryptedStore,
+>;
+
+/// A credential store in its own tempdir, as `flotilla serve` builds one.
+pub struct Creds {
+    pub store: Arc<FaultyCreds>,
+    _dir: tempfile::TempDir,
+}
+
+impl Creds {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = flotilla_secrets::local::SecretKey::generate();
+        let local = flotilla_secrets::local::LocalEncryptedStore::with_key(
+            dir.path().join("secrets"),
+            &key,
+        )
+        .expect("local store");
+        Self {
+            store: Arc::new(flotilla_secrets::fault::FaultInjectingCredentialStore::new(
+                local,
+            )),
+            _dir: dir,
+        }
+    }
+
+    pub fn dyn_store(&self) -> Arc<dyn flotilla_secrets::CredentialStore> {
+        self.store.clone()
+    }
+
+    /// The stored fields of one generation, read past the fault injector.
+    pub async fn fields(
+        &self,
+        account: &str,
+        integration: &str,
+        generation: u64,
+    ) -> Option<serde_json::Map<String, Value>> {
+        use flotilla_secrets::CredentialStore;
+        let r = flotilla_secrets::SecretRef::new(account, integration, generation).expect("ref");
+        self.store
+            .inner()
+            .get(&r)
+            .await
+            .expect("get")
+            .map(|s| s.fields().expect("fields"))
+    }
+
+    pub async fn generations(&self, account: &str, integration: &str) -> Vec<u64> {
+        use flotilla_secrets::CredentialStore;
+        self.store
+            .inner()
+            .list(account, integration)
+            .await
+            .expect("list")
+    }
+
+    pub async fn all(&self, account: &str) -> Vec<flotilla_secrets::SecretRef> {
+        use flotilla_secrets::CredentialStore;
+        self.store
+            .inner()
+            .list_account(account)
+            .await
+            .expect("list_account")
+    }
+}
+
+impl Default for Creds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Harness {
+    /// The same harness with a credential store (integrations with secrets need one).
+    pub fn with_credentials(mut self, store: Arc<dyn flotilla_secrets::CredentialStore>) -> Self {
+        self.state = self.state.clone().with_credentials(store);
+        self.router = flotilla_core::router(self.state.clone());
+        self
+    }
+
+    /// The same harness with another configuration.
+    pub fn with_config(mut self, config: Config) -> Self {
+        self.state.config = config;
+        self.router = flotilla_core::router(self.state.clone());
+        self
+    }
+
+    /// Creates an ICEBERG_REST integration with bearer credentials and answers its id.
+    pub async fn integration(&self, account: &str, token: &str, name: &str) -> String {
+        let r = self
+            .post(
+                &format!("/v1/accounts/{account}/integrations"),
+                token,
+                integration_body(name, &format!("tok-{name}")),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        r.body["id"].as_str().expect("id").to_owned()
+    }
+
+    /// Creates an overlay and answers its id.
+    pub async fn overlay(
+        &self,
+        account: &str,
+        token: &str,
+        name: &str,
+        integration: &str,
+        catalog: &str,
+    ) -> String {
+        let r = self
+            .post(
+                &format!("/v1/accounts/{account}/overlays"),
+                token,
+                serde_json::json!({"display_name": name, "integration_id": integration, "catalog_id": catalog}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        r.body["id"].as_str().expect("id").to_owned()
+    }
+}
+
+/// An ICEBERG_REST integration with bearer authentication and `token` as its secret.
+pub fn integration_body(name: &str, token: &str) -> Value {
+    serde_json::json!({
+        "display_name": name,
+        "type": "ICEBERG_REST",
+        "uri": "https://catalog.example.com/api",
+        "properties": {"warehouse": "wh"},
+        "authentication": {"type": "BEARER"},
+        "credentials": {"token": token},
+    })
+}
+
+fn ns_path(path: &[&str]) -> flotilla_domain::names::NamespacePath {
+    flotilla_domain::names::NamespacePath::new(path.iter().map(|s| s.to_string()).collect())
+        .expect("path")
+}
+
+async fn put_item(store: &dyn flotilla_metastore::Metastore, parts: (String, String), body: Value) {
+    let tx = flotilla_metastore::Transaction::new().with(flotilla_metastore::Op::put(
+        flotilla_metastore::Key::new(parts.0, parts.1),
+        serde_json::to_vec(&body).expect("json"),
+    ));
+    store.transact(tx).await.expect("put");
+}
+
+/// Writes a namespace straight into the metastore, as overlay materialization would.
+pub async fn put_namespace(
+    store: &dyn flotilla_metastore::Metastore,
+    catalog: &str,
+    path: &[&str],
+    created_by_overlay: bool,
+) {
+    let rec = flotilla_domain::model::NamespaceRecord {
+        id: flotilla_domain::names::new_id(),
+        catalog_id: catalog.to_owned(),
+        path: ns_path(path),
+        properties: Default::default(),
+        created_by_overlay,
+        revision: 1,
+        create_time: "2027-01-15T08:00:00Z".into(),
+        update_time: "2027-01-15T08:00:00Z".into(),
+    };
+    let parts = flotilla_domain::keys::namespace(catalog, &rec.path);
+    put_item(store, parts, serde_json::to_value(&rec).expect("json")).await;
+}
+
+/// Writes a relation managed by `overlay` (a materialized table).
+pub async fn put_managed_table(
+    store: &dyn flotilla_metastore::Metastore,
+    catalog: &str,
+    ns: &[&str],
+    name: &str,
+    integration: &str,
+    overlay: &str,
+) {
+    let rec = flotilla_domain::model::RelationRecord {
+        id: flotilla_domain::names::new_id(),
+        catalog_id: catalog.to_owned(),
+        kind: flotilla_domain::model::RelationKind::Table,
+        namespace: ns_path(ns),
+        name: name.to_owned(),
+        schema: schema(),
+        format: Some("ICEBERG".into()),
+        metadata_location: Some(format!("s3://up/{name}/metadata/v1.json")),
+        location: Some(format!("s3://up/{name}")),
+        definitions: Vec::new(),
+        default_namespace: None,
+        properties: Default::default(),
+        managed_by: Some(flotilla_domain::model::ManagedBy {
+            integration_id: integration.to_owned(),
+            overlay_id: overlay.to_owned(),
+            external_id: format!("{}.{name}", ns.join(".")),
+            stable: false,
+            upstream_namespace: ns.iter().map(|s| s.to_string()).collect(),
+            upstream_name: name.to_owned(),
+            upstream_fingerprint: None,
+        }),
+        revision: 1,
+        create_time: "2027-01-15T08:00:00Z".into(),
+        update_time: "2027-01-15T08:00:00Z".into(),
+    };
+    let parts = flotilla_domain::keys::relation(catalog, &rec.namespace, name);
+    put_item(store, parts, serde_json::to_value(&rec).expect("json")).await;
+}
+
+/// Writes `overlay`'s namespace claim on `path`.
+pub async fn put_claim(
+    store: &dyn flotilla_metastore::Metastore,
+    catalog: &str,
+    path: &[&str],
+    overlay: &str,
+    created_namespace: bool,
+) {
+    let rec = flotilla_domain::model::ClaimRecord {
+        overlay_id: overlay.to_owned(),
+        path: ns_path(path),
+        created_namespace,
+    };
+    let parts = flotilla_domain::keys::namespace_claim(catalog, &rec.path, overlay);
+    put_item(store, parts, serde_json::to_value(&rec).expect("json")).await;
+}
+
+pub async fn has_namespace(
+    store: &dyn flotilla_metastore::Metastore,
+    catalog: &str,
+    path: &[&str],
+) -> bool {
+    let (pk, sk) = flotilla_domain::keys::namespace(catalog, &ns_path(path));
+    store
+        .get(
+            &flotilla_metastore::Key::new(pk, sk),
+            flotilla_metastore::Consistency::Strong,
+        )
+        .await
+        .expect("get")
+        .is_some()
+}
+
+pub async fn has_relation(
+    store: &dyn flotilla_metastore::Metastore,
+    catalog: &str,
+    ns: &[&str],
+    name: &str,
+) -> bool {
+    let (pk, sk) = flotilla_domain::keys::relation(catalog, &ns_path(ns), name);
+    store
+        .get(
+            &flotilla_metastore::Key::new(pk, sk),
+            flotilla_metastore::Consistency::Strong,
+        )
+        .await
+        .expect("get")
+        .is_some()
+}
+
+pub async fn has_claim(
+    store: &dyn flotilla_metastore::Metastore,
+    catalog: &str,
+    path: &[&str],
+    overlay: &str,
+) -> bool {
+    let (pk, sk) = flotilla_domain::keys::namespace_claim(catalog, &ns_path(path), overlay);
+    store
+        .get(
+            &flotilla_metastore::Key::new(pk, sk),
+            flotilla_metastore::Consistency::Strong,
+        )
+        .await
+        .expect("get")
+        .is_some()
+}
+
+/// Every item of a partition whose sort key starts with `prefix` (strong read).
+pub async fn items(
+    store: &dyn flotilla_metastore::Metastore,
+    pk: &str,
+    prefix: &str,
+) -> Vec<flotilla_metastore::Item> {
+    flotilla_metastore::query_all(
+        store,
+        flotilla_metastore::Query::new(pk, prefix, flotilla_metastore::Consistency::Strong),
+    )
+    .await
+    .expect("query")
+}
+
+/// A metastore that remembers every body a transaction wrote (for the secret canary: a
+/// secret must never be written to the metastore, even transiently).
+pub struct SpyMetastore {
+    pub inner: DynMetastore,
+    pub writes: std::sync::Mutex<Vec<(flotilla_metastore::Key, Vec<u8>)>>,
+}
+
+#[async_trait::async_trait]
+impl flotilla_metastore::Metastore for SpyMetastore {
+    async fn get(
+        &self,
+        key: &flotilla_metastore::Key,
+        consistency: flotilla_metastore::Consistency,
+    ) -> Result<Option<flotilla_metastore::Item>, flotilla_metastore::MetastoreError> {
+        self.inner.get(key, consistency).await
+    }
+    async fn batch_get(
+        &self,
+        keys: &[flotilla_metastore::Key],
+        consistency: flotilla_metastore::Consistency,
+    ) -> Result<Vec<flotilla_metastore::Item>, flotilla_metastore::MetastoreError> {
+        self.inner.batch_get(keys, consistency).await
+    }
+    async fn query(
+        &self,
+        query: &flotilla_metastore::Query,
+    ) -> Result<flotilla_metastore::Page, flotilla_metastore::MetastoreError> {
+        self.inner.query(query).await
+    }
+    async fn count(
+        &self,
+        pk: &str,
+        sk_prefix: &str,
+        consistency: flotilla_metastore::Consistency,
+    ) -> Result<u64, flotilla_metastore::MetastoreError> {
+        self.inner.count(pk, sk_prefix, consistency).await
+    }
+    async fn transact(
+        &self,
+        tx: flotilla_metastore::Transaction,
+    ) -> Result<(), flotilla_metastore::MetastoreError> {
+        {
+            let mut w = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+            for op in &tx.ops {
+                if let flotilla_metastore::Op::Put { key, body, .. } = op {
+                    w.push((key.clone(), body.clone()));
+                }
+            }
+        }
+        self.inner.transact(tx).await
+    }
+}
