@@ -23,7 +23,7 @@ use super::accounts::{OnConflict, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::relations::directory_bump;
 use super::{
-    GuardRecord, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff, check_if_match,
+    MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff, check_if_match,
     guard_op, guard_state, key, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
@@ -77,14 +77,23 @@ fn validate_interval(v: Option<u64>) -> ApiResult<u64> {
     }
 }
 
-pub async fn load(store: &dyn Metastore, account: &str, id: &str) -> ApiResult<Versioned<OverlayRecord>> {
+pub async fn load(
+    store: &dyn Metastore,
+    account: &str,
+    id: &str,
+) -> ApiResult<Versioned<OverlayRecord>> {
     validate_resource_id(id).map_err(|_| ApiError::not_found("overlay"))?;
     read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong)
         .await?
         .ok_or_else(|| ApiError::not_found("overlay"))
 }
 
-pub async fn status(store: &dyn Metastore, account: &str, id: &str, consistency: Consistency) -> ApiResult<Option<Versioned<OverlayStatus>>> {
+pub async fn status(
+    store: &dyn Metastore,
+    account: &str,
+    id: &str,
+    consistency: Consistency,
+) -> ApiResult<Option<Versioned<OverlayStatus>>> {
     read::<OverlayStatus>(store, keys::overlay_status(account, id), consistency).await
 }
 
@@ -99,7 +108,13 @@ pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> 
     to_api(store, account, &cur.value).await
 }
 
-pub async fn list(state: &AppState, account: &str, integration: Option<&str>, page_size: usize, token: Option<&str>) -> ApiResult<Value> {
+pub async fn list(
+    state: &AppState,
+    account: &str,
+    integration: Option<&str>,
+    page_size: usize,
+    token: Option<&str>,
+) -> ApiResult<Value> {
     let store = state.store.as_ref();
     let scope = format!("overlays|{}", integration.unwrap_or(""));
     let (items, next) = super::list_page(
@@ -112,23 +127,64 @@ pub async fn list(state: &AppState, account: &str, integration: Option<&str>, pa
         token,
         |item| {
             let rec: OverlayRecord = super::decode(item)?;
-            Ok(integration.is_none_or(|i| rec.integration_id == i).then_some(rec))
-                .map(|r| r.map(|r| serde_json::to_value(&r).unwrap_or(Value::Null)))
+            Ok(integration
+                .is_none_or(|i| rec.integration_id == i)
+                .then_some(rec))
+            .map(|r| r.map(|r| serde_json::to_value(&r).unwrap_or(Value::Null)))
         },
     )
     .await?;
     let mut out = Vec::with_capacity(items.len());
     for v in items {
-        let rec: OverlayRecord = serde_json::from_value(v).map_err(|e| ApiError::internal(e.to_string()))?;
+        let rec: OverlayRecord =
+            serde_json::from_value(v).map_err(|e| ApiError::internal(e.to_string()))?;
         out.push(to_api(store, account, &rec).await?);
     }
     Ok(super::page_body(out, next))
 }
 
 /// The ids of an integration's overlays, read strongly (cascades rely on it).
-pub async fn ids_for_integration(store: &dyn Metastore, account: &str, integration: &str) -> ApiResult<Vec<String>> {
-    let deps = strong_scan(store, &keys::account_pk(account), &keys::integration_dependency_prefix(integration)).await?;
-    deps.iter().map(|d| Ok(d.json::<DependencyRecord>()?.overlay_id)).collect()
+pub async fn ids_for_integration(
+    store: &dyn Metastore,
+    account: &str,
+    integration: &str,
+) -> ApiResult<Vec<String>> {
+    let deps = strong_scan(
+        store,
+        &keys::account_pk(account),
+        &keys::integration_dependency_prefix(integration),
+    )
+    .await?;
+    deps.iter()
+        .map(|d| Ok(d.json::<DependencyRecord>()?.overlay_id))
+        .collect()
+}
+
+/// The integration an overlay binds: a missing one is the caller's mistake (`400`), a
+/// failed read is not.
+async fn load_integration(
+    store: &dyn Metastore,
+    account: &str,
+    id: &str,
+) -> ApiResult<Versioned<flotilla_domain::model::IntegrationRecord>> {
+    super::integrations::load(store, account, id)
+        .await
+        .map_err(|e| match e.code {
+            Code::NotFound => {
+                ApiError::invalid("integration_id names no integration of this account")
+            }
+            _ => e,
+        })
+}
+
+async fn load_catalog(store: &dyn Metastore, account: &str, id: &str) -> ApiResult<()> {
+    super::catalogs::load(store, account, id)
+        .await
+        .map(|_| ())
+        .map_err(|e| match e.code {
+            Code::NotFound => ApiError::invalid("catalog_id names no catalog of this account"),
+            _ => e,
+        })
 }
 
 pub async fn create(
@@ -139,15 +195,32 @@ pub async fn create(
     idem: Option<IdempotencyRequest>,
 ) -> ApiResult<RecordedResponse> {
     validate_display_name(&req.display_name)?;
-    validate_resource_id(&req.integration_id).map_err(|_| ApiError::invalid("malformed integration_id"))?;
+    validate_resource_id(&req.integration_id)
+        .map_err(|_| ApiError::invalid("malformed integration_id"))?;
     validate_resource_id(&req.catalog_id).map_err(|_| ApiError::invalid("malformed catalog_id"))?;
-    let selection = Selection::normalize(req.include_namespaces.clone(), req.exclude_namespaces.clone())?;
+    let selection = Selection::normalize(
+        req.include_namespaces.clone(),
+        req.exclude_namespaces.clone(),
+    )?;
     let interval = validate_interval(req.refresh_interval_secs)?;
     let store = state.store.as_ref();
     if on_conflict == OnConflict::Replace {
-        // Retire the previous overlay's contributions before publishing the new identity.
-        if let Some(idx) = read::<NameIndexRecord>(store, keys::overlay_name(account, &req.display_name), Consistency::Strong).await? {
-            delete(state, account, &idx.value.id, None).await?;
+        // Retire the previous overlay's contributions before publishing the new identity, but
+        // only once the new bindings are known to exist: a replace that cannot succeed must
+        // not destroy the overlay it was meant to replace.
+        load_integration(store, account, &req.integration_id).await?;
+        load_catalog(store, account, &req.catalog_id).await?;
+        if let Some(idx) = read::<NameIndexRecord>(
+            store,
+            keys::overlay_name(account, &req.display_name),
+            Consistency::Strong,
+        )
+        .await?
+        {
+            match delete(state, account, &idx.value.id, None).await {
+                Err(e) if e.code != Code::NotFound => return Err(e),
+                _ => {}
+            }
         }
     }
     run_create(state, idem, |id| {
@@ -157,32 +230,68 @@ pub async fn create(
                 return Err(err);
             }
             let name_key = keys::overlay_name(account, &req.display_name);
-            if let Some(idx) = read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await? {
+            if let Some(idx) =
+                read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?
+            {
                 let old = load(store, account, &idx.value.id).await?;
                 return match on_conflict {
-                    OnConflict::ReturnExisting => Ok(Plan::Respond(RecordedResponse::ok(to_api(store, account, &old.value).await?))),
-                    _ => Err(ApiError::already_exists(format!("an overlay named {:?} already exists", req.display_name))),
+                    OnConflict::ReturnExisting => Ok(Plan::Respond(RecordedResponse::ok(
+                        to_api(store, account, &old.value).await?,
+                    ))),
+                    _ => Err(ApiError::already_exists(format!(
+                        "an overlay named {:?} already exists",
+                        req.display_name
+                    ))),
                 };
             }
-            let integration = super::integrations::load(store, account, &req.integration_id)
-                .await
-                .map_err(|_| ApiError::invalid("integration_id names no integration of this account"))?;
-            super::catalogs::load(store, account, &req.catalog_id)
-                .await
-                .map_err(|_| ApiError::invalid("catalog_id names no catalog of this account"))?;
+            let integration = load_integration(store, account, &req.integration_id).await?;
+            load_catalog(store, account, &req.catalog_id).await?;
             let now = state.clock.now_ms();
             let lease = state.config.guard_lease_ms;
             let mut ops = account_guards(account);
-            ops.push(Op::check(key(keys::integration(account, &req.integration_id)), Condition::Exists));
-            let ig = guard_state(store, keys::integration_fence(account, &req.integration_id), now, lease).await?;
-            ops.push(guard_op(keys::integration_fence(account, &req.integration_id), &ig).ok_or_else(|| ApiError::deleting("the integration"))?);
-            ops.push(Op::check(key(keys::catalog(account, &req.catalog_id)), Condition::Exists));
+            ops.push(Op::check(
+                key(keys::integration(account, &req.integration_id)),
+                Condition::Exists,
+            ));
+            let ig = guard_state(
+                store,
+                keys::integration_fence(account, &req.integration_id),
+                now,
+                lease,
+            )
+            .await?;
+            ops.push(
+                guard_op(keys::integration_fence(account, &req.integration_id), &ig)
+                    .ok_or_else(|| ApiError::deleting("the integration"))?,
+            );
+            ops.push(Op::check(
+                key(keys::catalog(account, &req.catalog_id)),
+                Condition::Exists,
+            ));
             let cg = guard_state(store, keys::catalog_guard(&req.catalog_id), now, lease).await?;
-            ops.push(guard_op(keys::catalog_guard(&req.catalog_id), &cg).ok_or_else(|| ApiError::deleting("the catalog"))?);
-            let dep = to_body(&DependencyRecord { overlay_id: id.clone() })?;
-            ops.push(Op::create(key(keys::integration_dependency(account, &req.integration_id, &id)), dep.clone()));
-            ops.push(Op::create(key(keys::catalog_dependency(account, &req.catalog_id, &id)), dep));
-            ops.push(Op::create(key(name_key), to_body(&NameIndexRecord { id: id.clone() })?));
+            ops.push(
+                guard_op(keys::catalog_guard(&req.catalog_id), &cg)
+                    .ok_or_else(|| ApiError::deleting("the catalog"))?,
+            );
+            let dep = to_body(&DependencyRecord {
+                overlay_id: id.clone(),
+            })?;
+            ops.push(Op::create(
+                key(keys::integration_dependency(
+                    account,
+                    &req.integration_id,
+                    &id,
+                )),
+                dep.clone(),
+            ));
+            ops.push(Op::create(
+                key(keys::catalog_dependency(account, &req.catalog_id, &id)),
+                dep,
+            ));
+            ops.push(Op::create(
+                key(name_key),
+                to_body(&NameIndexRecord { id: id.clone() })?,
+            ));
             let ts = state.clock.now_rfc3339();
             let rec = OverlayRecord {
                 id: id.clone(),
@@ -200,13 +309,23 @@ pub async fn create(
                 update_time: ts,
             };
             ops.push(Op::create(key(keys::overlay(account, &id)), to_body(&rec)?));
-            Ok(Plan::Publish { ops, response: RecordedResponse::created(rec.to_api(None)), probe: key(keys::overlay(account, &id)) })
+            Ok(Plan::Publish {
+                ops,
+                response: RecordedResponse::created(rec.to_api(None)),
+                probe: key(keys::overlay(account, &id)),
+            })
         }
     })
     .await
 }
 
-pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchOverlay, if_match: Option<&str>) -> ApiResult<Value> {
+pub async fn patch(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    req: PatchOverlay,
+    if_match: Option<&str>,
+) -> ApiResult<Value> {
     if req.integration_id.is_some() || req.catalog_id.is_some() {
         return Err(ApiError::invalid(
             "integration_id and catalog_id are immutable; create with on_conflict=replace to rebind",
@@ -222,7 +341,11 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchOverlay,
     for attempt in 0..MAX_ATTEMPTS {
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
-        if store.get(&key(keys::overlay_fence(account, id)), Consistency::Strong).await?.is_some() {
+        if store
+            .get(&key(keys::overlay_fence(account, id)), Consistency::Strong)
+            .await?
+            .is_some()
+        {
             return Err(ApiError::deleting("the overlay"));
         }
         let mut next = cur.value.clone();
@@ -231,8 +354,12 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchOverlay,
         }
         if req.include_namespaces.is_some() || req.exclude_namespaces.is_some() {
             let sel = Selection::normalize(
-                req.include_namespaces.clone().unwrap_or_else(|| cur.value.include_namespaces.clone()),
-                req.exclude_namespaces.clone().unwrap_or_else(|| cur.value.exclude_namespaces.clone()),
+                req.include_namespaces
+                    .clone()
+                    .unwrap_or_else(|| cur.value.include_namespaces.clone()),
+                req.exclude_namespaces
+                    .clone()
+                    .unwrap_or_else(|| cur.value.exclude_namespaces.clone()),
             )?;
             next.include_namespaces = sel.include_segments();
             next.exclude_namespaces = sel.exclude_segments();
@@ -251,18 +378,37 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchOverlay,
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let mut tx = Transaction::new().with(Op::replace(key(keys::overlay(account, id)), cur.version, to_body(&next)?));
+        let mut tx = Transaction::new().with(Op::replace(
+            key(keys::overlay(account, id)),
+            cur.version,
+            to_body(&next)?,
+        ));
         if next.display_name != cur.value.display_name {
-            tx.push(Op::delete(key(keys::overlay_name(account, &cur.value.display_name))));
-            tx.push(Op::create(key(keys::overlay_name(account, &next.display_name)), to_body(&NameIndexRecord { id: id.to_owned() })?));
+            tx.push(Op::delete(key(keys::overlay_name(
+                account,
+                &cur.value.display_name,
+            ))));
+            tx.push(Op::create(
+                key(keys::overlay_name(account, &next.display_name)),
+                to_body(&NameIndexRecord { id: id.to_owned() })?,
+            ));
         }
         match store.transact(tx).await {
             Ok(()) => return to_api(store, account, &next).await,
             Err(e) if super::is_condition_failure(&e) => {
                 if next.display_name != cur.value.display_name
-                    && store.get(&key(keys::overlay_name(account, &next.display_name)), Consistency::Strong).await?.is_some()
+                    && store
+                        .get(
+                            &key(keys::overlay_name(account, &next.display_name)),
+                            Consistency::Strong,
+                        )
+                        .await?
+                        .is_some()
                 {
-                    return Err(ApiError::already_exists(format!("an overlay named {:?} already exists", next.display_name)));
+                    return Err(ApiError::already_exists(format!(
+                        "an overlay named {:?} already exists",
+                        next.display_name
+                    )));
                 }
                 backoff(attempt).await;
             }
@@ -273,47 +419,157 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchOverlay,
     Err(ApiError::unavailable("overlay update did not converge"))
 }
 
+/// The durable overlay deletion fence. Besides fencing reconciliation and updates, it
+/// records the namespace paths this delete must prune: the claims are released part-way
+/// through, so after a crash the claims no longer say which namespaces may need pruning, but
+/// the fence still does.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct OverlayFence {
+    installed_ms: i64,
+    owner: String,
+    #[serde(default)]
+    durable: bool,
+    #[serde(default)]
+    catalog_id: String,
+    #[serde(default)]
+    prune: Vec<NamespacePath>,
+}
+
 /// Deletes an overlay and only its contributions. Resumable: a retry under an existing
 /// fence continues where the previous attempt stopped.
-pub async fn delete(state: &AppState, account: &str, id: &str, if_match: Option<&str>) -> ApiResult<()> {
+pub async fn delete(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    if_match: Option<&str>,
+) -> ApiResult<()> {
+    validate_resource_id(id).map_err(|_| ApiError::not_found("overlay"))?;
     let store = state.store.as_ref();
-    let fence = keys::overlay_fence(account, id);
-    let fenced = store.get(&key(fence.clone()), Consistency::Strong).await?.is_some();
-    let cur = match read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong).await? {
+    let fence_key = key(keys::overlay_fence(account, id));
+    let fence = store.get(&fence_key, Consistency::Strong).await?;
+    let cur = match read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong)
+        .await?
+    {
         Some(c) => c,
-        None if fenced => {
-            store.transact(Transaction::new().with(Op::delete(key(fence)))).await?;
+        None => {
+            let Some(item) = fence else {
+                return Err(ApiError::not_found("overlay"));
+            };
+            // The record went in an earlier attempt: finish pruning, then drop the fence.
+            let f: OverlayFence = item.json()?;
+            prune_recorded(state, &f.catalog_id, &f.prune).await?;
+            store
+                .transact(Transaction::new().with(Op::delete(fence_key)))
+                .await?;
             return Ok(());
         }
-        None => return Err(ApiError::not_found("overlay")),
     };
-    if !fenced {
-        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
-        let body = to_body(&GuardRecord { installed_ms: state.clock.now_ms(), owner: flotilla_domain::names::new_id(), durable: true })?;
-        match store.transact(Transaction::new().with(Op::create(key(fence.clone()), body))).await {
+    let o = &cur.value;
+    if fence.is_none() {
+        check_if_match(if_match, &etag_for(&o.id, o.revision))?;
+        let body = to_body(&OverlayFence {
+            installed_ms: state.clock.now_ms(),
+            owner: flotilla_domain::names::new_id(),
+            durable: true,
+            catalog_id: o.catalog_id.clone(),
+            prune: Vec::new(),
+        })?;
+        match store
+            .transact(Transaction::new().with(Op::create(fence_key.clone(), body)))
+            .await
+        {
             Ok(()) => {}
+            // A concurrent delete installed it: continue under it.
             Err(e) if super::is_condition_failure(&e) => {}
             Err(e) => return Err(e.into()),
         }
     }
-    retire_contributions(state, &cur.value, |_| false).await?;
-    let o = &cur.value;
-    let mut keys_to_delete = vec![
-        key(keys::integration_dependency(account, &o.integration_id, id)),
-        key(keys::catalog_dependency(account, &o.catalog_id, id)),
-        key(keys::overlay_status(account, id)),
-    ];
-    if let Some(idx) = read::<NameIndexRecord>(store, keys::overlay_name(account, &o.display_name), Consistency::Strong).await? {
-        if idx.value.id == id {
-            keys_to_delete.push(key(keys::overlay_name(account, &o.display_name)));
+    // Record the namespaces to prune before any claim is released.
+    let pk = keys::catalog_pk(&o.catalog_id);
+    let mut claimed: Vec<NamespacePath> = Vec::new();
+    for item in strong_scan(store, &pk, keys::CLAIM_PREFIX).await? {
+        let c: ClaimRecord = item.json()?;
+        if c.overlay_id == o.id {
+            claimed.push(c.path);
         }
     }
-    let mut tx = Transaction::new().with(Op::delete(key(keys::overlay(account, id))));
-    for k in keys_to_delete {
-        tx.push(Op::delete(k));
+    let Some(item) = store.get(&fence_key, Consistency::Strong).await? else {
+        return Err(ApiError::unavailable(
+            "the overlay deletion fence disappeared; retry",
+        ));
+    };
+    let mut f: OverlayFence = item.json()?;
+    let mut prune = f.prune.clone();
+    for p in claimed {
+        if !prune.contains(&p) {
+            prune.push(p);
+        }
     }
+    if prune != f.prune {
+        f.prune = prune;
+        f.catalog_id = o.catalog_id.clone();
+        f.durable = true;
+        store
+            .transact(Transaction::new().with(Op::replace(
+                fence_key.clone(),
+                item.version,
+                to_body(&f)?,
+            )))
+            .await?;
+    }
+    retire_contributions(state, o, |_| false).await?;
+    prune_recorded(state, &o.catalog_id, &f.prune).await?;
+    let mut tx = Transaction::new()
+        .with(Op::delete(key(keys::overlay(account, id))))
+        .with(Op::delete(key(keys::integration_dependency(
+            account,
+            &o.integration_id,
+            id,
+        ))))
+        .with(Op::delete(key(keys::catalog_dependency(
+            account,
+            &o.catalog_id,
+            id,
+        ))))
+        .with(Op::delete(key(keys::overlay_status(account, id))));
+    let name_key = keys::overlay_name(account, &o.display_name);
+    if let Some(idx) = read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?
+        && idx.value.id == id
+    {
+        tx.push(Op::delete_at(key(name_key), idx.version));
+    }
+    // The fence goes with the record: once the record is gone nothing is left to fence, and
+    // a cascade that resumes finds no dependency record leading it back to this overlay.
+    tx.push(Op::delete(fence_key));
     store.transact(tx).await?;
-    store.transact(Transaction::new().with(Op::delete(key(fence)))).await?;
+    Ok(())
+}
+
+/// Prunes each recorded path and its overlay-created ancestors, deepest first. Idempotent.
+/// A namespace blocked by another delete's live guard fails the call (`409 DELETING`), so
+/// the overlay delete stays resumable rather than finishing with a prunable namespace left.
+async fn prune_recorded(
+    state: &AppState,
+    catalog_id: &str,
+    paths: &[NamespacePath],
+) -> ApiResult<()> {
+    if catalog_id.is_empty() {
+        return Ok(());
+    }
+    let mut paths = paths.to_vec();
+    paths.sort_by(|a, b| b.depth().cmp(&a.depth()).then(a.cmp(b)));
+    for p in paths {
+        let mut path = Some(p);
+        while let Some(p) = path {
+            match prune(state, catalog_id, &p).await? {
+                Pruned::Deleted => path = p.parent(),
+                Pruned::Kept => break,
+                Pruned::Blocked => {
+                    return Err(ApiError::deleting("a namespace of the target catalog"));
+                }
+            }
+        }
+    }
     Ok(())
 }
 
@@ -348,7 +604,9 @@ pub async fn retire_contributions(
             still_used.insert(rec.namespace.clone());
             continue;
         }
-        let tx = Transaction::new().with(Op::delete_at(item.key.clone(), item.version)).with(directory_bump(&overlay.catalog_id)?);
+        let tx = Transaction::new()
+            .with(Op::delete_at(item.key.clone(), item.version))
+            .with(directory_bump(&overlay.catalog_id)?);
         match store.transact(tx).await {
             Ok(()) => counts.relations += 1,
             Err(e) if super::is_condition_failure(&e) => {}
@@ -365,16 +623,31 @@ pub async fn retire_contributions(
             mine.push((item, c));
         }
     }
-    mine.sort_by(|a, b| b.1.path.depth().cmp(&a.1.path.depth()).then(a.1.path.cmp(&b.1.path)));
+    mine.sort_by(|a, b| {
+        b.1.path
+            .depth()
+            .cmp(&a.1.path.depth())
+            .then(a.1.path.cmp(&b.1.path))
+    });
     let needed = |p: &NamespacePath| still_used.iter().any(|u| p.is_prefix_of(u));
     for (item, claim) in mine {
         if needed(&claim.path) {
             continue;
         }
-        store.transact(Transaction::new().with(Op::delete(item.key.clone()))).await?;
+        store
+            .transact(Transaction::new().with(Op::delete(item.key.clone())))
+            .await?;
         counts.claims += 1;
-        if prune_namespace(state, &overlay.catalog_id, &claim.path).await? {
+        // The claimed namespace, then its overlay-created ancestors that became empty
+        // (materialization may create parents it does not claim separately). Each prune
+        // proves its own conditions, so a directly managed or still used ancestor stops it.
+        let mut path = Some(claim.path.clone());
+        while let Some(p) = path {
+            if needed(&p) || !prune_namespace(state, &overlay.catalog_id, &p).await? {
+                break;
+            }
             counts.namespaces += 1;
+            path = p.parent();
         }
     }
     Ok(counts)
@@ -387,37 +660,84 @@ pub struct RetireCounts {
     pub namespaces: u64,
 }
 
+/// What [`prune`] did.
+enum Pruned {
+    Deleted,
+    /// Not eligible (directly managed, claimed, not empty) or already gone.
+    Kept,
+    /// Another delete's guard is live on the namespace; try again after its lease.
+    Blocked,
+}
+
 /// Deletes a namespace only when overlay materialization created it, no overlay claims it,
 /// and it holds no relations or child namespaces (all proven under its delete guard).
-pub async fn prune_namespace(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiResult<bool> {
+/// Answers whether it deleted it.
+pub async fn prune_namespace(
+    state: &AppState,
+    catalog_id: &str,
+    path: &NamespacePath,
+) -> ApiResult<bool> {
+    Ok(matches!(
+        prune(state, catalog_id, path).await?,
+        Pruned::Deleted
+    ))
+}
+
+async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiResult<Pruned> {
     let store = state.store.as_ref();
-    let Some(ns) = read::<NamespaceRecord>(store, keys::namespace(catalog_id, path), Consistency::Strong).await? else {
-        return Ok(false);
-    };
-    if !ns.value.created_by_overlay {
-        return Ok(false);
-    }
     let pk = keys::catalog_pk(catalog_id);
-    let deps = || async {
-        let children = store.count(&pk, &keys::namespace_children_prefix(Some(path)), Consistency::Strong).await?;
-        let relations = store.count(&pk, &keys::relations_in_prefix(path), Consistency::Strong).await?;
-        let claims = store.count(&pk, &keys::namespace_claims_prefix(path), Consistency::Strong).await?;
-        Ok((children + relations + claims > 0).then(|| ApiError::new(Code::HasDependents, "namespace in use")))
-    };
-    match super::guarded_delete(
-        state,
-        keys::namespace_guard(catalog_id, path),
-        key(keys::namespace(catalog_id, path)),
-        ns.version,
-        "namespace",
-        deps,
-        Vec::new(),
-    )
-    .await
-    {
-        Ok(super::GuardedOutcome::Deleted) => Ok(true),
-        Ok(super::GuardedOutcome::Retry) => Ok(false),
-        Err(e) if matches!(e.code, Code::HasDependents | Code::Deleting) => Ok(false),
-        Err(e) => Err(e),
+    for attempt in 0..MAX_ATTEMPTS {
+        let Some(ns) = read::<NamespaceRecord>(
+            store,
+            keys::namespace(catalog_id, path),
+            Consistency::Strong,
+        )
+        .await?
+        else {
+            return Ok(Pruned::Kept);
+        };
+        if !ns.value.created_by_overlay {
+            return Ok(Pruned::Kept);
+        }
+        let deps = || async {
+            let children = store
+                .count(
+                    &pk,
+                    &keys::namespace_children_prefix(Some(path)),
+                    Consistency::Strong,
+                )
+                .await?;
+            let relations = store
+                .count(&pk, &keys::relations_in_prefix(path), Consistency::Strong)
+                .await?;
+            let claims = store
+                .count(
+                    &pk,
+                    &keys::namespace_claims_prefix(path),
+                    Consistency::Strong,
+                )
+                .await?;
+            Ok((children + relations + claims > 0)
+                .then(|| ApiError::new(Code::HasDependents, "namespace in use")))
+        };
+        match super::guarded_delete(
+            state,
+            keys::namespace_guard(catalog_id, path),
+            key(keys::namespace(catalog_id, path)),
+            ns.version,
+            "namespace",
+            deps,
+            Vec::new(),
+        )
+        .await
+        {
+            Ok(super::GuardedOutcome::Deleted) => return Ok(Pruned::Deleted),
+            // Lost a race with a writer: re-read and decide again.
+            Ok(super::GuardedOutcome::Retry) => backoff(attempt).await,
+            Err(e) if e.code == Code::HasDependents => return Ok(Pruned::Kept),
+            Err(e) if e.code == Code::Deleting => return Ok(Pruned::Blocked),
+            Err(e) => return Err(e),
+        }
     }
+    Ok(Pruned::Blocked)
 }
