@@ -14,7 +14,7 @@ use flotilla_metastore::{Consistency, Key, Op, Transaction};
 use flotilla_parqdb::IndexCatalogError;
 use flotilla_parqdb::location::Warehouse;
 use flotilla_parqdb::store::WarehouseStores;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use serde_json::{Value, json};
 use support::*;
 
@@ -1069,4 +1069,105 @@ async fn gc_follows_the_application_clock(h: Harness) {
         .get(&index("acme", "lake", &["analytics"], "docs"), ACME)
         .await;
     assert_eq!(r.body["metadata_location"], json!(next));
+}
+
+/// Creates a bucket in moto with one unsigned `PUT /{bucket}` (moto accepts it; the core
+/// crate has no HTTP client among its test dependencies).
+async fn create_moto_bucket(endpoint: &str, bucket: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut conn = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("connect to moto");
+    let request = format!(
+        "PUT /{bucket} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    conn.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.expect("read");
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "create bucket {bucket}: {answer}"
+    );
+}
+
+/// The production path for `s3://` warehouses: `DefaultWarehouseStores` with the emulator
+/// endpoint override (what `FLOTILLA_S3_ENDPOINT` configures in the hosts), through HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_warehouse_through_http() {
+    use flotilla_parqdb::store::DefaultWarehouseStores;
+    let endpoint = flotilla_testkit::moto::endpoint();
+    let bucket = flotilla_testkit::moto::unique_name("ixc");
+    create_moto_bucket(&endpoint, &bucket).await;
+    let (store, dir) = redb_store();
+    let mut h = Harness::with_store(store, Some(dir), true);
+    let stores = Arc::new(DefaultWarehouseStores::new().with_s3_endpoint(endpoint));
+    h.state = h.state.clone().with_index_stores(stores.clone());
+    h.router = flotilla_core::router(h.state.clone());
+    h.account("acme").await;
+    let warehouse = format!("s3://{bucket}/wh/");
+    let objects = stores
+        .open(&Warehouse::parse(&warehouse).expect("warehouse"))
+        .expect("open");
+    for (rel, file) in [
+        ("m/v1.json", "valid/metadata.json"),
+        ("m/v2.json", "valid/metadata-next.json"),
+    ] {
+        let path = object_store::path::Path::parse(rel).expect("path");
+        objects
+            .put(&path, fixture(file).into())
+            .await
+            .expect("upload");
+    }
+    let (base, next) = (
+        format!("{warehouse}m/v1.json"),
+        format!("{warehouse}m/v2.json"),
+    );
+    let r = h
+        .post(
+            &ixc("acme"),
+            ACME,
+            json!({"name": "lake", "warehouse": warehouse}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    create_ns(&h, "acme", "lake", &["analytics"]).await;
+    let r = register(&h, &["analytics"], "docs", &base).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let r = register(
+        &h,
+        &["analytics"],
+        "missing",
+        &format!("{warehouse}m/none.json"),
+    )
+    .await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "INVALID_INDEX_METADATA");
+    let r = commit(&h, &["analytics"], "docs", &base, &next).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = h
+        .get(&index("acme", "lake", &["analytics"], "docs"), ACME)
+        .await;
+    assert_eq!(r.body["metadata_location"], json!(next));
+    let clock = h.clock.clone().expect("manual clock");
+    let service = flotilla_core::service::index_catalogs::service(&h.state);
+    let week = 7 * 24 * 3600 * 1000;
+    // The objects were written just now (real time), the app clock may be elsewhere: judge at
+    // a week past the later of the two.
+    let now = clock.now_ms().max(real_now_ms()) + week;
+    let plan = gc::plan(&service, "acme", "lake", week, now)
+        .await
+        .expect("plan");
+    let planned: Vec<&str> = plan.delete.iter().map(|c| c.location.as_str()).collect();
+    assert_eq!(
+        planned,
+        [base.as_str()],
+        "only the replaced base is collected"
+    );
+}
+
+fn real_now_ms() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(now.as_millis()).expect("millis fit")
 }
