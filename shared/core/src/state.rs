@@ -24,12 +24,20 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { allow_insecure_upstreams: false, idempotency_ttl_secs: 24 * 3600, guard_lease_ms: 30_000 }
+        Self {
+            allow_insecure_upstreams: false,
+            idempotency_ttl_secs: 24 * 3600,
+            guard_lease_ms: 30_000,
+        }
     }
 }
 
 /// Renders one block of Prometheus text for `/v1/admin/metrics`.
 pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
+
+fn upstream_requests_renderer() -> String {
+    flotilla_catalog_access::http::upstream_requests().render_prometheus()
+}
 
 /// Shared application state; cheap to clone.
 #[derive(Clone)]
@@ -57,31 +65,49 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(store: DynMetastore, clock: Arc<dyn Clock>, auth: Arc<dyn Authenticator>, config: Config) -> Self {
+    pub fn new(
+        store: DynMetastore,
+        clock: Arc<dyn Clock>,
+        auth: Arc<dyn Authenticator>,
+        config: Config,
+    ) -> Self {
         let directory = Arc::new(crate::directory::DirectoryCache::new());
         // Index catalogs live in partitions of their own, which account delete must find.
-        let index_catalogs: Arc<dyn AccountCleanup> =
-            Arc::new(crate::service::index_catalogs::IndexCatalogCleanup::new(store.clone()));
+        let index_catalogs: Arc<dyn AccountCleanup> = Arc::new(
+            crate::service::index_catalogs::IndexCatalogCleanup::new(store.clone()),
+        );
         Self {
             store,
             clock,
             auth,
             config,
-            metrics: vec![directory.metrics_renderer()],
+            // Upstream request counts are process-wide in catalog-access; every host shows them.
+            metrics: vec![
+                directory.metrics_renderer(),
+                Arc::new(upstream_requests_renderer),
+            ],
             account_cleanups: vec![index_catalogs],
             credentials: Arc::new(NoCredentialStore),
             directory,
             index_stores: Arc::new(flotilla_parqdb::store::DefaultWarehouseStores::new()),
-            catalog_access: Arc::new(flotilla_catalog_access::CatalogClientFactory::with_builtin_providers()),
+            catalog_access: Arc::new(
+                flotilla_catalog_access::CatalogClientFactory::with_builtin_providers(),
+            ),
         }
     }
 
-    pub fn with_catalog_access(mut self, factory: Arc<flotilla_catalog_access::CatalogClientFactory>) -> Self {
+    pub fn with_catalog_access(
+        mut self,
+        factory: Arc<flotilla_catalog_access::CatalogClientFactory>,
+    ) -> Self {
         self.catalog_access = factory;
         self
     }
 
-    pub fn with_index_stores(mut self, stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>) -> Self {
+    pub fn with_index_stores(
+        mut self,
+        stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,
+    ) -> Self {
         self.index_stores = stores;
         self
     }
@@ -103,14 +129,24 @@ struct NoCredentialStore;
 
 #[async_trait::async_trait]
 impl CredentialStore for NoCredentialStore {
-    async fn put_if_absent(&self, _r: &SecretRef, _s: &SecretBytes) -> Result<PutOutcome, SecretStoreError> {
-        Err(SecretStoreError::Backend("no credential store is configured".into()))
+    async fn put_if_absent(
+        &self,
+        _r: &SecretRef,
+        _s: &SecretBytes,
+    ) -> Result<PutOutcome, SecretStoreError> {
+        Err(SecretStoreError::Backend(
+            "no credential store is configured".into(),
+        ))
     }
     async fn get(&self, _r: &SecretRef) -> Result<Option<SecretBytes>, SecretStoreError> {
-        Err(SecretStoreError::Backend("no credential store is configured".into()))
+        Err(SecretStoreError::Backend(
+            "no credential store is configured".into(),
+        ))
     }
     async fn delete(&self, _r: &SecretRef) -> Result<(), SecretStoreError> {
-        Err(SecretStoreError::Backend("no credential store is configured".into()))
+        Err(SecretStoreError::Backend(
+            "no credential store is configured".into(),
+        ))
     }
     async fn list(&self, _a: &str, _i: &str) -> Result<Vec<u64>, SecretStoreError> {
         Ok(Vec::new())
