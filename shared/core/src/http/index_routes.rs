@@ -146,7 +146,8 @@ fn page<T: Serialize>(scope: &str, items: &[T], next: Option<String>) -> ApiResu
     )))
 }
 
-/// Runs one service call in `account`, explaining a failed account guard.
+/// Runs one mutation in `account`, explaining a failed account guard (the crate reports it
+/// as `NOT_FOUND`): `409 DELETING` while the account is being deleted, `404` without one.
 async fn run<T>(
     state: &AppState,
     account: &str,
@@ -156,6 +157,15 @@ async fn run<T>(
         Ok(v) => Ok(v),
         Err(e) => Err(explain(state, account, e).await),
     }
+}
+
+/// Runs one read. Reads carry no guard, so their `NOT_FOUND` is the crate's own (a missing
+/// index catalog) and needs no explanation.
+async fn read<T>(
+    state: &AppState,
+    f: impl AsyncFnOnce(&IndexCatalogService) -> Result<T, flotilla_parqdb::IndexCatalogError>,
+) -> ApiResult<T> {
+    Ok(f(&service(state)).await?)
 }
 
 // ---- index catalogs -------------------------------------------------------------------
@@ -186,7 +196,7 @@ async fn list_catalogs(
     authorize(&p, &a)?;
     let scope = format!("index-catalogs|{a}");
     let req = page_request(&scope, &l)?;
-    let listed = run(&state, &a, async |s| s.list_index_catalogs(&a, &req).await).await?;
+    let listed = read(&state, async |s| s.list_index_catalogs(&a, &req).await).await?;
     page(&scope, &listed.items, listed.next_page_token)
 }
 
@@ -197,7 +207,7 @@ async fn get_catalog(
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
     name("index catalog name", &c)?;
-    let catalog = run(&state, &a, async |s| s.get_index_catalog(&a, &c).await).await?;
+    let catalog = read(&state, async |s| s.get_index_catalog(&a, &c).await).await?;
     Ok(ok(to_json(&catalog)?))
 }
 
@@ -231,7 +241,7 @@ async fn list_namespaces(
     name("index catalog name", &c)?;
     let scope = format!("index-namespaces|{a}|{c}");
     let req = page_request(&scope, &l)?;
-    let listed = run(&state, &a, async |s| s.list_namespaces(&a, &c, &req).await).await?;
+    let listed = read(&state, async |s| s.list_namespaces(&a, &c, &req).await).await?;
     page(&scope, &listed.items, listed.next_page_token)
 }
 
@@ -280,7 +290,7 @@ async fn list_indexes(
     let namespace = ns_path(&ns)?;
     let scope = format!("indexes|{a}|{c}|{ns}");
     let req = page_request(&scope, &l)?;
-    let listed = run(&state, &a, async |s| s.list(&a, &c, &namespace, &req).await).await?;
+    let listed = read(&state, async |s| s.list(&a, &c, &namespace, &req).await).await?;
     page(&scope, &listed.items, listed.next_page_token)
 }
 
@@ -303,7 +313,7 @@ async fn load(
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
     let id = identifier(&c, &ns, &i)?;
-    let entry = run(&state, &a, async |s| s.load(&a, &c, &id).await).await?;
+    let entry = read(&state, async |s| s.load(&a, &c, &id).await).await?;
     Ok(ok(to_json(&entry)?))
 }
 
