@@ -4,8 +4,9 @@ cfn-lint proves the template is well-formed; this proves it still says what
 docs/deploy.md promises: arm64 custom-runtime functions, a table with point-in-time
 recovery, deletion protection and TTL on the attribute the metastore writes (`ttl`),
 partial batch responses, a dead-letter queue with an alarm, bounded log retention, JWT on
-every route but the health check, and IAM statements without wildcards beyond the two that
-cannot be scoped.
+every route but the health check, IAM statements without wildcards beyond the two that
+cannot be scoped, and roles that grant at least what each function's code calls (and no
+more than the SYSTEM partition to finalize), with the environment its code reads.
 
 Usage: python check_template.py TRANSLATED.json
 """
@@ -15,6 +16,51 @@ import sys
 
 # Actions whose Resource may be "*": they cannot be scoped to a resource.
 UNSCOPABLE = {"secretsmanager:ListSecrets"}
+
+# What the code of each function calls, so a role cannot drift below it (TransactWriteItems
+# is authorized per item: PutItem/UpdateItem/DeleteItem/ConditionCheckItem; SendMessageBatch
+# by sqs:SendMessage). Sources: shared/metastore/src/dynamo.rs (GetItem, BatchGetItem,
+# Query, TransactWriteItems), shared/secrets/src/aws.rs (CreateSecret, GetSecretValue,
+# DeleteSecret, ListSecrets), shared/runtime/src/queue.rs (SendMessageBatch),
+# shared/core/src/directory.rs (finalize: strong GetItem + put-if-absent of the marker).
+METASTORE_RW = {
+    "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:PutItem",
+    "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem",
+}
+REQUIRED_ACTIONS = {
+    "ApiFunction": METASTORE_RW | {
+        "secretsmanager:CreateSecret", "secretsmanager:GetSecretValue",
+        "secretsmanager:DeleteSecret", "secretsmanager:ListSecrets", "sqs:SendMessage",
+    },
+    "ReconcilerFunction": METASTORE_RW | {"secretsmanager:GetSecretValue"},
+    "SchedulerFunction": {"dynamodb:GetItem", "dynamodb:Query", "sqs:SendMessage"},
+    "FinalizeFunction": {"dynamodb:GetItem", "dynamodb:PutItem"},
+    "QueryFunction": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"},
+}
+# Environment each function needs beyond the globals (AwsSettings::from_env; the scheduler
+# refuses to start without the queue URL).
+REQUIRED_ENV = {
+    "ApiFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
+    "ReconcilerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
+    "SchedulerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
+}
+# Writes that must stay inside one partition (dynamodb:LeadingKeys).
+PARTITION_BOUND = {"FinalizeFunction": ["SYSTEM"]}
+
+
+def statements(policy):
+    """The statements of an inline policy; both branches of an Fn::If statement count."""
+    for stmt in policy["PolicyDocument"]["Statement"]:
+        if isinstance(stmt, dict) and "Fn::If" in stmt:
+            for branch in stmt["Fn::If"][1:]:
+                if isinstance(branch, dict) and "Action" in branch:
+                    yield branch
+        else:
+            yield stmt
+
+
+def actions_of(stmt):
+    return stmt["Action"] if isinstance(stmt["Action"], list) else [stmt["Action"]]
 # The SAM-attached basic execution policy (logs) is a managed policy, not inline, so it is
 # not checked here.
 
@@ -93,10 +139,30 @@ def main(argv):
                 elif not names or "NONE" in names:
                     fail(errors, f"{name}: {method} {path} must require the JWT authorizer")
 
+    for fn_name, fn in functions.items():
+        env = fn["Properties"].get("Environment", {}).get("Variables", {})
+        for var in sorted(REQUIRED_ENV.get(fn_name, set()) - set(env)):
+            fail(errors, f"{fn_name}: environment variable {var} missing (the code reads it)")
+        role = resources.get(f"{fn_name}Role", {}).get("Properties", {})
+        granted = set()
+        for policy in role.get("Policies", []):
+            for stmt in statements(policy):
+                granted |= set(actions_of(stmt))
+                bound = PARTITION_BOUND.get(fn_name)
+                if bound and any(a.startswith("dynamodb:") for a in actions_of(stmt)):
+                    keys = (stmt.get("Condition", {}).get("ForAllValues:StringEquals", {})
+                            .get("dynamodb:LeadingKeys"))
+                    if keys != bound:
+                        fail(errors, f"{fn_name}: DynamoDB access must be limited to LeadingKeys {bound}")
+        for action in sorted(REQUIRED_ACTIONS.get(fn_name, set()) - granted):
+            fail(errors, f"{fn_name}: role lacks {action}, which the function's code calls")
+    if set(REQUIRED_ACTIONS) - set(functions):
+        fail(errors, f"functions missing: {sorted(set(REQUIRED_ACTIONS) - set(functions))}")
+
     for name, role in of_type("AWS::IAM::Role").items():
         for policy in role["Properties"].get("Policies", []):
-            for stmt in policy["PolicyDocument"]["Statement"]:
-                actions = stmt["Action"] if isinstance(stmt["Action"], list) else [stmt["Action"]]
+            for stmt in statements(policy):
+                actions = actions_of(stmt)
                 for action in actions:
                     if action == "*" or action.endswith(":*"):
                         fail(errors, f"{name}: wildcard action {action}")
