@@ -1604,3 +1604,100 @@ async fn secret_canary_never_escapes() {
 
 #[allow(dead_code)]
 fn _consistency_is_used(_: Consistency) {}
+
+/// Runs an async hook once, just before the first transaction `when` accepts: a sweep
+/// placed exactly between a rotation's prepare and its publication.
+struct HookMetastore {
+    inner: DynMetastore,
+    hook: std::sync::Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
+    when: fn(&flotilla_metastore::Transaction) -> bool,
+}
+
+#[async_trait::async_trait]
+impl Metastore for HookMetastore {
+    async fn get(
+        &self,
+        key: &flotilla_metastore::Key,
+        c: Consistency,
+    ) -> Result<Option<flotilla_metastore::Item>, flotilla_metastore::MetastoreError> {
+        self.inner.get(key, c).await
+    }
+    async fn batch_get(
+        &self,
+        keys: &[flotilla_metastore::Key],
+        c: Consistency,
+    ) -> Result<Vec<flotilla_metastore::Item>, flotilla_metastore::MetastoreError> {
+        self.inner.batch_get(keys, c).await
+    }
+    async fn query(
+        &self,
+        q: &flotilla_metastore::Query,
+    ) -> Result<flotilla_metastore::Page, flotilla_metastore::MetastoreError> {
+        self.inner.query(q).await
+    }
+    async fn count(
+        &self,
+        pk: &str,
+        prefix: &str,
+        c: Consistency,
+    ) -> Result<u64, flotilla_metastore::MetastoreError> {
+        self.inner.count(pk, prefix, c).await
+    }
+    async fn transact(
+        &self,
+        tx: flotilla_metastore::Transaction,
+    ) -> Result<(), flotilla_metastore::MetastoreError> {
+        let hook = if (self.when)(&tx) {
+            self.hook.lock().unwrap().take()
+        } else {
+            None
+        };
+        if let Some(h) = hook {
+            h.await;
+        }
+        self.inner.transact(tx).await
+    }
+}
+
+/// A sweep that runs between a rotation's prepare and its publication reclaims the prepared
+/// generation; the rotation must then fail its publication and retry, never publish the
+/// reclaimed generation. (The post-publication check that would restore a missing secret is
+/// disabled here by failing its read, so only the protocol itself is tested.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sweep_between_prepare_and_publish_never_strands_the_rotation() {
+    let (redb, _dir) = redb_store();
+    let hooked = Arc::new(HookMetastore {
+        inner: redb,
+        hook: std::sync::Mutex::new(None),
+        when: |tx| tx.ops.iter().any(|op| op.key().sk.starts_with("INT#")),
+    });
+    let dyn_store: DynMetastore = hooked.clone();
+    let creds = Creds::new();
+    let h = Harness::with_store(dyn_store, None, false).with_credentials(creds.dyn_store());
+    h.account("acme").await;
+    let id = h.integration("acme", ACME, "prod").await;
+    let state = h.state.clone();
+    *hooked.hook.lock().unwrap() = Some(Box::pin(async move {
+        let report = flotilla_core::service::integrations::sweep(&state, "acme", 0)
+            .await
+            .unwrap();
+        assert_eq!(report.generations_deleted, 1, "{report:?}");
+    }));
+    creds.store.inject(SecretFault::new(
+        StoreOp::Get,
+        creds.store.calls(StoreOp::Get) + 1,
+        FaultKind::FailBefore,
+    ));
+    let r = rotate(&h, &id, json!({"credentials": {"token": "s-2"}}), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert!(hooked.hook.lock().unwrap().is_none(), "the sweep ran");
+    let g = r.body["credential_generation"].as_u64().unwrap();
+    assert_eq!(
+        creds
+            .fields("acme", &id, g)
+            .await
+            .map(|f| f["token"].clone()),
+        Some(json!("s-2")),
+        "the published generation exists"
+    );
+}
