@@ -610,10 +610,10 @@ impl Metastore for HookStore {
     }
     async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
         let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
-        if n == self.at.load(Ordering::SeqCst) {
-            if let Some(hook) = self.hook.lock().await.take() {
-                hook.await;
-            }
+        if n == self.at.load(Ordering::SeqCst)
+            && let Some(hook) = self.hook.lock().await.take()
+        {
+            hook.await;
         }
         self.inner.transact(tx).await
     }

@@ -79,6 +79,12 @@ impl Discovered {
     }
 }
 
+/// A namespace's children, or why they could not be listed.
+type NamespaceListing = (
+    Option<NamespacePath>,
+    Result<Vec<UpPath>, CatalogAccessError>,
+);
+
 /// Failures that no other branch could avoid: stop the whole run.
 fn is_fatal(e: &CatalogAccessError) -> bool {
     matches!(
@@ -155,10 +161,7 @@ pub async fn discover(
     let mut visited: HashSet<Vec<String>> = HashSet::new();
     let mut frontier: Vec<Option<NamespacePath>> = vec![None];
     while !frontier.is_empty() {
-        let listed: Vec<(
-            Option<NamespacePath>,
-            Result<Vec<UpPath>, CatalogAccessError>,
-        )> = stream::iter(frontier)
+        let listed: Vec<NamespaceListing> = stream::iter(frontier)
             .map(|parent| async move {
                 let up_parent = parent.as_ref().map(up);
                 let res = all_pages(|t| {

@@ -338,10 +338,10 @@ pub async fn reconcile(
     opts: &RunOptions,
 ) -> Result<ReconcileSummary, ReconcileError> {
     let observed = observe(state, account, overlay_id).await?;
-    if let Some(g) = opts.expect_generation {
-        if observed.overlay.generation != g {
-            return Err(ReconcileError::FenceLost);
-        }
+    if let Some(g) = opts.expect_generation
+        && observed.overlay.generation != g
+    {
+        return Err(ReconcileError::FenceLost);
     }
     let client = connector.connect(state, &observed.integration).await?;
     run_observed(state, account, observed, client.as_ref(), opts).await

@@ -119,7 +119,7 @@ fn slot_key(catalog_id: &str, slot: &Slot) -> Key {
     key(keys::relation(catalog_id, &slot.0, &slot.1))
 }
 
-fn counts_for<'s>(summary: &'s mut ReconcileSummary, kind: RelationKind) -> &'s mut KindCounts {
+fn counts_for(summary: &mut ReconcileSummary, kind: RelationKind) -> &mut KindCounts {
     match kind {
         RelationKind::Table => &mut summary.tables,
         RelationKind::View => &mut summary.views,
@@ -693,12 +693,11 @@ impl<'a> Publisher<'a> {
             {
                 Commit::Applied => summary.namespaces.retired += 1,
                 Commit::Reread => {
-                    if let Some(item) = self.state.store.get(&ck, Consistency::Strong).await? {
-                        if let Commit::Applied =
+                    if let Some(item) = self.state.store.get(&ck, Consistency::Strong).await?
+                        && let Commit::Applied =
                             self.commit(vec![Op::delete_at(ck, item.version)]).await?
-                        {
-                            summary.namespaces.retired += 1;
-                        }
+                    {
+                        summary.namespaces.retired += 1;
                     }
                 }
             }
@@ -732,11 +731,11 @@ impl<'a> Publisher<'a> {
             let Some(cur) = self.read_slot(slot).await? else {
                 return Ok(());
             };
-            if !cur
+            if cur
                 .value
                 .managed_by
                 .as_ref()
-                .is_some_and(|m| m.overlay_id == self.overlay.id)
+                .is_none_or(|m| m.overlay_id != self.overlay.id)
             {
                 return Ok(());
             }
