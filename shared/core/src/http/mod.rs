@@ -4,6 +4,7 @@
 mod directory_routes;
 mod index_routes;
 mod integration_routes;
+mod openapi_routes;
 mod reconcile_routes;
 mod upstream_routes;
 pub mod extract;

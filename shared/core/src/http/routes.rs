@@ -48,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .merge(super::directory_routes::routes())
         .merge(super::index_routes::routes())
         .merge(super::integration_routes::routes())
+        .merge(super::openapi_routes::routes())
         .merge(super::reconcile_routes::routes())
         .merge(super::upstream_routes::routes());
     super::with_fallbacks(api)
