@@ -1153,6 +1153,23 @@ async fn cascade_delete_converges_at_every_crash_point() {
         // its lease (a live one makes the cascade answer DELETING, and it stays resumable).
         w.h.clock.as_ref().unwrap().advance_ms(60_000);
         assert_no_dangling_reference(&w, &at).await;
+        // While the cascade's fence stands, the integration takes no update or rotation.
+        let fenced = !items(w.store.inner(), "ACCT#acme", &format!("INTFENCE#{id}"))
+            .await
+            .is_empty();
+        if fenced && w.h.get(&int_path(&id), ACME).await.status == StatusCode::OK {
+            let r =
+                w.h.patch(
+                    &int_path(&id),
+                    ACME,
+                    json!({"uri": "https://late.example.com/"}),
+                    None,
+                )
+                .await;
+            assert_eq!(r.code(), "DELETING", "{at}: {:?}", r.body);
+            let r = rotate(&w.h, &id, json!({"credentials": {"token": "late"}}), None).await;
+            assert_eq!(r.code(), "DELETING", "{at}: {:?}", r.body);
+        }
         // While the cascade is incomplete, no overlay can attach to the integration.
         if w.h.get(&int_path(&id), ACME).await.status == StatusCode::OK {
             let r =
