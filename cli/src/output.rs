@@ -134,6 +134,11 @@ pub fn render_object(v: &Value) -> String {
                     .collect::<Vec<_>>()
                     .join(", ")
             }
+            // Namespace paths in the CLI's own syntax, so they can be pasted back.
+            Value::Array(_) if matches!(k.as_str(), "path" | "namespace" | "default_namespace") => {
+                path(v, k)
+            }
+            Value::Array(_) if k.ends_with("_namespaces") => paths(v, k),
             other => scalar(other),
         };
         out.push_str(&format!(
@@ -231,5 +236,10 @@ mod tests {
         assert!(t.contains("id:          1"), "{t}");
         assert!(t.contains("properties:  a=b"), "{t}");
         assert!(t.contains("flag:        yes"), "{t}");
+        let t = render_object(
+            &json!({"path": ["a", "b.c"], "include_namespaces": [["crm"], ["x.y", "z"]]}),
+        );
+        assert!(t.contains("path:") && t.contains("  a.\"b.c\"\n"), "{t}");
+        assert!(t.contains("crm, \"x.y\".z"), "{t}");
     }
 }
