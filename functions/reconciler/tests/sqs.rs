@@ -352,3 +352,51 @@ async fn handler_reports_malformed_and_failing_records_and_acks_the_rest() {
     );
     assert_eq!(relation_count(&env).await, 4);
 }
+
+#[tokio::test]
+async fn local_worker_redelivers_failures_and_dead_letters_after_max_receives() {
+    use flotilla_runtime::queue::{ChannelQueue, DeliveryResult, WorkerOptions, handle_delivery};
+    let env = env().await;
+    let (queue, mut rx) = ChannelQueue::new();
+    let opts = WorkerOptions {
+        max_receives: 2,
+        retry_delay: std::time::Duration::ZERO,
+    };
+    // The scheduler pass queues the due overlay once, however often it runs.
+    assert_eq!(schedule_once(&env.state, &queue).await.expect("pass"), 1);
+    assert_eq!(schedule_once(&env.state, &queue).await.expect("pass"), 1);
+    let d = rx.recv().await.expect("delivery");
+    assert!(
+        rx.try_recv().is_err(),
+        "an already queued message is not queued twice"
+    );
+    // Upstream down: redelivered once, then dead-lettered.
+    env.fx
+        .add_fault(flotilla_testkit::iceberg_fixture::IcebergFaultRule::always(
+            flotilla_testkit::iceberg_fixture::IcebergFault::Status(503),
+        ));
+    assert_eq!(
+        handle_delivery(&env.state, &AdapterConnector, &queue, d, &opts).await,
+        DeliveryResult::Redelivering
+    );
+    let d = rx.recv().await.expect("redelivery");
+    assert_eq!(d.receives, 1);
+    assert_eq!(
+        handle_delivery(&env.state, &AdapterConnector, &queue, d, &opts).await,
+        DeliveryResult::DeadLettered
+    );
+    // Healthy again: the next pass queues it anew and the worker reconciles it.
+    env.fx.clear_faults();
+    assert_eq!(schedule_once(&env.state, &queue).await.expect("pass"), 1);
+    let d = rx.recv().await.expect("delivery");
+    assert_eq!(
+        handle_delivery(&env.state, &AdapterConnector, &queue, d, &opts).await,
+        DeliveryResult::Done
+    );
+    assert_eq!(relation_count(&env).await, 4);
+    assert_eq!(
+        schedule_once(&env.state, &queue).await.expect("pass"),
+        0,
+        "ran just now"
+    );
+}

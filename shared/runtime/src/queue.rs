@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flotilla_core::AppState;
-use flotilla_core::reconcile::DynConnector;
 use flotilla_core::reconcile::work::{ReconcileMessage, due_overlays, handle_message};
+use flotilla_core::reconcile::{Connector, DynConnector};
 use tokio::sync::mpsc;
 
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +167,50 @@ impl Default for WorkerOptions {
     }
 }
 
+/// What the in-process worker did with one delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryResult {
+    /// Handled (reconciled, or acknowledged as superseded, gone or paused).
+    Done,
+    /// Failed; delivered again after the retry delay.
+    Redelivering,
+    /// Failed on its last allowed receive; dropped (the local dead-letter queue is the log).
+    DeadLettered,
+}
+
+/// Handles one delivery of the in-process queue with the SQS contract: a reported failure is
+/// delivered again after `retry_delay` until `max_receives`, then dead-lettered.
+pub async fn handle_delivery(
+    state: &AppState,
+    connector: &dyn Connector,
+    queue: &ChannelQueue,
+    mut d: Delivery,
+    opts: &WorkerOptions,
+) -> DeliveryResult {
+    d.receives += 1;
+    let outcome = handle_message(state, connector, &d.message).await;
+    if outcome.redeliver() && d.receives < opts.max_receives {
+        let q = queue.clone();
+        let delay = opts.retry_delay;
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = q.redeliver(d);
+        });
+        return DeliveryResult::Redelivering;
+    }
+    queue.queued().remove(&ident(&d.message));
+    if outcome.redeliver() {
+        tracing::error!(
+            account_id = %d.message.account_id,
+            overlay_id = %d.message.overlay_id,
+            receives = d.receives,
+            "reconcile message dead-lettered after repeated failures"
+        );
+        return DeliveryResult::DeadLettered;
+    }
+    DeliveryResult::Done
+}
+
 /// Consumes the in-process queue until every sender is gone.
 pub async fn run_channel_worker(
     state: AppState,
@@ -175,27 +219,8 @@ pub async fn run_channel_worker(
     mut rx: mpsc::UnboundedReceiver<Delivery>,
     opts: WorkerOptions,
 ) {
-    while let Some(mut d) = rx.recv().await {
-        d.receives += 1;
-        let outcome = handle_message(&state, connector.as_ref(), &d.message).await;
-        if outcome.redeliver() && d.receives < opts.max_receives {
-            let q = queue.clone();
-            let delay = opts.retry_delay;
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = q.redeliver(d);
-            });
-            continue;
-        }
-        if outcome.redeliver() {
-            tracing::error!(
-                account_id = %d.message.account_id,
-                overlay_id = %d.message.overlay_id,
-                receives = d.receives,
-                "reconcile message dead-lettered after repeated failures"
-            );
-        }
-        queue.queued().remove(&ident(&d.message));
+    while let Some(d) = rx.recv().await {
+        handle_delivery(&state, connector.as_ref(), &queue, d, &opts).await;
     }
 }
 
