@@ -49,6 +49,7 @@ impl Authenticator for ClaimsOnly {
 }
 
 pub async fn build_state(settings: &AwsSettings) -> AppState {
+    let credentials = secrets_store(settings).await;
     let client = connect(settings.endpoint.as_deref()).await;
     let counting = CountingMetastore::new(DynamoMetastore::new(client, settings.table.clone()));
     let counters = counting.counters();
@@ -61,4 +62,65 @@ pub async fn build_state(settings: &AwsSettings) -> AppState {
     .with_metrics(Arc::new(move || counters.render_prometheus()))
     // Index warehouses on S3 (`FLOTILLA_S3_ENDPOINT` only for emulators).
     .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env())
+    .with_credentials(credentials)
+}
+
+/// Secrets Manager under `FLOTILLA_SECRET_PREFIX` (sent to `FLOTILLA_AWS_ENDPOINT` when set).
+/// A malformed prefix is a deployment error: it is logged at cold start and every credential
+/// operation then fails explicitly rather than writing secrets elsewhere.
+async fn secrets_store(settings: &AwsSettings) -> Arc<dyn flotilla_secrets::CredentialStore> {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(e) = settings.endpoint.as_deref() {
+        loader = loader.endpoint_url(e);
+    }
+    let client = aws_sdk_secretsmanager::Client::new(&loader.load().await);
+    match flotilla_secrets::aws::SecretsManagerStore::new(client, settings.secret_prefix.clone()) {
+        Ok(store) => Arc::new(store),
+        Err(e) => {
+            tracing::error!(error = %e, "FLOTILLA_SECRET_PREFIX is invalid; credential operations will fail");
+            Arc::new(Unconfigured)
+        }
+    }
+}
+
+struct Unconfigured;
+
+#[async_trait::async_trait]
+impl flotilla_secrets::CredentialStore for Unconfigured {
+    async fn put_if_absent(
+        &self,
+        _r: &flotilla_secrets::SecretRef,
+        _s: &flotilla_secrets::SecretBytes,
+    ) -> Result<flotilla_secrets::PutOutcome, flotilla_secrets::SecretStoreError> {
+        Err(unconfigured())
+    }
+    async fn get(
+        &self,
+        _r: &flotilla_secrets::SecretRef,
+    ) -> Result<Option<flotilla_secrets::SecretBytes>, flotilla_secrets::SecretStoreError> {
+        Err(unconfigured())
+    }
+    async fn delete(
+        &self,
+        _r: &flotilla_secrets::SecretRef,
+    ) -> Result<(), flotilla_secrets::SecretStoreError> {
+        Err(unconfigured())
+    }
+    async fn list(
+        &self,
+        _a: &str,
+        _i: &str,
+    ) -> Result<Vec<u64>, flotilla_secrets::SecretStoreError> {
+        Err(unconfigured())
+    }
+    async fn list_account(
+        &self,
+        _a: &str,
+    ) -> Result<Vec<flotilla_secrets::SecretRef>, flotilla_secrets::SecretStoreError> {
+        Err(unconfigured())
+    }
+}
+
+fn unconfigured() -> flotilla_secrets::SecretStoreError {
+    flotilla_secrets::SecretStoreError::Backend("the credential store is not configured".into())
 }

@@ -32,6 +32,8 @@ pub enum LocalError {
     Metastore(String),
     #[error("{0}")]
     Tokens(String),
+    #[error("cannot open the local credential store: {0}")]
+    Secrets(String),
 }
 
 /// What `flotilla serve` runs on.
@@ -71,6 +73,12 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         None
     };
 
+    // Integration credentials: sealed files under the data directory, keyed by
+    // `FLOTILLA_SECRET_KEY` or a 0600 key file created on first use.
+    let (credentials, _key_source) =
+        flotilla_secrets::local::LocalEncryptedStore::open(&opts.data_dir.join("secrets"))
+            .map_err(|e| LocalError::Secrets(e.to_string()))?;
+
     let config = Config {
         allow_insecure_upstreams: opts.allow_insecure_upstreams,
         ..Config::default()
@@ -83,7 +91,8 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
     )
     .with_metrics(Arc::new(move || counters.render_prometheus()))
     // `file://` index warehouses; `s3://` ones too, sent to `FLOTILLA_S3_ENDPOINT` if set.
-    .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env());
+    .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env())
+    .with_credentials(Arc::new(credentials));
     Ok(LocalStack {
         state,
         generated_token_file,
