@@ -18,6 +18,8 @@ PY_REQUIREMENTS=(
   "cfn-lint==1.51.0"
   # `cargo lambda watch` / `invoke` for the Lambda end-to-end test (tests/tests/lambda_e2e.rs).
   "cargo-lambda==1.9.2"
+  # API fuzzing against the served OpenAPI document (scripts/schemathesis.sh).
+  "schemathesis==4.32.5"
 )
 
 VENV="$ROOT/.venv"
@@ -115,4 +117,7 @@ else
   log "cargo-nextest not found; cargo test --workspace"
   cargo test --workspace --no-fail-fast "$@"
 fi
+# Schemathesis against `flotilla serve` (the debug binary the tests just built).
+log "scripts/schemathesis.sh"
+bash scripts/schemathesis.sh
 log "all checks passed"
