@@ -51,6 +51,7 @@ both_backends!(
     mutations_assert_the_account_fence,
     account_delete_removes_index_catalogs,
     storage_failures_answer_503_with_an_error_id_only,
+    idempotent_creates_replay_and_detect_reuse,
     gc_follows_the_application_clock,
 );
 
@@ -622,23 +623,14 @@ async fn each_error_code_answers_its_status(h: Harness) {
         )
         .await;
     assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    // 400 IDEMPOTENCY_KEY_NOT_ALLOWED: every index catalog mutation is conditional already.
+    // 400 IDEMPOTENCY_KEY_NOT_ALLOWED: rename (and commit, below) are conditional already.
     let r = h
         .call(
             Method::POST,
-            &ixc("acme"),
+            &format!("{}/lake/rename", ixc("acme")),
             Some(ACME),
-            Some(json!({"name": "k", "warehouse": wh.uri})),
-            &[("idempotency-key", "k-1")],
-        )
-        .await;
-    assert_error(&r, StatusCode::BAD_REQUEST, "IDEMPOTENCY_KEY_NOT_ALLOWED");
-    let r = h
-        .call(
-            Method::POST,
-            &indexes("acme", "lake", &["analytics"]),
-            Some(ACME),
-            Some(json!({"name": "d", "metadata_location": base, "source": parquet()})),
+            Some(json!({"source": {"namespace": ["analytics"], "name": "d"},
+                        "destination": {"namespace": ["analytics"], "name": "e"}})),
             &[("idempotency-key", "k-2")],
         )
         .await;
@@ -1170,4 +1162,125 @@ fn real_now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock after 1970");
     i64::try_from(now.as_millis()).expect("millis fit")
+}
+
+async fn post_with_key(h: &Harness, path: &str, body: Value, key: &str) -> Resp {
+    h.call(
+        Method::POST,
+        path,
+        Some(ACME),
+        Some(body),
+        &[("idempotency-key", key)],
+    )
+    .await
+}
+
+/// Creates carrying an `Idempotency-Key` (index catalog, namespace, register): a replay
+/// answers the first response without a second effect, also when eight replays race; the
+/// key with another request (or on another route) is `409 IDEMPOTENCY_KEY_REUSED`.
+async fn idempotent_creates_replay_and_detect_reuse(h: Harness) {
+    let wh = setup(&h).await;
+    let catalog = json!({"name": "vectors", "warehouse": wh.uri});
+    let first = post_with_key(&h, &ixc("acme"), catalog.clone(), "ik-catalog").await;
+    assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+    h.clock.as_ref().expect("manual clock").advance_ms(5_000);
+    let again = post_with_key(&h, &ixc("acme"), catalog.clone(), "ik-catalog").await;
+    assert_eq!(again.status, StatusCode::CREATED, "{:?}", again.body);
+    assert_eq!(
+        again.body, first.body,
+        "the replay answers the recorded response"
+    );
+    let fresh = h.get(&format!("{}/vectors", ixc("acme")), ACME).await;
+    assert_eq!(
+        fresh.body, first.body,
+        "the recorded response is what was created"
+    );
+    let r = post_with_key(
+        &h,
+        &ixc("acme"),
+        json!({"name": "other", "warehouse": wh.uri}),
+        "ik-catalog",
+    )
+    .await;
+    assert_error(&r, StatusCode::CONFLICT, "IDEMPOTENCY_KEY_REUSED");
+    assert_error(
+        &create_catalog(&h, "acme", "vectors", &wh).await,
+        StatusCode::CONFLICT,
+        "ALREADY_EXISTS",
+    );
+    let r = h
+        .call(
+            Method::POST,
+            &format!("{}?on_conflict=replace", ixc("acme")),
+            Some(ACME),
+            Some(catalog),
+            &[("idempotency-key", "ik-replace")],
+        )
+        .await;
+    // Replace mode does not exist for index catalogs (with or without a key).
+    assert_error(&r, StatusCode::BAD_REQUEST, "INVALID_ARGUMENT");
+
+    let ns_url = format!("{}/lake/namespaces", ixc("acme"));
+    let first = post_with_key(&h, &ns_url, json!({"path": ["analytics", "eu"]}), "ik-ns").await;
+    assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+    let again = post_with_key(&h, &ns_url, json!({"path": ["analytics", "eu"]}), "ik-ns").await;
+    assert_eq!(
+        (again.status, &again.body),
+        (StatusCode::CREATED, &first.body)
+    );
+
+    // Eight identical registers with one key race: one effect, eight identical answers.
+    let loc = wh.put("m/v1.json", &fixture("valid/metadata.json"));
+    let body = json!({"name": "docs", "metadata_location": loc, "source": parquet()});
+    let h = Arc::new(h);
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (h, body) = (h.clone(), body.clone());
+            tokio::spawn(async move {
+                let r = post_with_key(
+                    &h,
+                    &indexes("acme", "lake", &["analytics", "eu"]),
+                    body,
+                    "ik-register",
+                )
+                .await;
+                (r.status, r.body)
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.expect("task"));
+    }
+    for (status, body) in &answers {
+        assert_eq!(*status, StatusCode::CREATED, "{body:?}");
+        assert_eq!(body, &answers[0].1);
+    }
+    assert_eq!(answers[0].1["metadata_location"], json!(loc));
+    let r = h
+        .get(&indexes("acme", "lake", &["analytics", "eu"]), ACME)
+        .await;
+    assert_eq!(r.body["items"].as_array().expect("items").len(), 1);
+    // The namespace counted one index: after one drop it is empty and can go.
+    let r = h
+        .delete(&index("acme", "lake", &["analytics", "eu"], "docs"), ACME)
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = h
+        .delete(&nsp("acme", "lake", &["analytics", "eu"]), ACME)
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);
+    // The register key on another route (or namespace) is a different request.
+    let r = post_with_key(
+        &h,
+        &indexes("acme", "lake", &["analytics"]),
+        body.clone(),
+        "ik-register",
+    )
+    .await;
+    assert_error(&r, StatusCode::CONFLICT, "IDEMPOTENCY_KEY_REUSED");
+    let r = post_with_key(&h, &indexes("acme", "lake", &["analytics"]), body, "ik-ns").await;
+    assert_error(&r, StatusCode::CONFLICT, "IDEMPOTENCY_KEY_REUSED");
+    let r = h.get(&indexes("acme", "lake", &["analytics"]), ACME).await;
+    assert_eq!(r.body["items"], json!([]), "no effect from refused keys");
 }

@@ -6,35 +6,37 @@
 //! - Namespaces in URL paths are one segment joined by `%1F`; names are checked with the
 //!   same identifier rules as every other resource (exact code points, no control or
 //!   bidirectional formatting characters).
-//! - `Idempotency-Key` is refused (`400 IDEMPOTENCY_KEY_NOT_ALLOWED`) on every index catalog
-//!   mutation: each one is already conditional (create and register only if absent, commit
-//!   compare-and-swap on `base`, rename only to an absent destination), and a write whose
-//!   outcome is unknown is resolved by the service with a strongly consistent re-read. A client
-//!   that retries and sees `ALREADY_EXISTS` or `COMMIT_CONFLICT` loads and compares. The
-//!   receipt protocol would need the receipt in the crate's own transaction, which it does not
-//!   expose; refusing is honest where accepting would promise a replay we cannot give.
+//! - `Idempotency-Key` is accepted on the creates (index catalog, namespace, register): the
+//!   success receipt is published in the crate's own transaction through its
+//!   `TransactionGuard` hook ([`index_catalogs::create`]). It is refused
+//!   (`400 IDEMPOTENCY_KEY_NOT_ALLOWED`) on commit and rename, which are conditional by
+//!   themselves (compare-and-swap on `base`, absent destination): a retry that sees
+//!   `COMMIT_CONFLICT` or `ALREADY_EXISTS` loads and compares; a write whose outcome is
+//!   unknown is resolved by the service with a strongly consistent re-read. Drops need no key
+//!   (a repeated drop is `404`).
 //! - Page tokens of the crate are wrapped in the API's scoped tokens, so a token of one
 //!   listing (another account, catalog or namespace) is `400` in every other.
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use flotilla_domain::names::{NamespacePath, validate_account_id, validate_segment};
 use flotilla_parqdb::catalog::IndexCatalogService;
+use flotilla_parqdb::clock::rfc3339;
 use flotilla_parqdb::types::{
-    CommitIndexRequest, CreateIndexCatalogRequest, CreateNamespaceRequest, IndexIdentifier,
-    PageRequest, RegisterIndexRequest, RenameIndexRequest,
+    CommitIndexRequest, CreateIndexCatalogRequest, CreateNamespaceRequest, IndexCatalog,
+    IndexEntry, IndexIdentifier, Namespace, PageRequest, RegisterIndexRequest, RenameIndexRequest,
 };
 use serde::Serialize;
 use serde_json::Value;
 
-use super::extract::{Auth, CreateParams, IdempotencyKey, JsonBody, ListParams, P, Q};
-use super::{json_response, no_content, ok};
+use super::extract::{Auth, CreateParams, IdempotencyKey, JsonBody, ListParams, P, Q, idempotency};
+use super::{no_content, ok, recorded};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::service::accounts::OnConflict;
-use crate::service::index_catalogs::{explain, service};
+use crate::service::idempotency::account_receipt_key;
+use crate::service::index_catalogs::{self, explain, service};
 use crate::service::{decode_page_token, encode_page_token, page_body, page_size};
 use crate::state::AppState;
 
@@ -74,14 +76,15 @@ fn authorize(p: &crate::auth::Principal, account: &str) -> ApiResult<()> {
     p.require_account(account)
 }
 
-/// Index catalog mutations are naturally conditional; see the module documentation.
+/// Commit (a compare-and-swap on `base`) and rename are conditional by themselves; see the
+/// module documentation.
 fn refuse_idempotency_key(key: &Option<String>) -> ApiResult<()> {
     match key {
         None => Ok(()),
         Some(_) => Err(ApiError::new(
             Code::IdempotencyKeyNotAllowed,
-            "index catalog operations are conditional by themselves (create-if-absent, compare-and-swap); \
-             retry without an Idempotency-Key and load to compare",
+            "commit and rename are conditional by themselves (compare-and-swap on base, absent \
+             destination): retry without an Idempotency-Key and load to compare",
         )),
     }
 }
@@ -179,12 +182,27 @@ async fn create_catalog(
     body: JsonBody<CreateIndexCatalogRequest>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    refuse_idempotency_key(&k)?;
     only_error_mode(&params)?;
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        "index-catalogs",
+        &body.canonical,
+    )?;
     let req = body.value;
     name("index catalog name", &req.name)?;
-    let created = run(&state, &a, async |s| s.create_index_catalog(&a, &req).await).await?;
-    Ok(json_response(StatusCode::CREATED, to_json(&created)?))
+    let expected = |now| IndexCatalog {
+        name: req.name.clone(),
+        warehouse: req.warehouse.clone(),
+        create_time: rfc3339(now),
+        etag: "\"1\"".into(),
+    };
+    let created = index_catalogs::create(&state, &a, idem, expected, |s: IndexCatalogService| {
+        let (a, req) = (a.clone(), req.clone());
+        async move { s.create_index_catalog(&a, &req).await }
+    });
+    Ok(recorded(created.await?))
 }
 
 async fn list_catalogs(
@@ -222,13 +240,27 @@ async fn create_namespace(
     body: JsonBody<CreateNamespaceRequest>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    refuse_idempotency_key(&k)?;
     only_error_mode(&params)?;
     name("index catalog name", &c)?;
+    let route = format!("index-namespaces/{c}");
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        &route,
+        &body.canonical,
+    )?;
     let req = body.value;
     check_namespace(&req.path)?;
-    let created = run(&state, &a, async |s| s.create_namespace(&a, &c, &req).await).await?;
-    Ok(json_response(StatusCode::CREATED, to_json(&created)?))
+    let expected = |now| Namespace {
+        path: req.path.clone(),
+        create_time: rfc3339(now),
+    };
+    let created = index_catalogs::create(&state, &a, idem, expected, |s: IndexCatalogService| {
+        let (a, c, req) = (a.clone(), c.clone(), req.clone());
+        async move { s.create_namespace(&a, &c, &req).await }
+    });
+    Ok(recorded(created.await?))
 }
 
 async fn list_namespaces(
@@ -267,16 +299,31 @@ async fn register(
     body: JsonBody<RegisterIndexRequest>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    refuse_idempotency_key(&k)?;
     name("index catalog name", &c)?;
     let namespace = ns_path(&ns)?;
+    let route = format!("indexes/{c}/{ns}");
+    let idem = idempotency(
+        k,
+        OnConflict::Error,
+        |k| account_receipt_key(&a, k),
+        &route,
+        &body.canonical,
+    )?;
     let req = body.value;
     name("index name", &req.name)?;
-    let entry = run(&state, &a, async |s| {
-        s.register(&a, &c, &namespace, &req).await
-    })
-    .await?;
-    Ok(json_response(StatusCode::CREATED, to_json(&entry)?))
+    let expected = |_| IndexEntry {
+        identifier: IndexIdentifier {
+            namespace: namespace.clone(),
+            name: req.name.clone(),
+        },
+        metadata_location: req.metadata_location.clone(),
+        source: req.source.clone(),
+    };
+    let created = index_catalogs::create(&state, &a, idem, expected, |s: IndexCatalogService| {
+        let (a, c, namespace, req) = (a.clone(), c.clone(), namespace.clone(), req.clone());
+        async move { s.register(&a, &c, &namespace, &req).await }
+    });
+    Ok(recorded(created.await?))
 }
 
 async fn list_indexes(

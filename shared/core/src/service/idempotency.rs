@@ -277,3 +277,90 @@ pub fn account_receipt_key(account: &str, client_key: &str) -> Key {
 pub fn system_receipt_key(client_key: &str) -> Key {
     key(flotilla_domain::keys::system_idempotency(&hash_client_key(client_key)))
 }
+
+// ---- receipts for protocols that build their own transaction ----------------------------
+
+/// What [`reserve`] found for a create whose transaction is built elsewhere (the ParqDB index
+/// catalog service, which takes extra operations through its `TransactionGuard`).
+pub enum Reservation {
+    /// The key already recorded this same request: answer this without a second effect.
+    Replay(RecordedResponse),
+    /// A pending receipt at `version` (reserved now, or left by an earlier attempt with the
+    /// same fingerprint): publish [`success_op`] for it in the resource's own transaction.
+    Reserved { version: u64 },
+}
+
+/// Step 1 of the receipt protocol on its own: replay, resume or reserve. The receipt is the
+/// same item [`run_create`] uses, so a key reused across routes is `IDEMPOTENCY_KEY_REUSED`
+/// whichever protocol wrote it first.
+pub async fn reserve(state: &AppState, req: &IdempotencyRequest) -> ApiResult<Reservation> {
+    let store = state.store.as_ref();
+    for attempt in 0..MAX_ATTEMPTS {
+        let now = state.clock.now_secs();
+        let current = store.get(&req.receipt_key, Consistency::Strong).await?;
+        let expired_version = current.as_ref().map(|i| i.version);
+        if let Some(item) = current.filter(|i| i.expires_at.is_none_or(|t| t > now)) {
+            let r: Receipt = item.json()?;
+            if r.fingerprint != req.fingerprint {
+                return Err(ApiError::new(
+                    Code::IdempotencyKeyReused,
+                    "this Idempotency-Key was used with a different request",
+                ));
+            }
+            return Ok(match (r.state, r.response) {
+                (ReceiptState::Succeeded, Some(resp)) => Reservation::Replay(resp),
+                _ => Reservation::Reserved { version: item.version },
+            });
+        }
+        let receipt = Receipt {
+            state: ReceiptState::Pending,
+            fingerprint: req.fingerprint.clone(),
+            reserved_id: flotilla_domain::names::new_id(),
+            created_ms: state.clock.now_ms(),
+            response: None,
+        };
+        let condition = match expired_version {
+            Some(v) => Condition::Version(v),
+            None => Condition::Absent,
+        };
+        let op = Op::Put {
+            key: req.receipt_key.clone(),
+            body: super::to_body(&receipt)?,
+            expires_at: Some(now + state.config.idempotency_ttl_secs),
+            condition: Some(condition),
+        };
+        match store.transact(Transaction::new().with(op)).await {
+            Ok(()) => return Ok(Reservation::Reserved { version: expired_version.map_or(1, |v| v + 1) }),
+            Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
+            // Unknown: the re-read decides.
+            Err(e) if e.is_outcome_unknown() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::unavailable("idempotency receipt reservation did not converge"))
+}
+
+/// Step 2: the operation that turns the pending receipt at `version` into the success receipt
+/// recording `response`. It must be part of the transaction that publishes the resource; it
+/// fails that transaction if another request with the key moved the receipt meanwhile.
+pub fn success_op(state: &AppState, req: &IdempotencyRequest, version: u64, response: &RecordedResponse) -> ApiResult<Op> {
+    let receipt = Receipt {
+        state: ReceiptState::Succeeded,
+        fingerprint: req.fingerprint.clone(),
+        reserved_id: String::new(),
+        created_ms: state.clock.now_ms(),
+        response: Some(response.clone()),
+    };
+    Ok(Op::Put {
+        key: req.receipt_key.clone(),
+        body: super::to_body(&receipt)?,
+        expires_at: Some(state.clock.now_secs() + state.config.idempotency_ttl_secs),
+        condition: Some(Condition::Version(version)),
+    })
+}
+
+/// After a failed publication: the recorded response when the receipt has meanwhile succeeded
+/// for this same request (a concurrent request with the key won), which then decides.
+pub async fn recorded_success(state: &AppState, req: &IdempotencyRequest) -> ApiResult<Option<RecordedResponse>> {
+    succeeded(state, req).await
+}

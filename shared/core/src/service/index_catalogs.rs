@@ -12,6 +12,7 @@
 //! - [`api_error`] is the one mapping of [`IndexCatalogError`] to the API's codes; the status of
 //!   each code is decided by [`Code::status`] like everywhere else.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -20,13 +21,14 @@ use flotilla_parqdb::catalog::{IndexCatalogService, TransactionGuard};
 use flotilla_parqdb::error::IndexCatalogError;
 use flotilla_parqdb::keys as ixkeys;
 use flotilla_parqdb::store::{DefaultWarehouseStores, WarehouseStores};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Garbage collection of index warehouses, for the operator tooling (`flotilla index gc`)
 /// that runs against the metastore directly.
 pub use flotilla_parqdb::gc;
 
 use super::accounts::{AccountCleanup, delete_items};
+use super::idempotency::{self, IdempotencyRequest, RecordedResponse, Reservation};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
 
@@ -57,12 +59,28 @@ impl flotilla_parqdb::clock::Clock for CoreClock {
     }
 }
 
-/// Adds the account guards to every mutating transaction of the index catalog service.
-struct AccountFence;
+/// A clock stopped at the start of a request, so that an idempotent create knows the
+/// response it will answer (its `create_time`) before the transaction that records it.
+struct FixedClock(i64);
 
-impl TransactionGuard for AccountFence {
+impl flotilla_parqdb::clock::Clock for FixedClock {
+    fn now_ms(&self) -> i64 {
+        self.0
+    }
+}
+
+/// Adds the account guards to every mutating transaction of the index catalog service, and
+/// for an idempotent create the success receipt, so that receipt and resource are published
+/// in one transaction (API.md "Idempotency").
+struct Guard {
+    receipt: Option<Op>,
+}
+
+impl TransactionGuard for Guard {
     fn conditions(&self, account: &str) -> Vec<Op> {
-        super::account_guards(account)
+        let mut ops = super::account_guards(account);
+        ops.extend(self.receipt.clone());
+        ops
     }
 }
 
@@ -73,7 +91,7 @@ pub fn open(
     clock: Arc<dyn crate::clock::Clock>,
 ) -> IndexCatalogService {
     IndexCatalogService::new(store, stores, Arc::new(CoreClock(clock)))
-        .with_guard(Arc::new(AccountFence))
+        .with_guard(Arc::new(Guard { receipt: None }))
 }
 
 /// The index catalog service of the application state.
@@ -83,6 +101,76 @@ pub fn service(state: &AppState) -> IndexCatalogService {
         state.index_stores.clone(),
         state.clock.clone(),
     )
+}
+
+/// Runs one create (index catalog, namespace, register) and answers `201` with what it
+/// created, under the receipt protocol when `idem` is given:
+/// 1. [`idempotency::reserve`]: a replay answers the recorded response, a different request
+///    under the key is `409 IDEMPOTENCY_KEY_REUSED`;
+/// 2. the operation runs on a service whose guard adds the success receipt (conditioned on
+///    the pending receipt's version) to the operation's own transaction. The response is
+///    known beforehand: `expected(now)` is what the operation answers when its clock reads
+///    `now` (the service runs on a clock stopped at `now`).
+/// 3. On failure the receipt decides first (a concurrent request with the key may have
+///    won); a receipt moved by such a request means another attempt; otherwise the error.
+pub async fn create<T, F, Fut>(
+    state: &AppState,
+    account: &str,
+    idem: Option<IdempotencyRequest>,
+    expected: impl Fn(i64) -> T,
+    op: F,
+) -> ApiResult<RecordedResponse>
+where
+    T: Serialize,
+    F: Fn(IndexCatalogService) -> Fut,
+    Fut: Future<Output = Result<T, IndexCatalogError>>,
+{
+    let now = state.clock.now_ms();
+    let service = |receipt: Option<Op>| {
+        IndexCatalogService::new(
+            state.store.clone(),
+            state.index_stores.clone(),
+            Arc::new(FixedClock(now)),
+        )
+        .with_guard(Arc::new(Guard { receipt }))
+    };
+    let Some(idem) = idem else {
+        return match op(service(None)).await {
+            Ok(created) => Ok(RecordedResponse::created(to_value(&created)?)),
+            Err(e) => Err(explain(state, account, e).await),
+        };
+    };
+    let response = RecordedResponse::created(to_value(&expected(now))?);
+    for _ in 0..super::MAX_ATTEMPTS {
+        let version = match idempotency::reserve(state, &idem).await? {
+            Reservation::Replay(recorded) => return Ok(recorded),
+            Reservation::Reserved { version } => version,
+        };
+        let receipt = idempotency::success_op(state, &idem, version, &response)?;
+        let e = match op(service(Some(receipt))).await {
+            Ok(_) => return Ok(response),
+            Err(e) => e,
+        };
+        if let Some(recorded) = idempotency::recorded_success(state, &idem).await? {
+            return Ok(recorded);
+        }
+        let moved = state
+            .store
+            .get(&idem.receipt_key, Consistency::Strong)
+            .await?
+            .is_none_or(|item| item.version != version);
+        if moved && matches!(e, IndexCatalogError::NotFound { .. }) {
+            continue;
+        }
+        return Err(explain(state, account, e).await);
+    }
+    Err(ApiError::unavailable(
+        "idempotent index catalog create did not converge",
+    ))
+}
+
+fn to_value<T: Serialize>(v: &T) -> ApiResult<serde_json::Value> {
+    serde_json::to_value(v).map_err(|e| ApiError::internal(format!("encode: {e}")))
 }
 
 /// The one mapping of the catalog's typed errors to API errors. Exhaustive on purpose: a new
