@@ -435,6 +435,13 @@ struct OverlayFence {
     prune: Vec<NamespacePath>,
 }
 
+/// How many namespace paths an overlay fence records for pruning after a crash. The list
+/// only matters when a delete is interrupted between releasing claims and pruning (the
+/// uninterrupted path prunes inline); the bound keeps the fence far below the 400 KB item
+/// limit. Beyond it, an interrupted delete may leave some empty overlay-created namespaces,
+/// never delete anything else.
+const MAX_RECORDED_PRUNE_PATHS: usize = 2000;
+
 /// Deletes an overlay and only its contributions. Resumable: a retry under an existing
 /// fence continues where the previous attempt stopped.
 pub async fn delete(
@@ -501,7 +508,7 @@ pub async fn delete(
     let mut f: OverlayFence = item.json()?;
     let mut prune = f.prune.clone();
     for p in claimed {
-        if !prune.contains(&p) {
+        if prune.len() < MAX_RECORDED_PRUNE_PATHS && !prune.contains(&p) {
             prune.push(p);
         }
     }
