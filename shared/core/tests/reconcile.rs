@@ -27,13 +27,38 @@ use serde_json::json;
 use support::*;
 use tower::ServiceExt;
 
+/// The protocol cases that depend on the store's conditions, run on both backends.
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod redb {
+            use super::*;
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name(Kind::Redb).await; })*
+        }
+        mod dynamo {
+            use super::*;
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name(Kind::Dynamo).await; })*
+        }
+    };
+}
+
+both_backends!(
+    first_run_materializes_namespaces_tables_and_views_with_provenance,
+    no_op_rerun_writes_only_the_status_item_and_loads_conditionally,
+    rename_with_stable_ids_keeps_the_flotilla_identity,
+    collisions_with_local_relations_and_other_overlays_are_mapping_conflicts,
+    a_directly_managed_table_in_a_materialized_namespace_is_left_alone,
+    two_concurrent_runs_of_one_overlay_converge,
+    an_overlay_patch_mid_run_fails_the_remaining_publications,
+);
+
 fn names(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-#[tokio::test]
-async fn first_run_materializes_namespaces_tables_and_views_with_provenance() {
-    let env = Env::new(sample_fixture().await, json!([])).await;
+async fn first_run_materializes_namespaces_tables_and_views_with_provenance(kind: Kind) {
+    let env = Env::on(kind, sample_fixture().await, json!([])).await;
     let s = env.run().await.expect("run");
     assert_eq!(
         (s.namespaces.created, s.tables.created, s.views.created),
@@ -111,9 +136,8 @@ async fn first_run_materializes_namespaces_tables_and_views_with_provenance() {
     env.assert_consistent().await;
 }
 
-#[tokio::test]
-async fn no_op_rerun_writes_only_the_status_item_and_loads_conditionally() {
-    let env = Env::new(sample_fixture().await, json!([])).await;
+async fn no_op_rerun_writes_only_the_status_item_and_loads_conditionally(kind: Kind) {
+    let env = Env::on(kind, sample_fixture().await, json!([])).await;
     env.run().await.expect("first run");
     let gen_before = env.dirgen().await;
     let before = env.store.snapshot();
@@ -206,9 +230,8 @@ async fn upstream_add_change_and_delete_converge() {
     env.assert_consistent().await;
 }
 
-#[tokio::test]
-async fn rename_with_stable_ids_keeps_the_flotilla_identity() {
-    let env = Env::new(sample_fixture().await, json!([])).await;
+async fn rename_with_stable_ids_keeps_the_flotilla_identity(kind: Kind) {
+    let env = Env::on(kind, sample_fixture().await, json!([])).await;
     env.run().await.expect("first run");
     let old = env.rel(&["sales"], "orders").await.expect("orders");
     assert!(env.fx.rename_table(&["sales"], "orders", "orders_v2"));
@@ -285,9 +308,8 @@ async fn failed_branch_is_skipped_and_nothing_under_it_is_retired() {
     env.assert_consistent().await;
 }
 
-#[tokio::test]
-async fn collisions_with_local_relations_and_other_overlays_are_mapping_conflicts() {
-    let env = Env::new(sample_fixture().await, json!([])).await;
+async fn collisions_with_local_relations_and_other_overlays_are_mapping_conflicts(kind: Kind) {
+    let env = Env::on(kind, sample_fixture().await, json!([])).await;
     // A directly managed table at a destination path, in a directly created namespace.
     env.h
         .namespace("acme", ACME, &env.catalog, &["sales"])
@@ -420,9 +442,8 @@ async fn shared_stable_identities_and_wrong_objects_are_conflicts() {
     );
 }
 
-#[tokio::test]
-async fn a_directly_managed_table_in_a_materialized_namespace_is_left_alone() {
-    let env = Env::new(sample_fixture().await, json!([["sales"]])).await;
+async fn a_directly_managed_table_in_a_materialized_namespace_is_left_alone(kind: Kind) {
+    let env = Env::on(kind, sample_fixture().await, json!([["sales"]])).await;
     env.run().await.expect("first run");
     let r = env
         .h
@@ -565,13 +586,12 @@ async fn crash_at_every_publication_step_then_rerun_converges() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_concurrent_runs_of_one_overlay_converge() {
+async fn two_concurrent_runs_of_one_overlay_converge(kind: Kind) {
     let fx = sample_fixture().await;
     for i in 0..30 {
         fx.add_table(&["sales"], &format!("t{i:02}"));
     }
-    let env = Env::new(fx, json!([])).await;
+    let env = Env::on(kind, fx, json!([])).await;
     let (a, b) = tokio::join!(env.run(), env.run());
     let a = a.expect("run a");
     let b = b.expect("run b");
@@ -619,10 +639,9 @@ impl Metastore for HookStore {
     }
 }
 
-#[tokio::test]
-async fn an_overlay_patch_mid_run_fails_the_remaining_publications() {
+async fn an_overlay_patch_mid_run_fails_the_remaining_publications(kind: Kind) {
     let fx = sample_fixture().await;
-    let env = Env::new(fx, json!([])).await;
+    let env = Env::on(kind, fx, json!([])).await;
     // The run's state writes through a store that PATCHes the overlay (through the API, on
     // the undecorated router) just before the run's third transaction.
     let hooked = Arc::new(HookStore {

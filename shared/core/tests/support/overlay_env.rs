@@ -30,7 +30,55 @@ use super::{ACME, Creds, Harness};
 
 pub const UPSTREAM_TOKEN: &str = "tok-upstream-fixture";
 
-pub type Store = CountingMetastore<FaultInjectingMetastore<RedbMetastore>>;
+pub type Store = CountingMetastore<FaultInjectingMetastore<Backend>>;
+
+/// Which metastore backend an environment runs on.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Redb,
+    Dynamo,
+}
+
+/// A backend behind the decorators (the decorators are generic over a concrete store).
+pub struct Backend(pub flotilla_metastore::DynMetastore);
+
+#[async_trait]
+impl Metastore for Backend {
+    async fn get(
+        &self,
+        key: &Key,
+        c: Consistency,
+    ) -> Result<Option<flotilla_metastore::Item>, flotilla_metastore::MetastoreError> {
+        self.0.get(key, c).await
+    }
+    async fn batch_get(
+        &self,
+        keys: &[Key],
+        c: Consistency,
+    ) -> Result<Vec<flotilla_metastore::Item>, flotilla_metastore::MetastoreError> {
+        self.0.batch_get(keys, c).await
+    }
+    async fn query(
+        &self,
+        q: &flotilla_metastore::Query,
+    ) -> Result<flotilla_metastore::Page, flotilla_metastore::MetastoreError> {
+        self.0.query(q).await
+    }
+    async fn count(
+        &self,
+        pk: &str,
+        prefix: &str,
+        c: Consistency,
+    ) -> Result<u64, flotilla_metastore::MetastoreError> {
+        self.0.count(pk, prefix, c).await
+    }
+    async fn transact(
+        &self,
+        tx: flotilla_metastore::Transaction,
+    ) -> Result<(), flotilla_metastore::MetastoreError> {
+        self.0.transact(tx).await
+    }
+}
 
 pub struct Env {
     pub h: Harness,
@@ -78,9 +126,21 @@ impl Env {
     /// Account `acme`, catalog `analytics`, an integration on `fx`, and an overlay with the
     /// given include paths.
     pub async fn new(fx: IcebergFixture, include: Value) -> Self {
+        Self::on(Kind::Redb, fx, include).await
+    }
+
+    /// The same environment on another metastore backend (DynamoDB needs moto).
+    pub async fn on(kind: Kind, fx: IcebergFixture, include: Value) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let redb = RedbMetastore::open(dir.path().join("meta.redb")).expect("open redb");
-        let store = Arc::new(CountingMetastore::new(FaultInjectingMetastore::new(redb)));
+        let backend: flotilla_metastore::DynMetastore = match kind {
+            Kind::Redb => {
+                Arc::new(RedbMetastore::open(dir.path().join("meta.redb")).expect("open redb"))
+            }
+            Kind::Dynamo => super::dynamo_store().await,
+        };
+        let store = Arc::new(CountingMetastore::new(FaultInjectingMetastore::new(
+            Backend(backend),
+        )));
         let creds = Creds::new();
         let config = Config {
             allow_insecure_upstreams: true,
@@ -105,7 +165,7 @@ impl Env {
         }
     }
 
-    pub fn faults(&self) -> &FaultInjectingMetastore<RedbMetastore> {
+    pub fn faults(&self) -> &FaultInjectingMetastore<Backend> {
         self.store.inner()
     }
 
