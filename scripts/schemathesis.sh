@@ -120,7 +120,7 @@ COMMON=(
   --generation-database none
   --workers 1
   --request-timeout 30
-  --phases examples,coverage,fuzzing
+  --phases examples,coverage,fuzzing,stateful
   --suppress-health-check all
   --no-color
 )
