@@ -1518,6 +1518,14 @@ async fn secret_canary_never_escapes() {
     let mut b = integration_body("bad", "x");
     b["credentials"] = json!({"token": secret(14), "client_secret": secret(15)});
     bad.push(b);
+    // serde quotes a string given where another type is expected.
+    let mut b = integration_body("bad", "x");
+    b["authentication"] =
+        json!({"type": "OAUTH_CLIENT_CREDENTIALS", "client_id": "c", "scopes": secret(20)});
+    bad.push(b);
+    let mut b = integration_body("bad", "x");
+    b["properties"] = json!(secret(21));
+    bad.push(b);
     for body in bad {
         let r = h.post(INTS, ACME, body.clone()).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}");
