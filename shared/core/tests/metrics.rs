@@ -77,8 +77,11 @@ async fn call(
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Every sample line of the exposition: (family, labels, value).
-fn samples(text: &str) -> Vec<(String, Vec<(String, String)>, u64)> {
+/// One sample line of the exposition: family, labels, value.
+type Sample = (String, Vec<(String, String)>, u64);
+
+/// Every sample line of the exposition.
+fn samples(text: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     for line in text
         .lines()
