@@ -37,10 +37,21 @@ pub struct CreateCatalog {
 pub struct PatchCatalog {
     #[serde(default)]
     pub display_name: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub description: Option<Option<String>>,
     #[serde(default)]
     pub properties: Option<BTreeMap<String, String>>,
+}
+
+/// Deserializes a PATCH field that may be cleared: absent is `None` (unchanged, through
+/// `#[serde(default)]`), `null` is `Some(None)` (clear), a value is `Some(Some(v))`. Serde
+/// alone reads `null` into an `Option<Option<T>>` as `None`, which made clearing impossible.
+pub fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 pub fn validate_properties(props: &BTreeMap<String, String>) -> ApiResult<()> {

@@ -60,13 +60,13 @@ pub struct PatchRelation {
     pub schema: Option<Value>,
     #[serde(default)]
     pub format: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "catalogs::nullable")]
     pub metadata_location: Option<Option<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "catalogs::nullable")]
     pub location: Option<Option<String>>,
     #[serde(default)]
     pub definitions: Option<Vec<ViewDefinition>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "catalogs::nullable")]
     pub default_namespace: Option<Option<Vec<String>>>,
     #[serde(default)]
     pub properties: Option<BTreeMap<String, String>>,
