@@ -686,3 +686,106 @@ async fn completions_are_generated_for_each_shell() {
     }
     s.cli("acme").run(&["completions", "tcsh"]).await.fails(2);
 }
+
+/// Integrations and overlays against the real server: write-only credentials from stdin,
+/// rotation, overlay binding by names, refused and cascading deletes. The secret never
+/// reaches stdout or stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn integrations_and_overlays_against_the_real_server() {
+    let s = Server::local().await;
+    let cli = with_account(&s, "acme").await;
+    let secret = format!("canary-{}", std::process::id());
+    cli.run(&["catalog", "create", "analytics", "-o", "json"])
+        .await
+        .ok();
+    let created = cli
+        .clone()
+        .stdin(&format!("token={secret}\n"))
+        .run(&[
+            "integration",
+            "create",
+            "prod",
+            "ICEBERG_REST",
+            "http://127.0.0.1:9/catalog",
+            "--auth-type",
+            "bearer",
+            "--props",
+            "warehouse=wh",
+            "--cred-stdin",
+            "-o",
+            "json",
+        ])
+        .await
+        .ok();
+    assert!(!created.stdout.contains(&secret) && !created.stderr.contains(&secret));
+    let integration = created.json();
+    assert_eq!(integration["credentials_configured"], true);
+    assert_eq!(integration["credential_generation"], 1);
+    let rotated = cli
+        .clone()
+        .stdin(&format!("token={secret}-2\n"))
+        .run(&[
+            "integration",
+            "update-auth",
+            "prod",
+            "--cred-stdin",
+            "-o",
+            "json",
+        ])
+        .await
+        .ok();
+    assert!(!rotated.stdout.contains(&secret));
+    assert_eq!(rotated.json()["credential_generation"], 2);
+    let overlay = cli
+        .run(&[
+            "overlay",
+            "create",
+            "crm-import",
+            "prod",
+            "analytics",
+            "--include",
+            "crm",
+            "--include",
+            "crm.eu",
+            "--exclude",
+            "crm.tmp",
+            "-o",
+            "json",
+        ])
+        .await
+        .ok()
+        .json();
+    // Subsumed includes collapse; the binding uses ids.
+    assert_eq!(overlay["include_namespaces"], json!([["crm"]]));
+    assert_eq!(overlay["exclude_namespaces"], json!([["crm", "tmp"]]));
+    assert_eq!(overlay["integration_id"], integration["id"]);
+    let listed = cli
+        .run(&["overlay", "list", "-o", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(listed["items"][0]["display_name"], "crm-import");
+    // The integration cannot be deleted while the overlay uses it; a cascade can.
+    let refused = cli.run(&["integration", "delete", "prod"]).await.fails(3);
+    assert!(
+        refused.stderr.starts_with("error: HAS_DEPENDENTS: "),
+        "{}",
+        refused.stderr
+    );
+    cli.run(&["integration", "delete", "prod", "--cascade", "-o", "json"])
+        .await
+        .ok();
+    let overlays = cli
+        .run(&["overlay", "list", "-o", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(overlays["items"], json!([]));
+    // The target catalog remains.
+    let catalogs = cli
+        .run(&["catalog", "list", "-o", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(catalogs["items"][0]["display_name"], "analytics");
+}
