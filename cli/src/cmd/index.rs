@@ -106,6 +106,12 @@ pub enum IndexNamespaceCmd {
         #[command(flatten)]
         paging: Paging,
     },
+    /// Drop an empty namespace.
+    Drop {
+        index_catalog: String,
+        #[arg(value_parser = nspath::parse_arg)]
+        path: NsPath,
+    },
 }
 
 /// The source table binding: a Parquet URI, or a full JSON binding.
@@ -224,6 +230,24 @@ pub async fn run(ctx: &Ctx, cmd: IndexCmd) -> CliResult<()> {
             let req = Req::get(api.acct(&["index-catalogs", &index_catalog, "namespaces"])?);
             ctx.out
                 .list(&api.list(req, &paging).await?, NAMESPACE_COLUMNS);
+        }
+        IndexCmd::Namespace(IndexNamespaceCmd::Drop {
+            index_catalog,
+            path,
+        }) => {
+            let req = Req::new(
+                Method::DELETE,
+                api.acct(&[
+                    "index-catalogs",
+                    &index_catalog,
+                    "namespaces",
+                    &path.segment(),
+                ])?,
+            );
+            api.send(req).await?;
+            let mut doc = deleted("index namespace", "index_catalog", json!(index_catalog));
+            doc["path"] = path.json();
+            ctx.out.done(&doc, &format!("namespace {path} dropped"));
         }
         IndexCmd::Register {
             index_catalog,
