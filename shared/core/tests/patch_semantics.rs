@@ -194,3 +194,47 @@ async fn null_clears_table_locations_and_a_view_default_namespace() {
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["default_namespace"], Value::Null);
 }
+
+#[tokio::test]
+async fn a_body_that_is_not_an_object_is_refused() {
+    let (app, _dir) = app();
+    call(
+        &app,
+        Method::POST,
+        "/v1/accounts",
+        Some(json!({"id": "acme"})),
+    )
+    .await;
+    let (_, cat) = call(
+        &app,
+        Method::POST,
+        "/v1/accounts/acme/catalogs",
+        Some(json!({"display_name": "c"})),
+    )
+    .await;
+    let path = format!(
+        "/v1/accounts/acme/catalogs/{}",
+        cat["id"].as_str().expect("id")
+    );
+    // Serde reads a struct from an array of its fields; the API takes objects only.
+    for body in [
+        json!([null, null, null]),
+        json!(["renamed"]),
+        json!(null),
+        json!(7),
+    ] {
+        let (s, e) = call(&app, Method::PATCH, &path, Some(body.clone())).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{body} -> {e}");
+        assert_eq!(e["error"]["code"], "INVALID_ARGUMENT");
+    }
+    let (s, e) = call(
+        &app,
+        Method::POST,
+        "/v1/accounts/acme/catalogs",
+        Some(json!(["array-name"])),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+    let (_, after) = call(&app, Method::GET, &path, None).await;
+    assert_eq!(after["display_name"], "c");
+}

@@ -77,6 +77,11 @@ pub fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<JsonBody<T>, ApiE
     check_depth(body)?;
     let raw: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("malformed JSON body: {}", short(&e))))?;
+    // Every request body is an object: serde would also read a struct from an array of its
+    // fields in declaration order (`[null, null]`), which the API does not offer.
+    if !raw.is_object() {
+        return Err(ApiError::invalid("the request body must be a JSON object"));
+    }
     let canonical = serde_json::to_vec(&raw).map_err(|e| ApiError::internal(e.to_string()))?;
     let value = serde_json::from_value(raw).map_err(|e| ApiError::invalid(format!("invalid request: {}", short(&e))))?;
     Ok(JsonBody { value, canonical })
