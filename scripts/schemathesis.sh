@@ -11,12 +11,14 @@
 #        - every operation with the account-scoped token (account routes in `acme`;
 #          operator routes must answer 403 in the documented shape);
 #        - the operator routes (/v1/accounts, /v1/admin/*) with the operator token;
-#      checks: no 5xx, responses conform to the documented schema, status codes and
-#      content types are documented;
+#      checks: no 5xx; responses conform to the documented schema, status codes, content
+#      types and headers; requests that violate the document are refused (4xx); a deleted
+#      resource is gone and a created one is there (stateful phase over the document's links);
 #   4. reads /v1/admin/metrics and requires the five counter families of API.md.
 #
 # Environment: SCHEMATHESIS_EXAMPLES (default 25), SCHEMATHESIS_SEED (default 20250101),
-# SCHEMATHESIS_TIMEOUT seconds per run (default 600), VENV (default .venv).
+# SCHEMATHESIS_TIMEOUT seconds per run (default 600), SCHEMATHESIS_CHECKS (comma list),
+# VENV (default .venv).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -112,7 +114,7 @@ with urllib.request.urlopen(req, timeout=10) as r:
     assert r.status == 201, r.status
 PY
 
-CHECKS="not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
+CHECKS="${SCHEMATHESIS_CHECKS:-not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance,response_headers_conformance,negative_data_rejection,use_after_free,ensure_resource_availability}"
 COMMON=(
   --checks "$CHECKS"
   --max-examples "$EXAMPLES"
