@@ -41,8 +41,16 @@ impl Stats {
     }
 }
 
-async fn call(router: &axum::Router, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let mut b = Request::builder().method(method).uri(uri).header("authorization", format!("Bearer {TOKEN}"));
+async fn call(
+    router: &axum::Router,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {TOKEN}"));
     let req = match body {
         Some(v) => {
             b = b.header("content-type", "application/json");
@@ -53,7 +61,10 @@ async fn call(router: &axum::Router, method: &str, uri: &str, body: Option<Value
     let resp = router.clone().oneshot(req).await.expect("infallible");
     let status = resp.status();
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 async fn measure<F, Fut>(name: &'static str, n: usize, mut f: F) -> Stats
@@ -68,30 +79,66 @@ where
         f(i).await;
         samples.push(t.elapsed());
     }
-    Stats { name, samples, wall: start.elapsed() }
+    Stats {
+        name,
+        samples,
+        wall: start.elapsed(),
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2000);
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2000);
     let dir = tempfile::tempdir().expect("tempdir");
     let store = RedbMetastore::open(dir.path().join("bench.redb")).expect("redb");
     let mut tokens = StaticTokens::new();
     tokens.add(TOKEN, true, vec![]);
-    let state = AppState::new(Arc::new(store), Arc::new(SystemClock), Arc::new(tokens), Config::default());
+    let state = AppState::new(
+        Arc::new(store),
+        Arc::new(SystemClock),
+        Arc::new(tokens),
+        Config::default(),
+    );
     let router = flotilla_core::router(state);
-    let (s, _) = call(&router, "POST", "/v1/accounts", Some(json!({"id": "bench"}))).await;
+    let (s, _) = call(
+        &router,
+        "POST",
+        "/v1/accounts",
+        Some(json!({"id": "bench"})),
+    )
+    .await;
     assert_eq!(s, StatusCode::CREATED);
-    let (_, cat) = call(&router, "POST", "/v1/accounts/bench/catalogs", Some(json!({"display_name": "c"}))).await;
+    let (_, cat) = call(
+        &router,
+        "POST",
+        "/v1/accounts/bench/catalogs",
+        Some(json!({"display_name": "c"})),
+    )
+    .await;
     let cat = cat["id"].as_str().expect("id").to_owned();
-    call(&router, "POST", &format!("/v1/accounts/bench/catalogs/{cat}/namespaces"), Some(json!({"path": ["ns"]}))).await;
+    call(
+        &router,
+        "POST",
+        &format!("/v1/accounts/bench/catalogs/{cat}/namespaces"),
+        Some(json!({"path": ["ns"]})),
+    )
+    .await;
     let schema = json!({"type": "struct", "fields": [{"id": 1, "name": "id", "required": true, "type": "long"}]});
     let base = format!("/v1/accounts/bench/catalogs/{cat}/namespaces/ns/tables");
 
     let create = measure("create_table", n, |i| {
         let (router, base, schema) = (&router, &base, &schema);
         async move {
-            let (s, _) = call(router, "POST", base, Some(json!({"name": format!("t{i:06}"), "schema": schema, "format": "ICEBERG"}))).await;
+            let (s, _) = call(
+                router,
+                "POST",
+                base,
+                Some(json!({"name": format!("t{i:06}"), "schema": schema, "format": "ICEBERG"})),
+            )
+            .await;
             assert_eq!(s, StatusCode::CREATED);
         }
     })
@@ -122,7 +169,9 @@ async fn main() {
                 .header("authorization", format!("Bearer {TOKEN}"))
                 .header("content-type", "application/json")
                 .header("idempotency-key", format!("k{i}"))
-                .body(Body::from(json!({"display_name": format!("c{i}")}).to_string()))
+                .body(Body::from(
+                    json!({"display_name": format!("c{i}")}).to_string(),
+                ))
                 .expect("request");
             let resp = router.clone().oneshot(req).await.expect("infallible");
             assert_eq!(resp.status(), StatusCode::CREATED);
@@ -131,13 +180,27 @@ async fn main() {
     .await;
 
     let all = [create, get, list, idem];
-    println!("{:<28} {:>8} {:>12} {:>10} {:>10}", "operation (redb, in-process)", "count", "ops/s", "p50 µs", "p99 µs");
+    println!(
+        "{:<28} {:>8} {:>12} {:>10} {:>10}",
+        "operation (redb, in-process)", "count", "ops/s", "p50 µs", "p99 µs"
+    );
     for s in &all {
-        println!("{:<28} {:>8} {:>12.0} {:>10.0} {:>10.0}", s.name, s.samples.len(), s.ops(), s.pct(0.5), s.pct(0.99));
+        println!(
+            "{:<28} {:>8} {:>12.0} {:>10.0} {:>10.0}",
+            s.name,
+            s.samples.len(),
+            s.ops(),
+            s.pct(0.5),
+            s.pct(0.99)
+        );
     }
     let out = json!({"backend": "redb", "sequential_client": true, "results": all.iter().map(Stats::json).collect::<Vec<_>>()});
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench-results");
     std::fs::create_dir_all(&path).expect("bench-results");
-    std::fs::write(path.join("api.json"), serde_json::to_string_pretty(&out).expect("json")).expect("write");
+    std::fs::write(
+        path.join("api.json"),
+        serde_json::to_string_pretty(&out).expect("json"),
+    )
+    .expect("write");
     println!("wrote bench-results/api.json");
 }

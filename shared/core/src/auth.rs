@@ -27,11 +27,22 @@ pub struct Principal {
 
 impl Principal {
     pub fn operator(subject: impl Into<String>) -> Self {
-        Self { subject: subject.into(), operator: true, accounts: BTreeSet::new() }
+        Self {
+            subject: subject.into(),
+            operator: true,
+            accounts: BTreeSet::new(),
+        }
     }
 
-    pub fn for_accounts(subject: impl Into<String>, accounts: impl IntoIterator<Item = String>) -> Self {
-        Self { subject: subject.into(), operator: false, accounts: accounts.into_iter().collect() }
+    pub fn for_accounts(
+        subject: impl Into<String>,
+        accounts: impl IntoIterator<Item = String>,
+    ) -> Self {
+        Self {
+            subject: subject.into(),
+            operator: false,
+            accounts: accounts.into_iter().collect(),
+        }
     }
 
     pub fn can_access(&self, account: &str) -> bool {
@@ -43,7 +54,10 @@ impl Principal {
         if self.can_access(account) {
             Ok(())
         } else {
-            Err(ApiError::new(Code::PermissionDenied, "this principal may not access that account"))
+            Err(ApiError::new(
+                Code::PermissionDenied,
+                "this principal may not access that account",
+            ))
         }
     }
 
@@ -51,7 +65,10 @@ impl Principal {
         if self.operator {
             Ok(())
         } else {
-            Err(ApiError::new(Code::PermissionDenied, "operator permission required"))
+            Err(ApiError::new(
+                Code::PermissionDenied,
+                "operator permission required",
+            ))
         }
     }
 
@@ -76,7 +93,11 @@ impl Principal {
                     .collect()
             })
             .unwrap_or_default();
-        Some(Principal { subject, operator, accounts })
+        Some(Principal {
+            subject,
+            operator,
+            accounts,
+        })
     }
 }
 
@@ -125,7 +146,11 @@ impl StaticTokens {
         let d = digest(token);
         let subject = subject_of(&d);
         let p = if operator {
-            Principal { subject, operator: true, accounts: accounts.into_iter().collect() }
+            Principal {
+                subject,
+                operator: true,
+                accounts: accounts.into_iter().collect(),
+            }
         } else {
             Principal::for_accounts(subject, accounts)
         };

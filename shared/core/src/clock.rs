@@ -24,7 +24,8 @@ pub trait Clock: Send + Sync + 'static {
 pub fn rfc3339_from_ms(ms: i64) -> String {
     let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    t.format(&Rfc3339).unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
+    t.format(&Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
 }
 
 #[derive(Debug, Default, Clone, Copy)]

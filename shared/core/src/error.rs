@@ -115,7 +115,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), details: Map::new(), internal: None }
+        Self {
+            code,
+            message: message.into(),
+            details: Map::new(),
+            internal: None,
+        }
     }
 
     pub fn with_detail(mut self, key: &str, value: impl Into<Value>) -> Self {
@@ -140,7 +145,10 @@ impl ApiError {
     }
 
     pub fn precondition_failed() -> Self {
-        Self::new(Code::PreconditionFailed, "the If-Match etag does not match the current resource")
+        Self::new(
+            Code::PreconditionFailed,
+            "the If-Match etag does not match the current resource",
+        )
     }
 
     /// A retryable failure of a backend; `detail` goes to the log only.
@@ -209,7 +217,8 @@ impl IntoResponse for ApiError {
         let (status, body) = self.to_parts();
         let mut resp = (status, axum::Json(body)).into_response();
         if self.code == Code::Unavailable {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
     }

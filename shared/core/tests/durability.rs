@@ -11,7 +11,10 @@ use flotilla_metastore::{Consistency, DynMetastore, Metastore};
 use serde_json::json;
 use support::*;
 
-fn faulty() -> (Arc<FaultInjectingMetastore<RedbMetastore>>, tempfile::TempDir) {
+fn faulty() -> (
+    Arc<FaultInjectingMetastore<RedbMetastore>>,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().unwrap();
     let redb = RedbMetastore::open(dir.path().join("m.redb")).unwrap();
     (Arc::new(FaultInjectingMetastore::new(redb)), dir)
@@ -34,10 +37,16 @@ async fn idem_create(h: &Harness, key: &str, name: &str) -> Resp {
 }
 
 async fn catalog_ids(store: &dyn Metastore) -> Vec<String> {
-    let items = flotilla_metastore::query_all(store, flotilla_metastore::Query::new("ACCT#acme", "CAT#", Consistency::Strong))
-        .await
-        .unwrap();
-    items.iter().map(|i| i.key.sk.trim_start_matches("CAT#").to_owned()).collect()
+    let items = flotilla_metastore::query_all(
+        store,
+        flotilla_metastore::Query::new("ACCT#acme", "CAT#", Consistency::Strong),
+    )
+    .await
+    .unwrap();
+    items
+        .iter()
+        .map(|i| i.key.sk.trim_start_matches("CAT#").to_owned())
+        .collect()
 }
 
 macro_rules! both_backends {
@@ -68,7 +77,9 @@ async fn fifty_concurrent_creates_with_one_key_make_one_resource(h: Harness) {
     let mut tasks = Vec::new();
     for _ in 0..50 {
         let h = h.clone();
-        tasks.push(tokio::spawn(async move { idem_create(&h, "one-key", "analytics").await }));
+        tasks.push(tokio::spawn(async move {
+            idem_create(&h, "one-key", "analytics").await
+        }));
     }
     let mut bodies = Vec::new();
     for t in tasks {
@@ -77,7 +88,10 @@ async fn fifty_concurrent_creates_with_one_key_make_one_resource(h: Harness) {
         bodies.push(r.body);
     }
     assert!(bodies.windows(2).all(|w| w[0] == w[1]), "answers differ");
-    assert_eq!(catalog_ids(h.state.store.as_ref()).await, vec![bodies[0]["id"].as_str().unwrap().to_owned()]);
+    assert_eq!(
+        catalog_ids(h.state.store.as_ref()).await,
+        vec![bodies[0]["id"].as_str().unwrap().to_owned()]
+    );
 }
 
 async fn table_create_racing_namespace_delete_leaves_no_orphan(h: Harness) {
@@ -89,26 +103,46 @@ async fn table_create_racing_namespace_delete_leaves_no_orphan(h: Harness) {
         h.namespace("acme", ACME, &cat, &[&ns_name]).await;
         let base = format!("/v1/accounts/acme/catalogs/{cat}/namespaces/{ns_name}");
         let (h1, h2, b1, b2) = (h.clone(), h.clone(), base.clone(), base.clone());
-        let create = tokio::spawn(async move { h1.post(&format!("{b1}/tables"), ACME, table_body("t")).await });
+        let create = tokio::spawn(async move {
+            h1.post(&format!("{b1}/tables"), ACME, table_body("t"))
+                .await
+        });
         let delete = tokio::spawn(async move { h2.delete(&b2, ACME).await });
         let (c, d) = (create.await.unwrap(), delete.await.unwrap());
         assert!(
-            matches!(c.status, StatusCode::CREATED | StatusCode::NOT_FOUND | StatusCode::CONFLICT),
+            matches!(
+                c.status,
+                StatusCode::CREATED | StatusCode::NOT_FOUND | StatusCode::CONFLICT
+            ),
             "create: {:?}",
             c.body
         );
-        assert!(matches!(d.status, StatusCode::NO_CONTENT | StatusCode::CONFLICT), "delete: {:?}", d.body);
+        assert!(
+            matches!(d.status, StatusCode::NO_CONTENT | StatusCode::CONFLICT),
+            "delete: {:?}",
+            d.body
+        );
         let ns_exists = h.get(&base, ACME).await.status == StatusCode::OK;
         let relations = h
             .state
             .store
-            .count(&format!("CAT#{cat}"), &format!("REL#{ns_name}\u{1e}"), Consistency::Strong)
+            .count(
+                &format!("CAT#{cat}"),
+                &format!("REL#{ns_name}\u{1e}"),
+                Consistency::Strong,
+            )
             .await
             .unwrap();
         if !ns_exists {
-            assert_eq!(relations, 0, "round {round}: a table outlived its namespace");
+            assert_eq!(
+                relations, 0,
+                "round {round}: a table outlived its namespace"
+            );
         }
-        assert!(!(c.status == StatusCode::CREATED && d.status == StatusCode::NO_CONTENT), "both won in round {round}");
+        assert!(
+            !(c.status == StatusCode::CREATED && d.status == StatusCode::NO_CONTENT),
+            "both won in round {round}"
+        );
     }
 }
 
@@ -120,16 +154,30 @@ async fn account_create_racing_delete_leaves_nothing_behind(h: Harness) {
             h.account(&id).await;
         }
         let (h1, h2, i1, i2) = (h.clone(), h.clone(), id.clone(), id.clone());
-        let create = tokio::spawn(async move { h1.post("/v1/accounts", OPERATOR, json!({"id": i1})).await });
-        let delete = tokio::spawn(async move { h2.delete(&format!("/v1/accounts/{i2}"), OPERATOR).await });
+        let create =
+            tokio::spawn(async move { h1.post("/v1/accounts", OPERATOR, json!({"id": i1})).await });
+        let delete =
+            tokio::spawn(async move { h2.delete(&format!("/v1/accounts/{i2}"), OPERATOR).await });
         let (_c, _d) = (create.await.unwrap(), delete.await.unwrap());
         // Finish any cleanup a lost race left (the delete is resumable).
         let _ = h.delete(&format!("/v1/accounts/{id}"), OPERATOR).await;
         let store = h.state.store.as_ref();
-        let items = store.count(&format!("ACCT#{id}"), "", Consistency::Strong).await.unwrap();
-        let listing = store.get(&flotilla_metastore::Key::new("SYSTEM", format!("ACCOUNT#{id}")), Consistency::Strong).await.unwrap();
+        let items = store
+            .count(&format!("ACCT#{id}"), "", Consistency::Strong)
+            .await
+            .unwrap();
+        let listing = store
+            .get(
+                &flotilla_metastore::Key::new("SYSTEM", format!("ACCOUNT#{id}")),
+                Consistency::Strong,
+            )
+            .await
+            .unwrap();
         assert_eq!(items, 0, "round {round}: account partition not empty");
-        assert!(listing.is_none(), "round {round}: listing entry left behind");
+        assert!(
+            listing.is_none(),
+            "round {round}: listing entry left behind"
+        );
     }
 }
 
@@ -140,16 +188,35 @@ async fn catalog_create_racing_account_delete_leaves_no_orphan(h: Harness) {
         h.account(&id).await;
         let (h1, h2, i1, i2) = (h.clone(), h.clone(), id.clone(), id.clone());
         let create = tokio::spawn(async move {
-            h1.post(&format!("/v1/accounts/{i1}/catalogs"), OPERATOR, json!({"display_name": "c"})).await
+            h1.post(
+                &format!("/v1/accounts/{i1}/catalogs"),
+                OPERATOR,
+                json!({"display_name": "c"}),
+            )
+            .await
         });
-        let delete = tokio::spawn(async move { h2.delete(&format!("/v1/accounts/{i2}"), OPERATOR).await });
+        let delete =
+            tokio::spawn(async move { h2.delete(&format!("/v1/accounts/{i2}"), OPERATOR).await });
         let (c, d) = (create.await.unwrap(), delete.await.unwrap());
         assert_eq!(d.status, StatusCode::NO_CONTENT, "{:?}", d.body);
         let store = h.state.store.as_ref();
-        assert_eq!(store.count(&format!("ACCT#{id}"), "", Consistency::Strong).await.unwrap(), 0, "round {round}");
+        assert_eq!(
+            store
+                .count(&format!("ACCT#{id}"), "", Consistency::Strong)
+                .await
+                .unwrap(),
+            0,
+            "round {round}"
+        );
         if c.status == StatusCode::CREATED {
             let cat = c.body["id"].as_str().unwrap();
-            assert_eq!(store.count(&format!("CAT#{cat}"), "", Consistency::Strong).await.unwrap(), 0);
+            assert_eq!(
+                store
+                    .count(&format!("CAT#{cat}"), "", Consistency::Strong)
+                    .await
+                    .unwrap(),
+                0
+            );
         }
     }
 }
@@ -163,7 +230,10 @@ async fn every_crash_point_of_an_idempotent_create_converges() {
     let h = harness_on(&store, false);
     h.account("acme").await;
     let before = store.transacts();
-    assert_eq!(idem_create(&h, "k", "analytics").await.status, StatusCode::CREATED);
+    assert_eq!(
+        idem_create(&h, "k", "analytics").await.status,
+        StatusCode::CREATED
+    );
     let n = store.transacts() - before;
     assert!(n >= 2, "reserve + publish expected, saw {n}");
     for point in crash_points(n) {
@@ -175,7 +245,12 @@ async fn every_crash_point_of_an_idempotent_create_converges() {
         let first = idem_create(&h, "k", "analytics").await;
         store.clear();
         let retry = idem_create(&h, "k", "analytics").await;
-        assert_eq!(retry.status, StatusCode::CREATED, "{point}: {:?}", retry.body);
+        assert_eq!(
+            retry.status,
+            StatusCode::CREATED,
+            "{point}: {:?}",
+            retry.body
+        );
         let ids = catalog_ids(store.as_ref()).await;
         assert_eq!(ids.len(), 1, "{point}: {ids:?}");
         assert_eq!(retry.body["id"].as_str(), Some(ids[0].as_str()), "{point}");
@@ -183,7 +258,11 @@ async fn every_crash_point_of_an_idempotent_create_converges() {
             assert_eq!(first.body, retry.body, "{point}");
         }
         // A third replay answers identically.
-        assert_eq!(idem_create(&h, "k", "analytics").await.body, retry.body, "{point}");
+        assert_eq!(
+            idem_create(&h, "k", "analytics").await.body,
+            retry.body,
+            "{point}"
+        );
     }
 }
 
@@ -194,14 +273,22 @@ async fn every_crash_point_of_account_delete_resumes() {
         h.account("acme").await;
         let cat = h.catalog("acme", ACME, "c").await;
         h.namespace("acme", ACME, &cat, &["a"]).await;
-        h.post(&format!("/v1/accounts/acme/catalogs/{cat}/namespaces/a/tables"), ACME, table_body("t")).await;
+        h.post(
+            &format!("/v1/accounts/acme/catalogs/{cat}/namespaces/a/tables"),
+            ACME,
+            table_body("t"),
+        )
+        .await;
         h.catalog("acme", ACME, "d").await;
     }
     let (store, _d) = faulty();
     let h = harness_on(&store, false);
     populate(&h).await;
     let before = store.transacts();
-    assert_eq!(h.delete("/v1/accounts/acme", OPERATOR).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        h.delete("/v1/accounts/acme", OPERATOR).await.status,
+        StatusCode::NO_CONTENT
+    );
     let n = store.transacts() - before;
     for point in crash_points(n) {
         let (store, _d) = faulty();
@@ -211,16 +298,33 @@ async fn every_crash_point_of_account_delete_resumes() {
         store.fail_transact(offset + point.transact, point.fault);
         let _ = h.delete("/v1/accounts/acme", OPERATOR).await;
         // Creates are refused while the delete is incomplete.
-        let r = h.post("/v1/accounts/acme/catalogs", ACME, json!({"display_name": "late"})).await;
+        let r = h
+            .post(
+                "/v1/accounts/acme/catalogs",
+                ACME,
+                json!({"display_name": "late"}),
+            )
+            .await;
         assert_ne!(r.status, StatusCode::CREATED, "{point}");
         store.clear();
         let retry = h.delete("/v1/accounts/acme", OPERATOR).await;
-        assert!(matches!(retry.status, StatusCode::NO_CONTENT | StatusCode::NOT_FOUND), "{point}: {:?}", retry.body);
-        let all = flotilla_metastore::query_all(store.as_ref(), flotilla_metastore::Query::new("ACCT#acme", "", Consistency::Strong))
-            .await
-            .unwrap();
+        assert!(
+            matches!(retry.status, StatusCode::NO_CONTENT | StatusCode::NOT_FOUND),
+            "{point}: {:?}",
+            retry.body
+        );
+        let all = flotilla_metastore::query_all(
+            store.as_ref(),
+            flotilla_metastore::Query::new("ACCT#acme", "", Consistency::Strong),
+        )
+        .await
+        .unwrap();
         assert!(all.is_empty(), "{point}: left {all:?}");
-        assert_eq!(h.get("/v1/accounts/acme", OPERATOR).await.status, StatusCode::NOT_FOUND, "{point}");
+        assert_eq!(
+            h.get("/v1/accounts/acme", OPERATOR).await.status,
+            StatusCode::NOT_FOUND,
+            "{point}"
+        );
     }
 }
 
@@ -235,12 +339,30 @@ async fn abandoned_delete_guard_expires() {
     h.namespace("acme", ACME, &cat, &["a"]).await;
     // Crash the delete after installing the guard: its final transaction is lost.
     let offset = store.transacts();
-    store.fail_transact(offset + 2, CrashPoint { transact: 0, fault: flotilla_metastore::fault::Fault::FailBeforeApply }.fault);
-    store.fail_transact(offset + 3, flotilla_metastore::fault::Fault::FailBeforeApply);
-    let _ = h.delete(&format!("/v1/accounts/acme/catalogs/{cat}/namespaces/a"), ACME).await;
+    store.fail_transact(
+        offset + 2,
+        CrashPoint {
+            transact: 0,
+            fault: flotilla_metastore::fault::Fault::FailBeforeApply,
+        }
+        .fault,
+    );
+    store.fail_transact(
+        offset + 3,
+        flotilla_metastore::fault::Fault::FailBeforeApply,
+    );
+    let _ = h
+        .delete(
+            &format!("/v1/accounts/acme/catalogs/{cat}/namespaces/a"),
+            ACME,
+        )
+        .await;
     store.clear();
     let guard = store
-        .get(&flotilla_metastore::Key::new(format!("CAT#{cat}"), "NSGUARD#a"), Consistency::Strong)
+        .get(
+            &flotilla_metastore::Key::new(format!("CAT#{cat}"), "NSGUARD#a"),
+            Consistency::Strong,
+        )
         .await
         .unwrap();
     if guard.is_some() {
@@ -252,5 +374,13 @@ async fn abandoned_delete_guard_expires() {
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     }
     // Either way the namespace is usable and consistent.
-    assert_eq!(h.get(&format!("/v1/accounts/acme/catalogs/{cat}/namespaces/a"), ACME).await.status, StatusCode::OK);
+    assert_eq!(
+        h.get(
+            &format!("/v1/accounts/acme/catalogs/{cat}/namespaces/a"),
+            ACME
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
 }

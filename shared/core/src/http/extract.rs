@@ -26,7 +26,10 @@ pub struct Auth(pub Principal);
 impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         if let Some(p) = parts.extensions.get::<Principal>() {
             return Ok(Auth(p.clone()));
         }
@@ -61,10 +64,19 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .map(|v| v.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"))
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("application/json")
+            })
             .unwrap_or(false);
         if !is_json {
-            return Err(ApiError::new(Code::UnsupportedMediaType, "request bodies must be application/json"));
+            return Err(ApiError::new(
+                Code::UnsupportedMediaType,
+                "request bodies must be application/json",
+            ));
         }
         let body = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES)
             .await
@@ -75,21 +87,26 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 
 pub fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<JsonBody<T>, ApiError> {
     check_depth(body)?;
-    let raw: Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("malformed JSON body: {}", short(&e))))?;
+    let raw: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("malformed JSON body: {}", short(&e))))?;
     // Every request body is an object: serde would also read a struct from an array of its
     // fields in declaration order (`[null, null]`), which the API does not offer.
     if !raw.is_object() {
         return Err(ApiError::invalid("the request body must be a JSON object"));
     }
     let canonical = serde_json::to_vec(&raw).map_err(|e| ApiError::internal(e.to_string()))?;
-    let value = serde_json::from_value(raw).map_err(|e| ApiError::invalid(format!("invalid request: {}", short(&e))))?;
+    let value = serde_json::from_value(raw)
+        .map_err(|e| ApiError::invalid(format!("invalid request: {}", short(&e))))?;
     Ok(JsonBody { value, canonical })
 }
 
 fn short(e: &serde_json::Error) -> String {
     let s = redact_values(&e.to_string());
-    if s.len() > 300 { format!("{}...", &s[..s.floor_char_boundary(300)]) } else { s }
+    if s.len() > 300 {
+        format!("{}...", &s[..s.floor_char_boundary(300)])
+    } else {
+        s
+    }
 }
 
 /// Drops the values serde quotes in its messages (`invalid type: string "..."`, `unknown
@@ -101,7 +118,9 @@ fn redact_values(message: &str) -> String {
         while let Some(start) = out.find(open) {
             let from = start + open.len();
             match out[from..].find(close) {
-                Some(len) => out.replace_range(start + open.len() - 1..from + len + 1, "(redacted)"),
+                Some(len) => {
+                    out.replace_range(start + open.len() - 1..from + len + 1, "(redacted)")
+                }
                 None => {
                     out.truncate(start + open.len() - 1);
                     break;
@@ -132,7 +151,9 @@ fn check_depth(body: &[u8]) -> Result<(), ApiError> {
             b'{' | b'[' => {
                 depth += 1;
                 if depth > MAX_JSON_DEPTH {
-                    return Err(ApiError::invalid(format!("JSON nests deeper than {MAX_JSON_DEPTH} levels")));
+                    return Err(ApiError::invalid(format!(
+                        "JSON nests deeper than {MAX_JSON_DEPTH} levels"
+                    )));
                 }
             }
             b'}' | b']' => depth = depth.saturating_sub(1),
@@ -169,7 +190,9 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
         match parts.headers.get("idempotency-key") {
             None => Ok(IdempotencyKey(None)),
             Some(v) => {
-                let s = v.to_str().map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
+                let s = v
+                    .to_str()
+                    .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
                 validate_client_key(s)?;
                 Ok(IdempotencyKey(Some(s.to_owned())))
             }
@@ -239,7 +262,10 @@ pub fn idempotency(
         )),
         Some(k) => {
             let mode = format!("{on_conflict:?}");
-            Ok(Some(IdempotencyRequest::new(receipt_key(&k), &[b"POST", route.as_bytes(), mode.as_bytes(), canonical_body])))
+            Ok(Some(IdempotencyRequest::new(
+                receipt_key(&k),
+                &[b"POST", route.as_bytes(), mode.as_bytes(), canonical_body],
+            )))
         }
     }
 }

@@ -2,13 +2,13 @@
 //! `flotilla serve` (through `axum::serve`). No route exists in only one host.
 
 mod directory_routes;
+pub mod extract;
 mod index_routes;
 mod integration_routes;
 mod openapi_routes;
 mod reconcile_routes;
-mod upstream_routes;
-pub mod extract;
 mod routes;
+mod upstream_routes;
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -23,7 +23,10 @@ pub use routes::router;
 
 /// A JSON answer with the resource's `ETag` header when it has one.
 pub fn json_response(status: StatusCode, body: Value) -> Response {
-    let etag = body.get("etag").and_then(Value::as_str).and_then(|e| HeaderValue::from_str(e).ok());
+    let etag = body
+        .get("etag")
+        .and_then(Value::as_str)
+        .and_then(|e| HeaderValue::from_str(e).ok());
     let mut resp = (status, axum::Json(body)).into_response();
     if let Some(e) = etag {
         resp.headers_mut().insert(header::ETAG, e);
@@ -32,7 +35,10 @@ pub fn json_response(status: StatusCode, body: Value) -> Response {
 }
 
 pub fn recorded(r: RecordedResponse) -> Response {
-    json_response(StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK), r.body)
+    json_response(
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK),
+        r.body,
+    )
 }
 
 pub fn ok(body: Value) -> Response {
@@ -53,5 +59,6 @@ pub async fn method_not_allowed() -> ApiError {
 
 /// Adds the standard fallbacks to a router.
 pub fn with_fallbacks(r: Router<AppState>) -> Router<AppState> {
-    r.fallback(not_found_fallback).method_not_allowed_fallback(method_not_allowed)
+    r.fallback(not_found_fallback)
+        .method_not_allowed_fallback(method_not_allowed)
 }

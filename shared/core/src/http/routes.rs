@@ -11,7 +11,8 @@ use serde_json::json;
 use tower_http::trace::TraceLayer;
 
 use super::extract::{
-    Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, ListParams, MAX_BODY_BYTES, P, Q, idempotency,
+    Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, ListParams, MAX_BODY_BYTES, P, Q,
+    idempotency,
 };
 use super::{no_content, ok, recorded};
 use crate::error::{ApiError, ApiResult};
@@ -23,18 +24,32 @@ use crate::state::AppState;
 pub fn router(state: AppState) -> Router {
     let account_routes = Router::new()
         .route("/catalogs", post(create_catalog).get(list_catalogs))
-        .route("/catalogs/{catalog_id}", get(get_catalog).patch(patch_catalog).delete(delete_catalog))
-        .route("/catalogs/{catalog_id}/namespaces", post(create_namespace).get(list_namespaces))
+        .route(
+            "/catalogs/{catalog_id}",
+            get(get_catalog).patch(patch_catalog).delete(delete_catalog),
+        )
+        .route(
+            "/catalogs/{catalog_id}/namespaces",
+            post(create_namespace).get(list_namespaces),
+        )
         .route(
             "/catalogs/{catalog_id}/namespaces/{ns}",
-            get(get_namespace).patch(patch_namespace).delete(delete_namespace),
+            get(get_namespace)
+                .patch(patch_namespace)
+                .delete(delete_namespace),
         )
-        .route("/catalogs/{catalog_id}/namespaces/{ns}/tables", post(create_table).get(list_tables))
+        .route(
+            "/catalogs/{catalog_id}/namespaces/{ns}/tables",
+            post(create_table).get(list_tables),
+        )
         .route(
             "/catalogs/{catalog_id}/namespaces/{ns}/tables/{name}",
             get(get_table).patch(patch_table).delete(delete_table),
         )
-        .route("/catalogs/{catalog_id}/namespaces/{ns}/views", post(create_view).get(list_views))
+        .route(
+            "/catalogs/{catalog_id}/namespaces/{ns}/views",
+            post(create_view).get(list_views),
+        )
         .route(
             "/catalogs/{catalog_id}/namespaces/{ns}/views/{name}",
             get(get_view).patch(patch_view).delete(delete_view),
@@ -43,7 +58,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health", get(health))
         .route("/v1/admin/metrics", get(metrics))
         .route("/v1/accounts", post(create_account).get(list_accounts))
-        .route("/v1/accounts/{account_id}", get(get_account).delete(delete_account))
+        .route(
+            "/v1/accounts/{account_id}",
+            get(get_account).delete(delete_account),
+        )
         .nest("/v1/accounts/{account_id}", account_routes)
         .merge(super::directory_routes::routes())
         .merge(super::index_routes::routes())
@@ -81,8 +99,10 @@ async fn metrics(State(state): State<AppState>, Auth(p): Auth) -> ApiResult<Resp
         }
     }
     let mut resp = (StatusCode::OK, text).into_response();
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
     Ok(resp)
 }
 
@@ -111,16 +131,37 @@ async fn create_account(
     body: JsonBody<accounts::CreateAccount>,
 ) -> ApiResult<Response> {
     p.require_operator()?;
-    let idem = idempotency(k, params.on_conflict, system_receipt_key, "accounts", &body.canonical)?;
-    Ok(recorded(accounts::create(&state, body.value, params.on_conflict, idem).await?))
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        system_receipt_key,
+        "accounts",
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        accounts::create(&state, body.value, params.on_conflict, idem).await?,
+    ))
 }
 
-async fn list_accounts(State(state): State<AppState>, Auth(p): Auth, Q(l): Q<ListParams>) -> ApiResult<Response> {
+async fn list_accounts(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    Q(l): Q<ListParams>,
+) -> ApiResult<Response> {
     p.require_operator()?;
-    Ok(ok(accounts::list(&state, page_size(l.page_size)?, l.page_token.as_deref()).await?))
+    Ok(ok(accounts::list(
+        &state,
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
 }
 
-async fn get_account(State(state): State<AppState>, Auth(p): Auth, P(a): P<String>) -> ApiResult<Response> {
+async fn get_account(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+) -> ApiResult<Response> {
     authorize(&p, &a)?;
     Ok(ok(accounts::get(&state, &a).await?))
 }
@@ -148,8 +189,16 @@ async fn create_catalog(
     body: JsonBody<catalogs::CreateCatalog>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    let idem = idempotency(k, params.on_conflict, |k| account_receipt_key(&a, k), "catalogs", &body.canonical)?;
-    Ok(recorded(catalogs::create(&state, &a, body.value, params.on_conflict, idem).await?))
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        "catalogs",
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        catalogs::create(&state, &a, body.value, params.on_conflict, idem).await?,
+    ))
 }
 
 async fn list_catalogs(
@@ -160,12 +209,24 @@ async fn list_catalogs(
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
     if l.parent.is_some() {
-        return Err(ApiError::invalid("parent applies to namespace listings only"));
+        return Err(ApiError::invalid(
+            "parent applies to namespace listings only",
+        ));
     }
-    Ok(ok(catalogs::list(&state, &a, page_size(l.page_size)?, l.page_token.as_deref()).await?))
+    Ok(ok(catalogs::list(
+        &state,
+        &a,
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
 }
 
-async fn get_catalog(State(state): State<AppState>, Auth(p): Auth, P((a, c)): P<(String, String)>) -> ApiResult<Response> {
+async fn get_catalog(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c)): P<(String, String)>,
+) -> ApiResult<Response> {
     authorize(&p, &a)?;
     Ok(ok(catalogs::get(&state, &a, &c).await?))
 }
@@ -178,7 +239,14 @@ async fn patch_catalog(
     body: JsonBody<catalogs::PatchCatalog>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    Ok(ok(catalogs::patch(&state, &a, &c, body.value, m.as_deref()).await?))
+    Ok(ok(catalogs::patch(
+        &state,
+        &a,
+        &c,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
 }
 
 async fn delete_catalog(
@@ -204,8 +272,16 @@ async fn create_namespace(
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
     let route = route_key(&["namespaces", &c]);
-    let idem = idempotency(k, params.on_conflict, |k| account_receipt_key(&a, k), &route, &body.canonical)?;
-    Ok(recorded(namespaces::create(&state, &a, &c, body.value, params.on_conflict, idem).await?))
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        &route,
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        namespaces::create(&state, &a, &c, body.value, params.on_conflict, idem).await?,
+    ))
 }
 
 async fn list_namespaces(
@@ -219,7 +295,15 @@ async fn list_namespaces(
         Some(s) if !s.is_empty() => Some(ns_path(s)?),
         _ => None,
     };
-    Ok(ok(namespaces::list(&state, &a, &c, parent.as_ref(), page_size(l.page_size)?, l.page_token.as_deref()).await?))
+    Ok(ok(namespaces::list(
+        &state,
+        &a,
+        &c,
+        parent.as_ref(),
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
 }
 
 async fn get_namespace(
@@ -239,7 +323,15 @@ async fn patch_namespace(
     body: JsonBody<namespaces::PatchNamespace>,
 ) -> ApiResult<Response> {
     authorize(&p, &a)?;
-    Ok(ok(namespaces::patch(&state, &a, &c, &ns_path(&ns)?, body.value, m.as_deref()).await?))
+    Ok(ok(namespaces::patch(
+        &state,
+        &a,
+        &c,
+        &ns_path(&ns)?,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
 }
 
 async fn delete_namespace(
@@ -266,8 +358,17 @@ async fn create_table(
     authorize(&p, &a)?;
     let path = ns_path(&ns)?;
     let route = route_key(&["tables", &c, &ns]);
-    let idem = idempotency(k, params.on_conflict, |k| account_receipt_key(&a, k), &route, &body.canonical)?;
-    Ok(recorded(relations::create_table(&state, &a, &c, &path, body.value, params.on_conflict, idem).await?))
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        &route,
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        relations::create_table(&state, &a, &c, &path, body.value, params.on_conflict, idem)
+            .await?,
+    ))
 }
 
 async fn create_view(
@@ -281,17 +382,44 @@ async fn create_view(
     authorize(&p, &a)?;
     let path = ns_path(&ns)?;
     let route = route_key(&["views", &c, &ns]);
-    let idem = idempotency(k, params.on_conflict, |k| account_receipt_key(&a, k), &route, &body.canonical)?;
-    Ok(recorded(relations::create_view(&state, &a, &c, &path, body.value, params.on_conflict, idem).await?))
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        &route,
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        relations::create_view(&state, &a, &c, &path, body.value, params.on_conflict, idem).await?,
+    ))
 }
 
-async fn list_relations(state: AppState, p: crate::auth::Principal, a: String, c: String, ns: String, l: ListParams, kind: RelationKind) -> ApiResult<Response> {
+async fn list_relations(
+    state: AppState,
+    p: crate::auth::Principal,
+    a: String,
+    c: String,
+    ns: String,
+    l: ListParams,
+    kind: RelationKind,
+) -> ApiResult<Response> {
     authorize(&p, &a)?;
     if l.parent.is_some() {
-        return Err(ApiError::invalid("parent applies to namespace listings only"));
+        return Err(ApiError::invalid(
+            "parent applies to namespace listings only",
+        ));
     }
     let path = ns_path(&ns)?;
-    Ok(ok(relations::list(&state, &a, &c, &path, kind, page_size(l.page_size)?, l.page_token.as_deref()).await?))
+    Ok(ok(relations::list(
+        &state,
+        &a,
+        &c,
+        &path,
+        kind,
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
 }
 
 async fn list_tables(
@@ -314,17 +442,38 @@ async fn list_views(
 
 type RelPath = P<(String, String, String, String)>;
 
-async fn get_relation(state: AppState, p: crate::auth::Principal, path: (String, String, String, String), kind: RelationKind) -> ApiResult<Response> {
+async fn get_relation(
+    state: AppState,
+    p: crate::auth::Principal,
+    path: (String, String, String, String),
+    kind: RelationKind,
+) -> ApiResult<Response> {
     let (a, c, ns, name) = path;
     authorize(&p, &a)?;
-    Ok(ok(relations::get(&state, &a, &c, &ns_path(&ns)?, &name, kind).await?))
+    Ok(ok(relations::get(
+        &state,
+        &a,
+        &c,
+        &ns_path(&ns)?,
+        &name,
+        kind,
+    )
+    .await?))
 }
 
-async fn get_table(State(state): State<AppState>, Auth(p): Auth, P(path): RelPath) -> ApiResult<Response> {
+async fn get_table(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+) -> ApiResult<Response> {
     get_relation(state, p, path, RelationKind::Table).await
 }
 
-async fn get_view(State(state): State<AppState>, Auth(p): Auth, P(path): RelPath) -> ApiResult<Response> {
+async fn get_view(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+) -> ApiResult<Response> {
     get_relation(state, p, path, RelationKind::View).await
 }
 
@@ -338,7 +487,17 @@ async fn patch_relation(
 ) -> ApiResult<Response> {
     let (a, c, ns, name) = path;
     authorize(&p, &a)?;
-    Ok(ok(relations::patch(&state, &a, &c, &ns_path(&ns)?, &name, kind, body, if_match.as_deref()).await?))
+    Ok(ok(relations::patch(
+        &state,
+        &a,
+        &c,
+        &ns_path(&ns)?,
+        &name,
+        kind,
+        body,
+        if_match.as_deref(),
+    )
+    .await?))
 }
 
 async fn patch_table(
@@ -370,14 +529,33 @@ async fn delete_relation(
 ) -> ApiResult<Response> {
     let (a, c, ns, name) = path;
     authorize(&p, &a)?;
-    relations::delete(&state, &a, &c, &ns_path(&ns)?, &name, kind, if_match.as_deref()).await?;
+    relations::delete(
+        &state,
+        &a,
+        &c,
+        &ns_path(&ns)?,
+        &name,
+        kind,
+        if_match.as_deref(),
+    )
+    .await?;
     Ok(no_content())
 }
 
-async fn delete_table(State(state): State<AppState>, Auth(p): Auth, P(path): RelPath, IfMatch(m): IfMatch) -> ApiResult<Response> {
+async fn delete_table(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+    IfMatch(m): IfMatch,
+) -> ApiResult<Response> {
     delete_relation(state, p, path, m, RelationKind::Table).await
 }
 
-async fn delete_view(State(state): State<AppState>, Auth(p): Auth, P(path): RelPath, IfMatch(m): IfMatch) -> ApiResult<Response> {
+async fn delete_view(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+    IfMatch(m): IfMatch,
+) -> ApiResult<Response> {
     delete_relation(state, p, path, m, RelationKind::View).await
 }

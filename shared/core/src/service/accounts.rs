@@ -12,7 +12,9 @@ use async_trait::async_trait;
 use flotilla_domain::keys;
 use flotilla_domain::model::AccountRecord;
 use flotilla_domain::names::{validate_account_id, validate_display_name};
-use flotilla_metastore::{Condition, Consistency, Item, Metastore, Op, Query, Transaction, query_all};
+use flotilla_metastore::{
+    Condition, Consistency, Item, Metastore, Op, Query, Transaction, query_all,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -61,7 +63,9 @@ pub async fn create(
     idem: Option<IdempotencyRequest>,
 ) -> ApiResult<RecordedResponse> {
     if on_conflict == OnConflict::Replace {
-        return Err(ApiError::invalid("accounts cannot be replaced: the id is the identity"));
+        return Err(ApiError::invalid(
+            "accounts cannot be replaced: the id is the identity",
+        ));
     }
     if let Some(id) = &req.id {
         validate_account_id(id)?;
@@ -75,13 +79,23 @@ pub async fn create(
         async move {
             // Caller-chosen ids are the identity; otherwise the reserved id is.
             let id = req.id.clone().unwrap_or(reserved);
-            if store.get(&key(keys::account_fence(&id)), Consistency::Strong).await?.is_some() {
+            if store
+                .get(&key(keys::account_fence(&id)), Consistency::Strong)
+                .await?
+                .is_some()
+            {
                 return Err(ApiError::deleting("an account with this id"));
             }
-            if let Some(existing) = read::<AccountRecord>(store, keys::account(&id), Consistency::Strong).await? {
+            if let Some(existing) =
+                read::<AccountRecord>(store, keys::account(&id), Consistency::Strong).await?
+            {
                 return match on_conflict {
-                    OnConflict::ReturnExisting => Ok(Plan::Respond(RecordedResponse::ok(existing.value.to_api()))),
-                    _ => Err(ApiError::already_exists(format!("account {id:?} already exists"))),
+                    OnConflict::ReturnExisting => {
+                        Ok(Plan::Respond(RecordedResponse::ok(existing.value.to_api())))
+                    }
+                    _ => Err(ApiError::already_exists(format!(
+                        "account {id:?} already exists"
+                    ))),
                 };
             }
             let now = state.clock.now_rfc3339();
@@ -98,7 +112,11 @@ pub async fn create(
                 Op::create(key(keys::account_listing(&id)), body),
                 Op::check(key(keys::account_fence(&id)), Condition::Absent),
             ];
-            Ok(Plan::Publish { ops, response: RecordedResponse::created(rec.to_api()), probe: key(keys::account(&id)) })
+            Ok(Plan::Publish {
+                ops,
+                response: RecordedResponse::created(rec.to_api()),
+                probe: key(keys::account(&id)),
+            })
         }
     })
     .await
@@ -106,7 +124,9 @@ pub async fn create(
 
 pub async fn get(state: &AppState, id: &str) -> ApiResult<Value> {
     validate_account_id(id)?;
-    match read::<AccountRecord>(state.store.as_ref(), keys::account(id), Consistency::Strong).await? {
+    match read::<AccountRecord>(state.store.as_ref(), keys::account(id), Consistency::Strong)
+        .await?
+    {
         Some(v) => Ok(v.value.to_api()),
         None => Err(ApiError::not_found("account")),
     }
@@ -137,17 +157,27 @@ pub async fn delete(
     validate_account_id(id)?;
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
-        let fence = store.get(&key(keys::account_fence(id)), Consistency::Strong).await?;
+        let fence = store
+            .get(&key(keys::account_fence(id)), Consistency::Strong)
+            .await?;
         let account = read::<AccountRecord>(store, keys::account(id), Consistency::Strong).await?;
         match (account, fence) {
             (None, None) => return Err(ApiError::not_found("account")),
             // A previous delete committed and then stopped part-way: resume.
             (None, Some(_)) => break,
             (Some(acct), fence) => {
-                check_if_match(if_match, &flotilla_domain::model::etag_for(&acct.value.id, acct.value.revision))?;
+                check_if_match(
+                    if_match,
+                    &flotilla_domain::model::etag_for(&acct.value.id, acct.value.revision),
+                )?;
                 let mut tx = Transaction::new();
                 if fence.is_none() {
-                    tx.push(Op::create(key(keys::account_fence(id)), to_body(&FenceRecord { started_ms: state.clock.now_ms() })?));
+                    tx.push(Op::create(
+                        key(keys::account_fence(id)),
+                        to_body(&FenceRecord {
+                            started_ms: state.clock.now_ms(),
+                        })?,
+                    ));
                 }
                 tx.push(Op::delete_at(key(keys::account(id)), acct.version));
                 match store.transact(tx).await {
@@ -163,7 +193,11 @@ pub async fn delete(
             }
         }
     }
-    if store.get(&key(keys::account(id)), Consistency::Strong).await?.is_some() {
+    if store
+        .get(&key(keys::account(id)), Consistency::Strong)
+        .await?
+        .is_some()
+    {
         return Err(ApiError::unavailable("account delete did not converge"));
     }
     cleanup(state, id, cleanups).await
@@ -171,13 +205,23 @@ pub async fn delete(
 
 /// Removes every descendant of a fenced account, then the listing entry and the fence.
 /// Idempotent: a retry after any failure continues where it stopped.
-async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>]) -> ApiResult<()> {
+async fn cleanup(
+    state: &AppState,
+    id: &str,
+    cleanups: &[Arc<dyn AccountCleanup>],
+) -> ApiResult<()> {
     let store = state.store.as_ref();
     let pk = keys::account_pk(id);
     let (_, fence_sk) = keys::account_fence(id);
     loop {
-        let page = store.query(&Query::new(pk.clone(), "", Consistency::Strong).limit(100)).await?;
-        let victims: Vec<Item> = page.items.into_iter().filter(|i| i.key.sk != fence_sk).collect();
+        let page = store
+            .query(&Query::new(pk.clone(), "", Consistency::Strong).limit(100))
+            .await?;
+        let victims: Vec<Item> = page
+            .items
+            .into_iter()
+            .filter(|i| i.key.sk != fence_sk)
+            .collect();
         if victims.is_empty() {
             break;
         }
@@ -195,9 +239,17 @@ async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>
         delete_items(store, victims.iter().map(|i| i.key.clone()).collect()).await?;
     }
     // Credentials whose integration record an earlier attempt already removed.
-    let orphans = state.credentials.list_account(id).await.map_err(|e| ApiError::unavailable(e.to_string()))?;
+    let orphans = state
+        .credentials
+        .list_account(id)
+        .await
+        .map_err(|e| ApiError::unavailable(e.to_string()))?;
     for r in orphans {
-        state.credentials.delete(&r).await.map_err(|e| ApiError::unavailable(e.to_string()))?;
+        state
+            .credentials
+            .delete(&r)
+            .await
+            .map_err(|e| ApiError::unavailable(e.to_string()))?;
     }
     let tx = Transaction::new()
         .with(Op::delete(key(keys::account_listing(id))))
@@ -207,14 +259,21 @@ async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>
 }
 
 /// Deletes keys unconditionally in transactions of at most 100 (idempotent).
-pub async fn delete_items(store: &dyn Metastore, keys: Vec<flotilla_metastore::Key>) -> ApiResult<()> {
+pub async fn delete_items(
+    store: &dyn Metastore,
+    keys: Vec<flotilla_metastore::Key>,
+) -> ApiResult<()> {
     for chunk in keys.chunks(flotilla_metastore::MAX_TRANSACTION_OPS) {
-        let tx = Transaction { ops: chunk.iter().cloned().map(Op::delete).collect() };
+        let tx = Transaction {
+            ops: chunk.iter().cloned().map(Op::delete).collect(),
+        };
         let mut attempt = 0;
         loop {
             match store.transact(tx.clone()).await {
                 Ok(()) => break,
-                Err(e) if (e.is_retryable() || e.is_outcome_unknown()) && attempt < MAX_ATTEMPTS => {
+                Err(e)
+                    if (e.is_retryable() || e.is_outcome_unknown()) && attempt < MAX_ATTEMPTS =>
+                {
                     backoff(attempt).await;
                     attempt += 1;
                 }

@@ -13,8 +13,8 @@ use serde_json::Value;
 use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{
-    GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff, check_if_match,
-    guarded_delete, key, read, to_body,
+    GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff,
+    check_if_match, guarded_delete, key, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -56,14 +56,20 @@ where
 
 pub fn validate_properties(props: &BTreeMap<String, String>) -> ApiResult<()> {
     if props.len() > MAX_PROPERTIES {
-        return Err(ApiError::invalid(format!("at most {MAX_PROPERTIES} properties")));
+        return Err(ApiError::invalid(format!(
+            "at most {MAX_PROPERTIES} properties"
+        )));
     }
     for (k, v) in props {
         if k.is_empty() || k.len() > 255 || k.chars().any(char::is_control) {
-            return Err(ApiError::invalid("property keys must be 1 to 255 bytes without control characters"));
+            return Err(ApiError::invalid(
+                "property keys must be 1 to 255 bytes without control characters",
+            ));
         }
         if v.len() > 16 * 1024 {
-            return Err(ApiError::invalid(format!("property {k:?} is longer than 16 KiB")));
+            return Err(ApiError::invalid(format!(
+                "property {k:?} is longer than 16 KiB"
+            )));
         }
     }
     Ok(())
@@ -71,13 +77,19 @@ pub fn validate_properties(props: &BTreeMap<String, String>) -> ApiResult<()> {
 
 fn validate_description(d: &Option<String>) -> ApiResult<()> {
     if d.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES) {
-        return Err(ApiError::invalid(format!("description is longer than {MAX_DESCRIPTION_BYTES} bytes")));
+        return Err(ApiError::invalid(format!(
+            "description is longer than {MAX_DESCRIPTION_BYTES} bytes"
+        )));
     }
     Ok(())
 }
 
 /// Reads a catalog by id with a strong read.
-pub async fn load(store: &dyn Metastore, account: &str, id: &str) -> ApiResult<Versioned<CatalogRecord>> {
+pub async fn load(
+    store: &dyn Metastore,
+    account: &str,
+    id: &str,
+) -> ApiResult<Versioned<CatalogRecord>> {
     flotilla_domain::names::validate_resource_id(id).map_err(|_| ApiError::not_found("catalog"))?;
     read::<CatalogRecord>(store, keys::catalog(account, id), Consistency::Strong)
         .await?
@@ -102,7 +114,8 @@ pub async fn create(
                 return Err(err);
             }
             let name_key = keys::catalog_name(account, &req.display_name);
-            let existing = read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?;
+            let existing =
+                read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?;
             let now = state.clock.now_rfc3339();
             let rec = CatalogRecord {
                 id: id.clone(),
@@ -117,7 +130,10 @@ pub async fn create(
             let mut ops = account_guards(account);
             ops.push(Op::create(key(keys::catalog(account, &id)), to_body(&rec)?));
             match existing {
-                None => ops.push(Op::create(key(name_key), to_body(&NameIndexRecord { id: id.clone() })?)),
+                None => ops.push(Op::create(
+                    key(name_key),
+                    to_body(&NameIndexRecord { id: id.clone() })?,
+                )),
                 Some(idx) => {
                     let old = load(store, account, &idx.value.id).await?;
                     match on_conflict {
@@ -127,7 +143,9 @@ pub async fn create(
                                 req.display_name
                             )));
                         }
-                        OnConflict::ReturnExisting => return Ok(Plan::Respond(RecordedResponse::ok(old.value.to_api()))),
+                        OnConflict::ReturnExisting => {
+                            return Ok(Plan::Respond(RecordedResponse::ok(old.value.to_api())));
+                        }
                         OnConflict::Replace => {
                             // Retire the old identity: only an empty catalog no overlay targets
                             // can be retired, proved under its delete guard.
@@ -137,7 +155,10 @@ pub async fn create(
                                 idx.version,
                                 to_body(&NameIndexRecord { id: id.clone() })?,
                             ));
-                            ops.push(Op::delete_at(key(keys::catalog(account, &old.value.id)), old.version));
+                            ops.push(Op::delete_at(
+                                key(keys::catalog(account, &old.value.id)),
+                                old.version,
+                            ));
                             ops.push(Op::delete(key(keys::directory_generation(&old.value.id))));
                             ops.push(Op::delete(key(keys::catalog_guard(&old.value.id))));
                         }
@@ -157,7 +178,11 @@ pub async fn create(
 /// Proves the catalog replaced by `on_conflict=replace` is empty and untargeted, leaving a
 /// live guard in place so that no child can be created before the replacing transaction
 /// deletes it.
-async fn retire_for_replace(state: &AppState, account: &str, old: &Versioned<CatalogRecord>) -> ApiResult<()> {
+async fn retire_for_replace(
+    state: &AppState,
+    account: &str,
+    old: &Versioned<CatalogRecord>,
+) -> ApiResult<()> {
     let store = state.store.as_ref();
     let now = state.clock.now_ms();
     let guard = keys::catalog_guard(&old.value.id);
@@ -169,16 +194,30 @@ async fn retire_for_replace(state: &AppState, account: &str, old: &Versioned<Cat
         super::GuardState::Abandoned { version } => Condition::Version(version),
         _ => Condition::Absent,
     };
-    let body = to_body(&super::GuardRecord { installed_ms: now, owner: flotilla_domain::names::new_id(), durable: false })?;
+    let body = to_body(&super::GuardRecord {
+        installed_ms: now,
+        owner: flotilla_domain::names::new_id(),
+        durable: false,
+    })?;
     store
         .transact(
             Transaction::new()
-                .with(Op::Put { key: key(guard), body, expires_at: None, condition: Some(condition) })
-                .with(Op::check(key(keys::catalog(account, &old.value.id)), Condition::Version(old.version))),
+                .with(Op::Put {
+                    key: key(guard),
+                    body,
+                    expires_at: None,
+                    condition: Some(condition),
+                })
+                .with(Op::check(
+                    key(keys::catalog(account, &old.value.id)),
+                    Condition::Version(old.version),
+                )),
         )
         .await?;
     if let Some(refusal) = dependents(store, account, &old.value.id).await? {
-        let _ = store.transact(Transaction::new().with(Op::delete(key(keys::catalog_guard(&old.value.id))))).await;
+        let _ = store
+            .transact(Transaction::new().with(Op::delete(key(keys::catalog_guard(&old.value.id)))))
+            .await;
         return Err(refusal);
     }
     // The guard stays until the replacing transaction commits; the purge below removes it.
@@ -186,29 +225,52 @@ async fn retire_for_replace(state: &AppState, account: &str, old: &Versioned<Cat
 }
 
 /// Why a catalog cannot be deleted, read with strong reads.
-async fn dependents(store: &dyn Metastore, account: &str, catalog_id: &str) -> ApiResult<Option<ApiError>> {
+async fn dependents(
+    store: &dyn Metastore,
+    account: &str,
+    catalog_id: &str,
+) -> ApiResult<Option<ApiError>> {
     let overlays = store
-        .count(&keys::account_pk(account), &keys::catalog_dependency_prefix(catalog_id), Consistency::Strong)
+        .count(
+            &keys::account_pk(account),
+            &keys::catalog_dependency_prefix(catalog_id),
+            Consistency::Strong,
+        )
         .await?;
     let pk = keys::catalog_pk(catalog_id);
-    let namespaces = store.count(&pk, keys::NAMESPACE_PREFIX, Consistency::Strong).await?;
-    let relations = store.count(&pk, keys::RELATION_PREFIX, Consistency::Strong).await?;
+    let namespaces = store
+        .count(&pk, keys::NAMESPACE_PREFIX, Consistency::Strong)
+        .await?;
+    let relations = store
+        .count(&pk, keys::RELATION_PREFIX, Consistency::Strong)
+        .await?;
     if overlays + namespaces + relations == 0 {
         return Ok(None);
     }
     Ok(Some(
-        ApiError::new(Code::HasDependents, "the catalog is referenced by overlays or is not empty")
-            .with_detail("overlays", overlays)
-            .with_detail("namespaces", namespaces)
-            .with_detail("relations", relations),
+        ApiError::new(
+            Code::HasDependents,
+            "the catalog is referenced by overlays or is not empty",
+        )
+        .with_detail("overlays", overlays)
+        .with_detail("namespaces", namespaces)
+        .with_detail("relations", relations),
     ))
 }
 
 pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> {
-    Ok(load(state.store.as_ref(), account, id).await?.value.to_api())
+    Ok(load(state.store.as_ref(), account, id)
+        .await?
+        .value
+        .to_api())
 }
 
-pub async fn list(state: &AppState, account: &str, page_size: usize, token: Option<&str>) -> ApiResult<Value> {
+pub async fn list(
+    state: &AppState,
+    account: &str,
+    page_size: usize,
+    token: Option<&str>,
+) -> ApiResult<Value> {
     let (items, next) = super::list_page(
         state.store.as_ref(),
         &keys::account_pk(account),
@@ -223,7 +285,13 @@ pub async fn list(state: &AppState, account: &str, page_size: usize, token: Opti
     Ok(super::page_body(items, next))
 }
 
-pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchCatalog, if_match: Option<&str>) -> ApiResult<Value> {
+pub async fn patch(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    req: PatchCatalog,
+    if_match: Option<&str>,
+) -> ApiResult<Value> {
     if let Some(n) = &req.display_name {
         validate_display_name(n)?;
     }
@@ -249,12 +317,23 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchCatalog,
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let mut tx = Transaction::new().with(Op::replace(key(keys::catalog(account, id)), cur.version, to_body(&next)?));
+        let mut tx = Transaction::new().with(Op::replace(
+            key(keys::catalog(account, id)),
+            cur.version,
+            to_body(&next)?,
+        ));
         if next.display_name != cur.value.display_name {
-            let old_idx = read::<NameIndexRecord>(store, keys::catalog_name(account, &cur.value.display_name), Consistency::Strong)
-                .await?;
+            let old_idx = read::<NameIndexRecord>(
+                store,
+                keys::catalog_name(account, &cur.value.display_name),
+                Consistency::Strong,
+            )
+            .await?;
             if let Some(old_idx) = old_idx {
-                tx.push(Op::delete_at(key(keys::catalog_name(account, &cur.value.display_name)), old_idx.version));
+                tx.push(Op::delete_at(
+                    key(keys::catalog_name(account, &cur.value.display_name)),
+                    old_idx.version,
+                ));
             }
             tx.push(Op::create(
                 key(keys::catalog_name(account, &next.display_name)),
@@ -265,9 +344,18 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchCatalog,
             Ok(()) => return Ok(next.to_api()),
             Err(e) if super::is_condition_failure(&e) => {
                 if next.display_name != cur.value.display_name
-                    && store.get(&key(keys::catalog_name(account, &next.display_name)), Consistency::Strong).await?.is_some()
+                    && store
+                        .get(
+                            &key(keys::catalog_name(account, &next.display_name)),
+                            Consistency::Strong,
+                        )
+                        .await?
+                        .is_some()
                 {
-                    return Err(ApiError::already_exists(format!("a catalog named {:?} already exists", next.display_name)));
+                    return Err(ApiError::already_exists(format!(
+                        "a catalog named {:?} already exists",
+                        next.display_name
+                    )));
                 }
                 backoff(attempt).await;
             }
@@ -278,7 +366,12 @@ pub async fn patch(state: &AppState, account: &str, id: &str, req: PatchCatalog,
     Err(ApiError::unavailable("catalog update did not converge"))
 }
 
-pub async fn delete(state: &AppState, account: &str, id: &str, if_match: Option<&str>) -> ApiResult<()> {
+pub async fn delete(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    if_match: Option<&str>,
+) -> ApiResult<()> {
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
         let cur = load(store, account, id).await?;

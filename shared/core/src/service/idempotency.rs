@@ -74,7 +74,10 @@ impl IdempotencyRequest {
             h.update((part.len() as u64).to_be_bytes());
             h.update(part);
         }
-        Self { receipt_key, fingerprint: hex::encode(h.finalize()) }
+        Self {
+            receipt_key,
+            fingerprint: hex::encode(h.finalize()),
+        }
     }
 }
 
@@ -86,7 +89,9 @@ pub fn hash_client_key(k: &str) -> String {
 /// Checks an `Idempotency-Key` header value.
 pub fn validate_client_key(k: &str) -> ApiResult<()> {
     if k.is_empty() || k.len() > 255 || !k.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
-        return Err(ApiError::invalid("Idempotency-Key must be 1 to 255 visible ASCII characters"));
+        return Err(ApiError::invalid(
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        ));
     }
     Ok(())
 }
@@ -96,7 +101,11 @@ pub enum Plan {
     /// Publish these operations atomically and answer `response`. `probe` is the resource's
     /// own key: after an outcome-unknown failure without an idempotency key, its presence
     /// with the reserved id proves the create committed.
-    Publish { ops: Vec<Op>, response: RecordedResponse, probe: Key },
+    Publish {
+        ops: Vec<Op>,
+        response: RecordedResponse,
+        probe: Key,
+    },
     /// Answer without writing (e.g. `on_conflict=return_existing`).
     Respond(RecordedResponse),
 }
@@ -181,17 +190,21 @@ where
                 // A concurrent request with this key may have published between our receipt
                 // read and `build`'s reads (then `build` sees "our" resource as a conflict):
                 // the receipt, not the resource state, decides the answer.
-                if let Some(req) = &idem {
-                    if let Some(resp) = succeeded(state, req).await? {
-                        return Ok(resp);
-                    }
+                if let Some(req) = &idem
+                    && let Some(resp) = succeeded(state, req).await?
+                {
+                    return Ok(resp);
                 }
                 return Err(e);
             }
         };
         let (mut ops, response, probe) = match plan {
             Plan::Respond(resp) => (Vec::new(), resp, None),
-            Plan::Publish { ops, response, probe } => (ops, response, Some(probe)),
+            Plan::Publish {
+                ops,
+                response,
+                probe,
+            } => (ops, response, Some(probe)),
         };
         let receipt_index = ops.len();
         if let (Some(req), Some(v)) = (&idem, receipt_version) {
@@ -233,22 +246,31 @@ where
                     // The receipt tells on the next attempt whether we committed.
                     continue;
                 }
-                if let Some(probe) = probe {
-                    if committed_with_id(state, &probe, &fresh_id).await? {
-                        return Ok(response);
-                    }
+                if let Some(probe) = probe
+                    && committed_with_id(state, &probe, &fresh_id).await?
+                {
+                    return Ok(response);
                 }
                 return Err(ApiError::unavailable(e.to_string()));
             }
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("create did not converge after repeated conflicts"))
+    Err(ApiError::unavailable(
+        "create did not converge after repeated conflicts",
+    ))
 }
 
 /// The recorded response, when the receipt has succeeded for this same request.
-async fn succeeded(state: &AppState, req: &IdempotencyRequest) -> ApiResult<Option<RecordedResponse>> {
-    let Some(item) = state.store.get(&req.receipt_key, Consistency::Strong).await? else {
+async fn succeeded(
+    state: &AppState,
+    req: &IdempotencyRequest,
+) -> ApiResult<Option<RecordedResponse>> {
+    let Some(item) = state
+        .store
+        .get(&req.receipt_key, Consistency::Strong)
+        .await?
+    else {
         return Ok(None);
     };
     let r: Receipt = item.json()?;
@@ -270,12 +292,17 @@ async fn committed_with_id(state: &AppState, probe: &Key, id: &str) -> ApiResult
 
 /// A receipt key in an account partition.
 pub fn account_receipt_key(account: &str, client_key: &str) -> Key {
-    key(flotilla_domain::keys::account_idempotency(account, &hash_client_key(client_key)))
+    key(flotilla_domain::keys::account_idempotency(
+        account,
+        &hash_client_key(client_key),
+    ))
 }
 
 /// A receipt key for operator-scoped creates.
 pub fn system_receipt_key(client_key: &str) -> Key {
-    key(flotilla_domain::keys::system_idempotency(&hash_client_key(client_key)))
+    key(flotilla_domain::keys::system_idempotency(&hash_client_key(
+        client_key,
+    )))
 }
 
 // ---- receipts for protocols that build their own transaction ----------------------------
@@ -309,7 +336,9 @@ pub async fn reserve(state: &AppState, req: &IdempotencyRequest) -> ApiResult<Re
             }
             return Ok(match (r.state, r.response) {
                 (ReceiptState::Succeeded, Some(resp)) => Reservation::Replay(resp),
-                _ => Reservation::Reserved { version: item.version },
+                _ => Reservation::Reserved {
+                    version: item.version,
+                },
             });
         }
         let receipt = Receipt {
@@ -330,20 +359,31 @@ pub async fn reserve(state: &AppState, req: &IdempotencyRequest) -> ApiResult<Re
             condition: Some(condition),
         };
         match store.transact(Transaction::new().with(op)).await {
-            Ok(()) => return Ok(Reservation::Reserved { version: expired_version.map_or(1, |v| v + 1) }),
+            Ok(()) => {
+                return Ok(Reservation::Reserved {
+                    version: expired_version.map_or(1, |v| v + 1),
+                });
+            }
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
             // Unknown: the re-read decides.
             Err(e) if e.is_outcome_unknown() => {}
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("idempotency receipt reservation did not converge"))
+    Err(ApiError::unavailable(
+        "idempotency receipt reservation did not converge",
+    ))
 }
 
 /// Step 2: the operation that turns the pending receipt at `version` into the success receipt
 /// recording `response`. It must be part of the transaction that publishes the resource; it
 /// fails that transaction if another request with the key moved the receipt meanwhile.
-pub fn success_op(state: &AppState, req: &IdempotencyRequest, version: u64, response: &RecordedResponse) -> ApiResult<Op> {
+pub fn success_op(
+    state: &AppState,
+    req: &IdempotencyRequest,
+    version: u64,
+    response: &RecordedResponse,
+) -> ApiResult<Op> {
     let receipt = Receipt {
         state: ReceiptState::Succeeded,
         fingerprint: req.fingerprint.clone(),
@@ -361,6 +401,9 @@ pub fn success_op(state: &AppState, req: &IdempotencyRequest, version: u64, resp
 
 /// After a failed publication: the recorded response when the receipt has meanwhile succeeded
 /// for this same request (a concurrent request with the key won), which then decides.
-pub async fn recorded_success(state: &AppState, req: &IdempotencyRequest) -> ApiResult<Option<RecordedResponse>> {
+pub async fn recorded_success(
+    state: &AppState,
+    req: &IdempotencyRequest,
+) -> ApiResult<Option<RecordedResponse>> {
     succeeded(state, req).await
 }

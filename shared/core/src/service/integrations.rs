@@ -1245,17 +1245,43 @@ async fn cascade_delete(
         let overlay_id = dep.key.sk.rsplit('#').next().unwrap_or_default().to_owned();
         super::overlays::delete_for_cascade(state, account, &overlay_id).await?;
     }
-    let cur = load(store, account, id).await?;
-    let tx = Transaction::new()
-        .with(Op::delete_at(
-            key(keys::integration(account, id)),
-            cur.version,
-        ))
-        .with(Op::delete(key(keys::integration_name(
-            account,
-            &cur.value.display_name,
-        ))));
-    store.transact(tx).await?;
+    // The record may still change under the fence (a rotation or patch that read it before
+    // the fence went in): a lost race re-reads and tries again instead of failing the
+    // cascade with an internal error (found by the deterministic simulation).
+    let mut removed = false;
+    for attempt in 0..MAX_ATTEMPTS {
+        let Some(cur) =
+            read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong)
+                .await?
+        else {
+            removed = true;
+            break;
+        };
+        let tx = Transaction::new()
+            .with(Op::delete_at(
+                key(keys::integration(account, id)),
+                cur.version,
+            ))
+            .with(Op::delete(key(keys::integration_name(
+                account,
+                &cur.value.display_name,
+            ))));
+        match store.transact(tx).await {
+            Ok(()) => {
+                removed = true;
+                break;
+            }
+            Err(e) if super::is_condition_failure(&e) || e.is_retryable() => {
+                backoff(attempt).await
+            }
+            // Unknown: the next read tells whether the record is gone.
+            Err(e) if e.is_outcome_unknown() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !removed {
+        return Err(ApiError::unavailable("integration delete did not converge"));
+    }
     purge_credentials(state, account, id).await?;
     store
         .transact(Transaction::new().with(Op::delete(key(fence_key))))

@@ -6,8 +6,8 @@ pub mod catalogs;
 pub mod idempotency;
 pub mod index_catalogs;
 pub mod integrations;
-pub mod overlays;
 pub mod namespaces;
+pub mod overlays;
 pub mod relations;
 
 use std::time::Duration;
@@ -15,7 +15,10 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use flotilla_domain::keys::KeyParts;
-use flotilla_metastore::{Condition, Consistency, FailureReason, Item, Key, Metastore, MetastoreError, Op, PageToken, Query};
+use flotilla_metastore::{
+    Condition, Consistency, FailureReason, Item, Key, Metastore, MetastoreError, Op, PageToken,
+    Query,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -48,7 +51,10 @@ pub async fn read<T: DeserializeOwned>(
 ) -> ApiResult<Option<Versioned<T>>> {
     match store.get(&key(parts), consistency).await? {
         None => Ok(None),
-        Some(item) => Ok(Some(Versioned { value: item.json()?, version: item.version })),
+        Some(item) => Ok(Some(Versioned {
+            value: item.json()?,
+            version: item.version,
+        })),
     }
 }
 
@@ -60,8 +66,27 @@ pub fn decode<T: DeserializeOwned>(item: &Item) -> ApiResult<T> {
 pub async fn backoff(attempt: usize) {
     use rand::Rng;
     let base = 5u64 << attempt.min(6);
-    let jitter = rand::rng().random_range(0..=base);
+    let seeded = JITTER.with(|j| {
+        j.borrow_mut()
+            .as_mut()
+            .map(|rng| rng.random_range(0..=base))
+    });
+    let jitter = seeded.unwrap_or_else(|| rand::rng().random_range(0..=base));
     tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+}
+
+thread_local! {
+    /// Seeded jitter source of the calling thread, when a test installed one.
+    static JITTER: std::cell::RefCell<Option<rand::rngs::StdRng>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Makes retry jitter on the calling thread a function of `seed` (`None` restores OS
+/// randomness). The deterministic simulation runs every request of a seed on one
+/// current-thread runtime with a paused clock: jitter decides which of two racing requests
+/// wakes first, so it must come from the seed for a failing seed to replay exactly.
+pub fn seed_retry_jitter(seed: Option<u64>) {
+    use rand::SeedableRng;
+    JITTER.with(|j| *j.borrow_mut() = seed.map(rand::rngs::StdRng::seed_from_u64));
 }
 
 /// The guards every create in an account asserts in its own transaction: the account exists
@@ -69,17 +94,40 @@ pub async fn backoff(attempt: usize) {
 /// before the fence (and cleanup sees it) or fails.
 pub fn account_guards(account: &str) -> Vec<Op> {
     vec![
-        Op::check(key(flotilla_domain::keys::account(account)), Condition::Exists),
-        Op::check(key(flotilla_domain::keys::account_fence(account)), Condition::Absent),
+        Op::check(
+            key(flotilla_domain::keys::account(account)),
+            Condition::Exists,
+        ),
+        Op::check(
+            key(flotilla_domain::keys::account_fence(account)),
+            Condition::Absent,
+        ),
     ]
 }
 
 /// Explains a failed account guard, when it was one: reads the fence and the account.
-pub async fn account_guard_error(store: &dyn Metastore, account: &str) -> ApiResult<Option<ApiError>> {
-    if store.get(&key(flotilla_domain::keys::account_fence(account)), Consistency::Strong).await?.is_some() {
+pub async fn account_guard_error(
+    store: &dyn Metastore,
+    account: &str,
+) -> ApiResult<Option<ApiError>> {
+    if store
+        .get(
+            &key(flotilla_domain::keys::account_fence(account)),
+            Consistency::Strong,
+        )
+        .await?
+        .is_some()
+    {
         return Ok(Some(ApiError::deleting("the account")));
     }
-    if store.get(&key(flotilla_domain::keys::account(account)), Consistency::Strong).await?.is_none() {
+    if store
+        .get(
+            &key(flotilla_domain::keys::account(account)),
+            Consistency::Strong,
+        )
+        .await?
+        .is_none()
+    {
         return Ok(Some(ApiError::not_found("account")));
     }
     Ok(None)
@@ -102,13 +150,20 @@ pub struct GuardRecord {
     pub durable: bool,
 }
 
-pub async fn guard_state(store: &dyn Metastore, parts: KeyParts, now_ms: i64, lease_ms: i64) -> ApiResult<GuardState> {
+pub async fn guard_state(
+    store: &dyn Metastore,
+    parts: KeyParts,
+    now_ms: i64,
+    lease_ms: i64,
+) -> ApiResult<GuardState> {
     match store.get(&key(parts), Consistency::Strong).await? {
         None => Ok(GuardState::Absent),
         Some(item) => {
             let rec: GuardRecord = item.json()?;
             if !rec.durable && now_ms.saturating_sub(rec.installed_ms) > lease_ms {
-                Ok(GuardState::Abandoned { version: item.version })
+                Ok(GuardState::Abandoned {
+                    version: item.version,
+                })
             } else {
                 Ok(GuardState::Live)
             }
@@ -131,8 +186,15 @@ pub fn check_if_match(if_match: Option<&str>, current_etag: &str) -> ApiResult<(
         None => Ok(()),
         Some("*") => Ok(()),
         Some(given) => {
-            let matches = given.split(',').map(str::trim).any(|t| t == current_etag || t.trim_start_matches("W/") == current_etag);
-            if matches { Ok(()) } else { Err(ApiError::precondition_failed()) }
+            let matches = given
+                .split(',')
+                .map(str::trim)
+                .any(|t| t == current_etag || t.trim_start_matches("W/") == current_etag);
+            if matches {
+                Ok(())
+            } else {
+                Err(ApiError::precondition_failed())
+            }
         }
     }
 }
@@ -162,7 +224,9 @@ pub fn page_size(requested: Option<usize>) -> ApiResult<usize> {
     match requested {
         None => Ok(DEFAULT_PAGE_SIZE),
         Some(n) if (1..=MAX_API_PAGE_SIZE).contains(&n) => Ok(n),
-        Some(_) => Err(ApiError::invalid(format!("page_size must be between 1 and {MAX_API_PAGE_SIZE}"))),
+        Some(_) => Err(ApiError::invalid(format!(
+            "page_size must be between 1 and {MAX_API_PAGE_SIZE}"
+        ))),
     }
 }
 
@@ -179,7 +243,9 @@ fn scope_tag(scope: &str) -> String {
 
 pub fn decode_page_token(scope: &str, prefix: &str, token: &str) -> ApiResult<String> {
     let bad = || ApiError::invalid("malformed or foreign page_token");
-    let raw = URL_SAFE_NO_PAD.decode(token.as_bytes()).map_err(|_| bad())?;
+    let raw = URL_SAFE_NO_PAD
+        .decode(token.as_bytes())
+        .map_err(|_| bad())?;
     let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
     let s = v.get("s").and_then(Value::as_str).ok_or_else(bad)?;
     let k = v.get("k").and_then(Value::as_str).ok_or_else(bad)?;
@@ -190,6 +256,7 @@ pub fn decode_page_token(scope: &str, prefix: &str, token: &str) -> ApiResult<St
 }
 
 /// One API page of a prefix listing, keeping items `select` maps to `Some`.
+#[allow(clippy::too_many_arguments)]
 pub async fn list_page(
     store: &dyn Metastore,
     pk: &str,
@@ -202,13 +269,17 @@ pub async fn list_page(
 ) -> ApiResult<(Vec<Value>, Option<String>)> {
     let scope = format!("{scope}|{pk}|{prefix}");
     let mut after = match token {
-        Some(t) => Some(PageToken::after_sort_key(&decode_page_token(&scope, prefix, t)?)),
+        Some(t) => Some(PageToken::after_sort_key(&decode_page_token(
+            &scope, prefix, t,
+        )?)),
         None => None,
     };
     let mut out = Vec::new();
     let mut last_sk: Option<String> = None;
     loop {
-        let q = Query::new(pk, prefix, consistency).limit(size + 1).after(after.clone());
+        let q = Query::new(pk, prefix, consistency)
+            .limit((size + 1).min(flotilla_metastore::MAX_PAGE_SIZE))
+            .after(after.clone());
         let page = store.query(&q).await?;
         let exhausted = page.next.is_none();
         for item in &page.items {
@@ -225,7 +296,11 @@ pub async fn list_page(
         if exhausted {
             return Ok((out, None));
         }
-        after = page.items.last().map(|i| PageToken::after_sort_key(&i.key.sk)).or(page.next);
+        after = page
+            .items
+            .last()
+            .map(|i| PageToken::after_sort_key(&i.key.sk))
+            .or(page.next);
     }
 }
 
@@ -271,22 +346,36 @@ where
     let now = state.clock.now_ms();
     let gstate = guard_state(store, guard.clone(), now, state.config.guard_lease_ms).await?;
     let owner = flotilla_domain::names::new_id();
-    let body = to_body(&GuardRecord { installed_ms: now, owner: owner.clone(), durable: false })?;
+    let body = to_body(&GuardRecord {
+        installed_ms: now,
+        owner: owner.clone(),
+        durable: false,
+    })?;
     let (condition, guard_version) = match gstate {
         GuardState::Live => return Err(ApiError::deleting(what)),
         GuardState::Absent => (Condition::Absent, 1),
         GuardState::Abandoned { version } => (Condition::Version(version), version + 1),
     };
     let install = Transaction::new()
-        .with(Op::Put { key: key(guard.clone()), body, expires_at: None, condition: Some(condition) })
-        .with(Op::check(target.clone(), Condition::Version(target_version)));
+        .with(Op::Put {
+            key: key(guard.clone()),
+            body,
+            expires_at: None,
+            condition: Some(condition),
+        })
+        .with(Op::check(
+            target.clone(),
+            Condition::Version(target_version),
+        ));
     match store.transact(install).await {
         Ok(()) => {}
         Err(e) if is_condition_failure(&e) || e.is_retryable() => return Ok(GuardedOutcome::Retry),
         Err(e) if e.is_outcome_unknown() => {
             // Proceed only if the guard that is there is ours.
             let ours = match store.get(&key(guard.clone()), Consistency::Strong).await? {
-                Some(item) => item.json::<GuardRecord>()?.owner == owner && item.version == guard_version,
+                Some(item) => {
+                    item.json::<GuardRecord>()?.owner == owner && item.version == guard_version
+                }
                 None => false,
             };
             if !ours {

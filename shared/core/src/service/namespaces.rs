@@ -15,8 +15,8 @@ use super::accounts::OnConflict;
 use super::catalogs::{self, validate_properties};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{
-    GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff,
-    check_if_match, guard_op, guard_state, guarded_delete, key, read, to_body,
+    GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards,
+    backoff, check_if_match, guard_op, guard_state, guarded_delete, key, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -36,11 +36,24 @@ pub struct PatchNamespace {
     pub properties: Option<BTreeMap<String, String>>,
 }
 
-pub async fn load(store: &dyn Metastore, catalog_id: &str, path: &NamespacePath) -> ApiResult<Option<Versioned<NamespaceRecord>>> {
-    read::<NamespaceRecord>(store, keys::namespace(catalog_id, path), Consistency::Strong).await
+pub async fn load(
+    store: &dyn Metastore,
+    catalog_id: &str,
+    path: &NamespacePath,
+) -> ApiResult<Option<Versioned<NamespaceRecord>>> {
+    read::<NamespaceRecord>(
+        store,
+        keys::namespace(catalog_id, path),
+        Consistency::Strong,
+    )
+    .await
 }
 
-pub async fn require(store: &dyn Metastore, catalog_id: &str, path: &NamespacePath) -> ApiResult<Versioned<NamespaceRecord>> {
+pub async fn require(
+    store: &dyn Metastore,
+    catalog_id: &str,
+    path: &NamespacePath,
+) -> ApiResult<Versioned<NamespaceRecord>> {
     load(store, catalog_id, path)
         .await?
         .ok_or_else(|| ApiError::new(Code::NotFound, format!("namespace {path} not found")))
@@ -63,12 +76,21 @@ pub async fn child_guards(
     let now = state.clock.now_ms();
     let lease = state.config.guard_lease_ms;
     let mut ops = account_guards(account);
-    ops.push(Op::check(key(keys::catalog(account, catalog_id)), Condition::Exists));
+    ops.push(Op::check(
+        key(keys::catalog(account, catalog_id)),
+        Condition::Exists,
+    ));
     let cg = guard_state(store, keys::catalog_guard(catalog_id), now, lease).await?;
-    ops.push(guard_op(keys::catalog_guard(catalog_id), &cg).ok_or_else(|| ApiError::deleting("the catalog"))?);
+    ops.push(
+        guard_op(keys::catalog_guard(catalog_id), &cg)
+            .ok_or_else(|| ApiError::deleting("the catalog"))?,
+    );
     if let Some(parent) = parent {
         require(store, catalog_id, parent).await?;
-        ops.push(Op::check(key(keys::namespace(catalog_id, parent)), Condition::Exists));
+        ops.push(Op::check(
+            key(keys::namespace(catalog_id, parent)),
+            Condition::Exists,
+        ));
         let ng = guard_state(store, keys::namespace_guard(catalog_id, parent), now, lease).await?;
         if matches!(ng, GuardState::Live) {
             return Err(ApiError::deleting(&format!("namespace {parent}")));
@@ -111,8 +133,14 @@ pub async fn create(
             match existing {
                 None => ops.push(Op::create(ns_key.clone(), to_body(&rec)?)),
                 Some(old) => match on_conflict {
-                    OnConflict::Error => return Err(ApiError::already_exists(format!("namespace {path} already exists"))),
-                    OnConflict::ReturnExisting => return Ok(Plan::Respond(RecordedResponse::ok(old.value.to_api()))),
+                    OnConflict::Error => {
+                        return Err(ApiError::already_exists(format!(
+                            "namespace {path} already exists"
+                        )));
+                    }
+                    OnConflict::ReturnExisting => {
+                        return Ok(Plan::Respond(RecordedResponse::ok(old.value.to_api())));
+                    }
                     OnConflict::Replace => {
                         if let Some(refusal) = dependents(store, catalog_id, path).await? {
                             return Err(refusal);
@@ -121,30 +149,60 @@ pub async fn create(
                     }
                 },
             }
-            Ok(Plan::Publish { ops, response: RecordedResponse::created(rec.to_api()), probe: ns_key })
+            Ok(Plan::Publish {
+                ops,
+                response: RecordedResponse::created(rec.to_api()),
+                probe: ns_key,
+            })
         }
     })
     .await
 }
 
 /// Why a namespace cannot be deleted: children, relations or overlay claims (strong reads).
-async fn dependents(store: &dyn Metastore, catalog_id: &str, path: &NamespacePath) -> ApiResult<Option<ApiError>> {
+async fn dependents(
+    store: &dyn Metastore,
+    catalog_id: &str,
+    path: &NamespacePath,
+) -> ApiResult<Option<ApiError>> {
     let pk = keys::catalog_pk(catalog_id);
-    let children = store.count(&pk, &keys::namespace_children_prefix(Some(path)), Consistency::Strong).await?;
-    let relations = store.count(&pk, &keys::relations_in_prefix(path), Consistency::Strong).await?;
-    let claims = store.count(&pk, &keys::namespace_claims_prefix(path), Consistency::Strong).await?;
+    let children = store
+        .count(
+            &pk,
+            &keys::namespace_children_prefix(Some(path)),
+            Consistency::Strong,
+        )
+        .await?;
+    let relations = store
+        .count(&pk, &keys::relations_in_prefix(path), Consistency::Strong)
+        .await?;
+    let claims = store
+        .count(
+            &pk,
+            &keys::namespace_claims_prefix(path),
+            Consistency::Strong,
+        )
+        .await?;
     if children + relations + claims == 0 {
         return Ok(None);
     }
     Ok(Some(
-        ApiError::new(Code::HasDependents, format!("namespace {path} is not empty or is claimed by an overlay"))
-            .with_detail("namespaces", children)
-            .with_detail("relations", relations)
-            .with_detail("overlay_claims", claims),
+        ApiError::new(
+            Code::HasDependents,
+            format!("namespace {path} is not empty or is claimed by an overlay"),
+        )
+        .with_detail("namespaces", children)
+        .with_detail("relations", relations)
+        .with_detail("overlay_claims", claims),
     ))
 }
 
-pub async fn get(state: &AppState, account: &str, catalog_id: &str, path: &NamespacePath) -> ApiResult<Value> {
+pub async fn get(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    path: &NamespacePath,
+) -> ApiResult<Value> {
     let store = state.store.as_ref();
     catalogs::load(store, account, catalog_id).await?;
     Ok(require(store, catalog_id, path).await?.value.to_api())
@@ -199,7 +257,11 @@ pub async fn patch(
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let tx = Transaction::new().with(Op::replace(key(keys::namespace(catalog_id, path)), cur.version, to_body(&next)?));
+        let tx = Transaction::new().with(Op::replace(
+            key(keys::namespace(catalog_id, path)),
+            cur.version,
+            to_body(&next)?,
+        ));
         match store.transact(tx).await {
             Ok(()) => return Ok(next.to_api()),
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,

@@ -72,13 +72,18 @@ pub struct PatchRelation {
     pub properties: Option<BTreeMap<String, String>>,
 }
 
-const FORMATS: &[&str] = &["ICEBERG", "DELTA", "PARQUET", "HUDI", "CSV", "JSON", "ORC", "AVRO", "UNKNOWN"];
+const FORMATS: &[&str] = &[
+    "ICEBERG", "DELTA", "PARQUET", "HUDI", "CSV", "JSON", "ORC", "AVRO", "UNKNOWN",
+];
 
 pub fn validate_format(f: &str) -> ApiResult<()> {
     if FORMATS.contains(&f) {
         Ok(())
     } else {
-        Err(ApiError::invalid(format!("format must be one of {}", FORMATS.join(", "))))
+        Err(ApiError::invalid(format!(
+            "format must be one of {}",
+            FORMATS.join(", ")
+        )))
     }
 }
 
@@ -93,17 +98,25 @@ pub fn validate_schema(schema: &Value) -> ApiResult<()> {
         if obj.get("type").and_then(Value::as_str) != Some("struct") {
             return Err("schema type must be \"struct\"".into());
         }
-        let fields = obj.get("fields").and_then(Value::as_array).ok_or("schema needs a \"fields\" array")?;
+        let fields = obj
+            .get("fields")
+            .and_then(Value::as_array)
+            .ok_or("schema needs a \"fields\" array")?;
         let mut names = std::collections::HashSet::new();
         for f in fields {
-            let name = f.get("name").and_then(Value::as_str).ok_or("every field needs a string \"name\"")?;
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or("every field needs a string \"name\"")?;
             if name.is_empty() {
                 return Err("field names must not be empty".into());
             }
             if !names.insert(name) {
                 return Err(format!("duplicate field name {name:?}"));
             }
-            f.get("id").and_then(Value::as_i64).ok_or_else(|| format!("field {name:?} needs an integer \"id\""))?;
+            f.get("id")
+                .and_then(Value::as_i64)
+                .ok_or_else(|| format!("field {name:?} needs an integer \"id\""))?;
             match f.get("type") {
                 Some(Value::String(_)) => {}
                 Some(t @ Value::Object(_)) => check_nested(t, depth + 1)?,
@@ -136,26 +149,45 @@ fn validate_definitions(defs: &[ViewDefinition]) -> ApiResult<()> {
             return Err(ApiError::invalid("view SQL is longer than 256 KiB"));
         }
         if !dialects.insert(d.dialect.to_ascii_lowercase()) {
-            return Err(ApiError::invalid(format!("dialect {:?} is given twice", d.dialect)));
+            return Err(ApiError::invalid(format!(
+                "dialect {:?} is given twice",
+                d.dialect
+            )));
         }
     }
     Ok(())
 }
 
 fn validate_location(what: &str, l: &Option<String>) -> ApiResult<()> {
-    if let Some(l) = l {
-        if l.is_empty() || l.len() > 2048 || l.chars().any(char::is_control) || !l.contains("://") {
-            return Err(ApiError::invalid(format!("{what} must be an absolute URI")));
-        }
+    if let Some(l) = l
+        && (l.is_empty() || l.len() > 2048 || l.chars().any(char::is_control) || !l.contains("://"))
+    {
+        return Err(ApiError::invalid(format!("{what} must be an absolute URI")));
     }
     Ok(())
 }
 
-pub async fn load(store: &dyn Metastore, catalog_id: &str, ns: &NamespacePath, name: &str) -> ApiResult<Option<Versioned<RelationRecord>>> {
-    read::<RelationRecord>(store, keys::relation(catalog_id, ns, name), Consistency::Strong).await
+pub async fn load(
+    store: &dyn Metastore,
+    catalog_id: &str,
+    ns: &NamespacePath,
+    name: &str,
+) -> ApiResult<Option<Versioned<RelationRecord>>> {
+    read::<RelationRecord>(
+        store,
+        keys::relation(catalog_id, ns, name),
+        Consistency::Strong,
+    )
+    .await
 }
 
-async fn require(store: &dyn Metastore, catalog_id: &str, ns: &NamespacePath, name: &str, kind: RelationKind) -> ApiResult<Versioned<RelationRecord>> {
+async fn require(
+    store: &dyn Metastore,
+    catalog_id: &str,
+    ns: &NamespacePath,
+    name: &str,
+    kind: RelationKind,
+) -> ApiResult<Versioned<RelationRecord>> {
     match load(store, catalog_id, ns, name).await? {
         Some(v) if v.value.kind == kind => Ok(v),
         _ => Err(ApiError::not_found(match kind {
@@ -219,13 +251,23 @@ async fn create_relation(
                 }
             }
             ops.push(directory_bump(catalog_id)?);
-            Ok(Plan::Publish { ops, response: RecordedResponse::created(rec.to_api()), probe: slot })
+            Ok(Plan::Publish {
+                ops,
+                response: RecordedResponse::created(rec.to_api()),
+                probe: slot,
+            })
         }
     })
     .await
 }
 
-fn blank(kind: RelationKind, ns: &NamespacePath, name: String, schema: Value, properties: BTreeMap<String, String>) -> RelationRecord {
+fn blank(
+    kind: RelationKind,
+    ns: &NamespacePath,
+    name: String,
+    schema: Value,
+    properties: BTreeMap<String, String>,
+) -> RelationRecord {
     RelationRecord {
         id: String::new(),
         catalog_id: String::new(),
@@ -261,7 +303,13 @@ pub async fn create_table(
     validate_location("metadata_location", &req.metadata_location)?;
     validate_location("location", &req.location)?;
     validate_properties(&req.properties)?;
-    let mut rec = blank(RelationKind::Table, ns, req.name, req.schema, req.properties);
+    let mut rec = blank(
+        RelationKind::Table,
+        ns,
+        req.name,
+        req.schema,
+        req.properties,
+    );
     rec.format = Some(req.format);
     rec.metadata_location = req.metadata_location;
     rec.location = req.location;
@@ -291,10 +339,20 @@ pub async fn create_view(
     create_relation(state, account, catalog_id, ns, rec, on_conflict, idem).await
 }
 
-pub async fn get(state: &AppState, account: &str, catalog_id: &str, ns: &NamespacePath, name: &str, kind: RelationKind) -> ApiResult<Value> {
+pub async fn get(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    ns: &NamespacePath,
+    name: &str,
+    kind: RelationKind,
+) -> ApiResult<Value> {
     let store = state.store.as_ref();
     catalogs::load(store, account, catalog_id).await?;
-    Ok(require(store, catalog_id, ns, name, kind).await?.value.to_api())
+    Ok(require(store, catalog_id, ns, name, kind)
+        .await?
+        .value
+        .to_api())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -330,7 +388,10 @@ pub async fn list(
 pub fn managed_error(rec: &RelationRecord) -> ApiError {
     let mut e = ApiError::new(
         Code::ManagedByOverlay,
-        format!("this {} is managed by an overlay; change it upstream or through the overlay", kind_word(rec.kind)),
+        format!(
+            "this {} is managed by an overlay; change it upstream or through the overlay",
+            kind_word(rec.kind)
+        ),
     );
     if let Some(m) = &rec.managed_by {
         e = e.with_detail("overlay_id", m.overlay_id.clone());
@@ -366,7 +427,9 @@ pub async fn patch(
     match kind {
         RelationKind::Table => {
             if req.definitions.is_some() || req.default_namespace.is_some() {
-                return Err(ApiError::invalid("definitions and default_namespace apply to views only"));
+                return Err(ApiError::invalid(
+                    "definitions and default_namespace apply to views only",
+                ));
             }
             if let Some(f) = &req.format {
                 validate_format(f)?;
@@ -380,7 +443,9 @@ pub async fn patch(
         }
         RelationKind::View => {
             if req.format.is_some() || req.metadata_location.is_some() || req.location.is_some() {
-                return Err(ApiError::invalid("format, metadata_location and location apply to tables only"));
+                return Err(ApiError::invalid(
+                    "format, metadata_location and location apply to tables only",
+                ));
             }
             if let Some(d) = &req.definitions {
                 validate_definitions(d)?;
@@ -442,14 +507,20 @@ pub async fn patch(
             for op in child_guards(state, account, catalog_id, Some(&next.namespace)).await? {
                 tx.push(op);
             }
-            if load(store, catalog_id, &next.namespace, &next.name).await?.is_some() {
+            if load(store, catalog_id, &next.namespace, &next.name)
+                .await?
+                .is_some()
+            {
                 return Err(ApiError::already_exists(format!(
                     "{:?} already exists in namespace {}",
                     next.name, next.namespace
                 )));
             }
             tx.push(Op::delete_at(old_slot, cur.version));
-            tx.push(Op::create(key(keys::relation(catalog_id, &next.namespace, &next.name)), to_body(&next)?));
+            tx.push(Op::create(
+                key(keys::relation(catalog_id, &next.namespace, &next.name)),
+                to_body(&next)?,
+            ));
         } else {
             tx.push(Op::replace(old_slot, cur.version, to_body(&next)?));
         }
@@ -483,13 +554,19 @@ pub async fn delete(
         }
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         let tx = Transaction::new()
-            .with(Op::delete_at(key(keys::relation(catalog_id, ns, name)), cur.version))
+            .with(Op::delete_at(
+                key(keys::relation(catalog_id, ns, name)),
+                cur.version,
+            ))
             .with(directory_bump(catalog_id)?);
         match store.transact(tx).await {
             Ok(()) => return Ok(()),
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
             Err(e) if e.is_outcome_unknown() => {
-                if load(store, catalog_id, ns, name).await?.is_none_or(|v| v.value.id != cur.value.id) {
+                if load(store, catalog_id, ns, name)
+                    .await?
+                    .is_none_or(|v| v.value.id != cur.value.id)
+                {
                     return Ok(());
                 }
             }

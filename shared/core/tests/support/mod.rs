@@ -37,7 +37,11 @@ impl Resp {
         self.body["error"]["code"].as_str().unwrap_or("")
     }
     pub fn etag(&self) -> String {
-        self.headers.get("etag").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+        self.headers
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
     }
 }
 
@@ -51,7 +55,8 @@ pub fn tokens() -> StaticTokens {
 
 pub fn redb_store() -> (DynMetastore, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = flotilla_metastore::redb_store::RedbMetastore::open(dir.path().join("meta.redb")).expect("open redb");
+    let store = flotilla_metastore::redb_store::RedbMetastore::open(dir.path().join("meta.redb"))
+        .expect("open redb");
     (Arc::new(store), dir)
 }
 
@@ -59,12 +64,20 @@ pub async fn dynamo_store() -> DynMetastore {
     let endpoint = flotilla_testkit::moto::endpoint();
     let table = flotilla_testkit::moto::unique_name("api");
     let client = flotilla_metastore::dynamo::connect(Some(&endpoint)).await;
-    flotilla_metastore::dynamo::DynamoMetastore::create_table(&client, &table).await.expect("create table");
-    Arc::new(flotilla_metastore::dynamo::DynamoMetastore::new(client, table))
+    flotilla_metastore::dynamo::DynamoMetastore::create_table(&client, &table)
+        .await
+        .expect("create table");
+    Arc::new(flotilla_metastore::dynamo::DynamoMetastore::new(
+        client, table,
+    ))
 }
 
 impl Harness {
-    pub fn with_store(store: DynMetastore, dir: Option<tempfile::TempDir>, manual_clock: bool) -> Self {
+    pub fn with_store(
+        store: DynMetastore,
+        dir: Option<tempfile::TempDir>,
+        manual_clock: bool,
+    ) -> Self {
         let (clock, manual): (Arc<dyn Clock>, Option<ManualClock>) = if manual_clock {
             let c = ManualClock::new(1_800_000_000_000);
             (Arc::new(c.clone()), Some(c))
@@ -72,7 +85,12 @@ impl Harness {
             (Arc::new(SystemClock), None)
         };
         let state = AppState::new(store, clock, Arc::new(tokens()), Config::default());
-        Self { router: flotilla_core::router(state.clone()), state, clock: manual, _dir: dir }
+        Self {
+            router: flotilla_core::router(state.clone()),
+            state,
+            clock: manual,
+            _dir: dir,
+        }
     }
 
     pub fn redb() -> Self {
@@ -84,7 +102,14 @@ impl Harness {
         Self::with_store(dynamo_store().await, None, false)
     }
 
-    pub async fn call(&self, method: Method, path: &str, token: Option<&str>, body: Option<Value>, headers: &[(&str, &str)]) -> Resp {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Resp {
         let mut b = Request::builder().method(method).uri(path);
         if let Some(t) = token {
             b = b.header("authorization", format!("Bearer {t}"));
@@ -93,7 +118,9 @@ impl Harness {
             b = b.header(*k, *v);
         }
         let req = match body {
-            Some(v) => b.header("content-type", "application/json").body(Body::from(v.to_string())),
+            Some(v) => b
+                .header("content-type", "application/json")
+                .body(Body::from(v.to_string())),
             None => b.body(Body::empty()),
         }
         .expect("request");
@@ -108,41 +135,67 @@ impl Harness {
         let body = if bytes.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
         };
-        Resp { status, headers, body }
+        Resp {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub async fn get(&self, path: &str, token: &str) -> Resp {
         self.call(Method::GET, path, Some(token), None, &[]).await
     }
     pub async fn post(&self, path: &str, token: &str, body: Value) -> Resp {
-        self.call(Method::POST, path, Some(token), Some(body), &[]).await
+        self.call(Method::POST, path, Some(token), Some(body), &[])
+            .await
     }
-    pub async fn patch(&self, path: &str, token: &str, body: Value, if_match: Option<&str>) -> Resp {
+    pub async fn patch(
+        &self,
+        path: &str,
+        token: &str,
+        body: Value,
+        if_match: Option<&str>,
+    ) -> Resp {
         let h: Vec<(&str, &str)> = if_match.map(|m| vec![("if-match", m)]).unwrap_or_default();
-        self.call(Method::PATCH, path, Some(token), Some(body), &h).await
+        self.call(Method::PATCH, path, Some(token), Some(body), &h)
+            .await
     }
     pub async fn delete(&self, path: &str, token: &str) -> Resp {
-        self.call(Method::DELETE, path, Some(token), None, &[]).await
+        self.call(Method::DELETE, path, Some(token), None, &[])
+            .await
     }
 
     /// Creates account `id` as the operator.
     pub async fn account(&self, id: &str) {
-        let r = self.post("/v1/accounts", OPERATOR, serde_json::json!({"id": id})).await;
+        let r = self
+            .post("/v1/accounts", OPERATOR, serde_json::json!({"id": id}))
+            .await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     }
 
     /// Creates a catalog and answers its id.
     pub async fn catalog(&self, account: &str, token: &str, name: &str) -> String {
-        let r = self.post(&format!("/v1/accounts/{account}/catalogs"), token, serde_json::json!({"display_name": name})).await;
+        let r = self
+            .post(
+                &format!("/v1/accounts/{account}/catalogs"),
+                token,
+                serde_json::json!({"display_name": name}),
+            )
+            .await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
         r.body["id"].as_str().expect("id").to_owned()
     }
 
     pub async fn namespace(&self, account: &str, token: &str, catalog: &str, path: &[&str]) {
         let r = self
-            .post(&format!("/v1/accounts/{account}/catalogs/{catalog}/namespaces"), token, serde_json::json!({"path": path}))
+            .post(
+                &format!("/v1/accounts/{account}/catalogs/{catalog}/namespaces"),
+                token,
+                serde_json::json!({"path": path}),
+            )
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     }
@@ -161,7 +214,10 @@ pub fn table_body(name: &str) -> Value {
 
 /// `%1F`-joins a namespace path for a URL.
 pub fn ns(path: &[&str]) -> String {
-    path.iter().map(|s| urlencode(s)).collect::<Vec<_>>().join("%1F")
+    path.iter()
+        .map(|s| urlencode(s))
+        .collect::<Vec<_>>()
+        .join("%1F")
 }
 
 pub fn urlencode(s: &str) -> String {
