@@ -334,6 +334,16 @@ async fn pagination_is_complete_and_tokens_are_bound(h: Harness) {
         .get("/v1/accounts/acme/catalogs?page_size=1001", ACME)
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    // The documented maximum works (the store's own page limit is never exceeded).
+    let r = h
+        .get(
+            &format!("/v1/accounts/acme/catalogs/{cat}/namespaces?page_size=1000"),
+            ACME,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["items"].as_array().unwrap().len(), 7);
+    assert!(r.body["next_page_token"].is_null());
 }
 
 async fn namespaces_nest_and_delete_only_when_empty(h: Harness) {
