@@ -322,40 +322,22 @@ pub async fn patch(
             cur.version,
             to_body(&next)?,
         ));
-        if next.display_name != cur.value.display_name {
-            let old_idx = read::<NameIndexRecord>(
-                store,
-                keys::catalog_name(account, &cur.value.display_name),
-                Consistency::Strong,
-            )
-            .await?;
-            if let Some(old_idx) = old_idx {
-                tx.push(Op::delete_at(
-                    key(keys::catalog_name(account, &cur.value.display_name)),
-                    old_idx.version,
-                ));
+        let renamed = next.display_name != cur.value.display_name;
+        let new_name = keys::catalog_name(account, &next.display_name);
+        if renamed {
+            let old_name = keys::catalog_name(account, &cur.value.display_name);
+            for op in super::rename_ops(old_name, new_name.clone(), id)? {
+                tx.push(op);
             }
-            tx.push(Op::create(
-                key(keys::catalog_name(account, &next.display_name)),
-                to_body(&NameIndexRecord { id: id.to_owned() })?,
-            ));
         }
         match store.transact(tx).await {
             Ok(()) => return Ok(next.to_api()),
             Err(e) if super::is_condition_failure(&e) => {
-                if next.display_name != cur.value.display_name
-                    && store
-                        .get(
-                            &key(keys::catalog_name(account, &next.display_name)),
-                            Consistency::Strong,
-                        )
-                        .await?
-                        .is_some()
+                if renamed
+                    && let Some(taken) =
+                        super::name_taken(store, new_name, "a catalog", &next.display_name).await?
                 {
-                    return Err(ApiError::already_exists(format!(
-                        "a catalog named {:?} already exists",
-                        next.display_name
-                    )));
+                    return Err(taken);
                 }
                 backoff(attempt).await;
             }

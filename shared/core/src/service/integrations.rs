@@ -938,32 +938,23 @@ pub async fn patch(
             cur.version,
             to_body(&next)?,
         ));
-        if next.display_name != cur.value.display_name {
-            tx.push(Op::delete(key(keys::integration_name(
-                account,
-                &cur.value.display_name,
-            ))));
-            tx.push(Op::create(
-                key(keys::integration_name(account, &next.display_name)),
-                to_body(&NameIndexRecord { id: id.to_owned() })?,
-            ));
+        let renamed = next.display_name != cur.value.display_name;
+        let new_name = keys::integration_name(account, &next.display_name);
+        if renamed {
+            let old_name = keys::integration_name(account, &cur.value.display_name);
+            for op in super::rename_ops(old_name, new_name.clone(), id)? {
+                tx.push(op);
+            }
         }
         match store.transact(tx).await {
             Ok(()) => return Ok(next.to_api()),
             Err(e) if super::is_condition_failure(&e) => {
-                if next.display_name != cur.value.display_name
-                    && store
-                        .get(
-                            &key(keys::integration_name(account, &next.display_name)),
-                            Consistency::Strong,
-                        )
-                        .await?
-                        .is_some()
+                if renamed
+                    && let Some(taken) =
+                        super::name_taken(store, new_name, "an integration", &next.display_name)
+                            .await?
                 {
-                    return Err(ApiError::already_exists(format!(
-                        "an integration named {:?} already exists",
-                        next.display_name
-                    )));
+                    return Err(taken);
                 }
                 backoff(attempt).await;
             }
@@ -1226,14 +1217,30 @@ async fn cascade_delete(
             owner: flotilla_domain::names::new_id(),
             durable: true,
         })?;
-        store
+        match store
             .transact(Transaction::new().with(Op::Put {
                 key: key(fence_key.clone()),
                 body,
                 expires_at: None,
                 condition: Some(condition),
             }))
-            .await?;
+            .await
+        {
+            Ok(()) => {}
+            // Another delete got its fence in first (found by the deterministic simulation:
+            // this used to answer 500). A durable fence is a cascade in progress: continue
+            // under it, as overlay delete does; a transient guard is a plain delete: DELETING.
+            Err(e) if super::is_condition_failure(&e) => {
+                let theirs = store
+                    .get(&key(fence_key.clone()), Consistency::Strong)
+                    .await?
+                    .and_then(|i| i.json::<GuardRecord>().ok());
+                if !theirs.is_some_and(|g| g.durable) {
+                    return Err(ApiError::deleting("the integration"));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     let deps = strong_scan(
         store,
@@ -1271,9 +1278,7 @@ async fn cascade_delete(
                 removed = true;
                 break;
             }
-            Err(e) if super::is_condition_failure(&e) || e.is_retryable() => {
-                backoff(attempt).await
-            }
+            Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
             // Unknown: the next read tells whether the record is gone.
             Err(e) if e.is_outcome_unknown() => {}
             Err(e) => return Err(e.into()),

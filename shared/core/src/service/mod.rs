@@ -420,3 +420,33 @@ where
 }
 
 use flotilla_metastore::Transaction;
+
+// ---- display-name indexes ---------------------------------------------------------------
+
+/// The operations that move resource `id` from one unique display name to another: the old
+/// index entry goes and the new one is created only if absent. They ride in the same
+/// transaction as the resource's own version-conditioned write, which is what makes the old
+/// entry safe to delete unconditionally (it belongs to the resource being replaced).
+pub fn rename_ops(old: KeyParts, new: KeyParts, id: &str) -> ApiResult<[Op; 2]> {
+    Ok([
+        Op::delete(key(old)),
+        Op::create(
+            key(new),
+            to_body(&flotilla_domain::model::NameIndexRecord { id: id.to_owned() })?,
+        ),
+    ])
+}
+
+/// After a rename transaction failed its conditions: `ALREADY_EXISTS` when the new name is
+/// now held (strong read), `None` when the failure was something else (retry).
+pub async fn name_taken(
+    store: &dyn Metastore,
+    new: KeyParts,
+    what: &str,
+    name: &str,
+) -> ApiResult<Option<ApiError>> {
+    Ok(store
+        .get(&key(new), Consistency::Strong)
+        .await?
+        .map(|_| ApiError::already_exists(format!("{what} named {name:?} already exists"))))
+}

@@ -383,32 +383,22 @@ pub async fn patch(
             cur.version,
             to_body(&next)?,
         ));
-        if next.display_name != cur.value.display_name {
-            tx.push(Op::delete(key(keys::overlay_name(
-                account,
-                &cur.value.display_name,
-            ))));
-            tx.push(Op::create(
-                key(keys::overlay_name(account, &next.display_name)),
-                to_body(&NameIndexRecord { id: id.to_owned() })?,
-            ));
+        let renamed = next.display_name != cur.value.display_name;
+        let new_name = keys::overlay_name(account, &next.display_name);
+        if renamed {
+            let old_name = keys::overlay_name(account, &cur.value.display_name);
+            for op in super::rename_ops(old_name, new_name.clone(), id)? {
+                tx.push(op);
+            }
         }
         match store.transact(tx).await {
             Ok(()) => return to_api(store, account, &next).await,
             Err(e) if super::is_condition_failure(&e) => {
-                if next.display_name != cur.value.display_name
-                    && store
-                        .get(
-                            &key(keys::overlay_name(account, &next.display_name)),
-                            Consistency::Strong,
-                        )
-                        .await?
-                        .is_some()
+                if renamed
+                    && let Some(taken) =
+                        super::name_taken(store, new_name, "an overlay", &next.display_name).await?
                 {
-                    return Err(ApiError::already_exists(format!(
-                        "an overlay named {:?} already exists",
-                        next.display_name
-                    )));
+                    return Err(taken);
                 }
                 backoff(attempt).await;
             }
