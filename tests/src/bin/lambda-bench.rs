@@ -11,6 +11,7 @@
 //!
 //! ```text
 //! cargo run -p flotilla-testkit --bin lambda-bench -- [--bin-dir DIR] [--runs N] [--out FILE]
+//!     [--functions api,query,...]
 //! ```
 //!
 //! `--bin-dir` defaults to `$CARGO_TARGET_DIR/release` (or `target/release`), `--runs` to 20,
@@ -49,6 +50,7 @@ struct Args {
     bin_dir: PathBuf,
     runs: usize,
     out: PathBuf,
+    functions: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, BenchError> {
@@ -60,6 +62,7 @@ fn parse_args() -> Result<Args, BenchError> {
         bin_dir: default_dir,
         runs: 20,
         out: PathBuf::from("bench-results/lambda.json"),
+        functions: FUNCTIONS.iter().map(|f| (*f).to_owned()).collect(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,6 +73,17 @@ fn parse_args() -> Result<Args, BenchError> {
         match flag.as_str() {
             "--bin-dir" => args.bin_dir = PathBuf::from(value()?),
             "--out" => args.out = PathBuf::from(value()?),
+            "--functions" => {
+                let list = value()?;
+                args.functions = list.split(',').map(str::to_owned).collect();
+                if let Some(bad) = args
+                    .functions
+                    .iter()
+                    .find(|f| !FUNCTIONS.contains(&f.as_str()))
+                {
+                    return Err(BenchError::Usage(format!("unknown function {bad}")));
+                }
+            }
             "--runs" => {
                 args.runs = value()?
                     .parse()
@@ -213,7 +227,8 @@ fn main() -> Result<(), BenchError> {
         "{:<11} {:>10} {:>9} {:>9} {:>9} {:>9}",
         "function", "size MB", "init p50", "init p90", "init min", "init max"
     );
-    for function in FUNCTIONS {
+    for function in &args.functions {
+        let function = function.as_str();
         let binary = args.bin_dir.join(function);
         let bytes = std::fs::metadata(&binary)
             .map_err(|source| BenchError::Io {
@@ -247,7 +262,8 @@ fn main() -> Result<(), BenchError> {
     }
     let doc = json!({
         "benchmark": "lambda_cold_start",
-        "command": "cargo run -p flotilla-testkit --bin lambda-bench (release binaries of the five functions)",
+        "command": "cargo run -p flotilla-testkit --bin lambda-bench",
+        "bin_dir": args.bin_dir.display().to_string(),
         "method": "binary size on disk (release profile, strip = true, host target); init = process spawn to the first GET /2018-06-01/runtime/invocation/next on a local runtime API emulator, after one unmeasured start",
         "host_target": std::env::consts::ARCH,
         "targets": {"binary_mib_below": SIZE_TARGET_MB, "init_ms_p50_below": INIT_TARGET_MS},
