@@ -1,26 +1,11 @@
 //! The API contract, in-process through the real router, on both metastore backends.
 
 mod support;
+use support::both_backends;
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use support::*;
-
-/// Runs each case against redb and against DynamoDB on moto.
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod redb {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Harness::redb()).await; })*
-        }
-        mod dynamo {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Harness::dynamo().await).await; })*
-        }
-    };
-}
 
 both_backends!(
     health_needs_no_auth_and_everything_else_does,

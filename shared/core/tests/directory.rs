@@ -5,6 +5,7 @@
 //! the scan, before the scan's first page, or right after the first generation read.
 
 mod support;
+use support::both_backends;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -27,22 +28,6 @@ use flotilla_metastore::{
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use support::*;
-
-/// Runs each case against redb and against DynamoDB on moto.
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod redb {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(Harness::redb()).await; })*
-        }
-        mod dynamo {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(Harness::dynamo().await).await; })*
-        }
-    };
-}
 
 both_backends!(
     ddl_between_scan_pages_never_publishes_a_mixed_directory,

@@ -1,6 +1,7 @@
 //! Races and crash points of the durability primitives (seed 004, "Durability contract").
 
 mod support;
+use support::both_backends;
 
 use std::sync::Arc;
 
@@ -47,21 +48,6 @@ async fn catalog_ids(store: &dyn Metastore) -> Vec<String> {
         .iter()
         .map(|i| i.key.sk.trim_start_matches("CAT#").to_owned())
         .collect()
-}
-
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod redb {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Harness::redb()).await; })*
-        }
-        mod dynamo {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Harness::dynamo().await).await; })*
-        }
-    };
 }
 
 both_backends!(

@@ -3,6 +3,7 @@
 //! temporary `file://` warehouse.
 
 mod support;
+use support::both_backends;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,29 +19,12 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use serde_json::{Value, json};
 use support::*;
 
-/// Runs each case against redb and against DynamoDB on moto (which must be running:
-/// `FLOTILLA_MOTO_ENDPOINT`).
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod redb {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                let (store, dir) = redb_store();
-                super::$name(Harness::with_store(store, Some(dir), true)).await;
-            })*
-        }
-        mod dynamo {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                super::$name(Harness::with_store(dynamo_store().await, None, true)).await;
-            })*
-        }
-    };
-}
-
 both_backends!(
+    redb: ({
+        let (store, dir) = redb_store();
+        Harness::with_store(store, Some(dir), true)
+    }),
+    dynamo: (Harness::with_store(dynamo_store().await, None, true));
     fixture_trace_replays_through_http,
     index_catalogs_and_namespaces,
     rename_list_and_drop,

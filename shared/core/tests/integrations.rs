@@ -5,6 +5,7 @@
 //! point of the metastore and of the credential store.
 
 mod support;
+use support::both_backends;
 
 use std::sync::Arc;
 
@@ -19,21 +20,6 @@ use serde_json::{Value, json};
 use support::*;
 
 const INTS: &str = "/v1/accounts/acme/integrations";
-
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod redb {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Harness::redb()).await; })*
-        }
-        mod dynamo {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Harness::dynamo().await).await; })*
-        }
-    };
-}
 
 both_backends!(
     authentication_is_typed_per_integration_type,

@@ -6,6 +6,7 @@
 //! straight into the metastore here: reconciliation is tested on its own.
 
 mod support;
+use support::both_backends;
 
 use std::sync::Arc;
 
@@ -19,22 +20,7 @@ use support::*;
 
 const OVLS: &str = "/v1/accounts/acme/overlays";
 
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod redb {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Harness::redb(), 40).await; })*
-        }
-        mod dynamo {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Harness::dynamo().await, 8).await; })*
-        }
-    };
-}
-
-both_backends!(
+both_backends!(redb: (Harness::redb(), 40), dynamo: (Harness::dynamo().await, 8);
     selection_is_normalized_through_the_api,
     selection_patch_advances_generation_and_bindings_are_immutable,
     display_names_are_unique_and_reserve_no_catalog_name,

@@ -5,6 +5,7 @@
 #[path = "support/overlay_env.rs"]
 mod overlay_env;
 mod support;
+use support::both_backends;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,23 +28,7 @@ use serde_json::json;
 use support::*;
 use tower::ServiceExt;
 
-/// The protocol cases that depend on the store's conditions, run on both backends.
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod redb {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Kind::Redb).await; })*
-        }
-        mod dynamo {
-            use super::*;
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(Kind::Dynamo).await; })*
-        }
-    };
-}
-
-both_backends!(
+both_backends!(redb: (Kind::Redb), dynamo: (Kind::Dynamo);
     first_run_materializes_namespaces_tables_and_views_with_provenance,
     no_op_rerun_writes_only_the_status_item_and_loads_conditionally,
     rename_with_stable_ids_keeps_the_flotilla_identity,

@@ -576,3 +576,26 @@ impl flotilla_metastore::Metastore for SpyMetastore {
         self.inner.transact(tx).await
     }
 }
+
+/// Runs each case against redb and against DynamoDB on moto. The default hands each case a
+/// fresh [`Harness`]; `redb: (args), dynamo: (args);` passes other arguments instead.
+#[allow(unused_macros)]
+macro_rules! both_backends {
+    (redb: $r:tt, dynamo: $d:tt; $($name:ident),* $(,)?) => {
+        mod redb {
+            use super::*;
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name $r.await; })*
+        }
+        mod dynamo {
+            use super::*;
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name $d.await; })*
+        }
+    };
+    ($($name:ident),* $(,)?) => {
+        both_backends!(redb: (Harness::redb()), dynamo: (Harness::dynamo().await); $($name),*);
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use both_backends;
