@@ -1,8 +1,9 @@
 //! End to end through the Lambda tooling: `cargo lambda watch` (the runtime emulator, which
 //! builds and runs the real function binaries) and `cargo lambda invoke` with the samples in
-//! `events/`, against the api, reconciler and finalize functions. The metastore is a DynamoDB
-//! table on moto created with `flotilla admin create-table`, and the reconcile queue is an SQS
-//! queue on moto; the functions reach both through `FLOTILLA_AWS_ENDPOINT`.
+//! `events/`, against the api, reconciler and finalize functions, then query and scheduler.
+//! The metastore is a DynamoDB table on moto created with `flotilla admin create-table`, and
+//! the reconcile queue is an SQS queue on moto; the functions reach both through
+//! `FLOTILLA_AWS_ENDPOINT`.
 //!
 //! Needs `FLOTILLA_MOTO_ENDPOINT` and `FLOTILLA_CARGO_LAMBDA` (the pinned `cargo-lambda` of
 //! the test venv; `scripts/test.sh` exports both) and fails without them. Every wait has a
@@ -430,5 +431,23 @@ async fn cargo_lambda_invokes_the_samples_against_moto() {
         item_exists(&table, "SYSTEM", "DIRECTORY_AUTHORITY").await,
         "the authority marker is on moto"
     );
+
+    // query: the sample's shape, aimed at the catalog the api created; authority is on now.
+    let catalog = listed["items"][0]["id"].as_str().expect("catalog id");
+    let mut event: Value = serde_json::from_str(
+        &std::fs::read_to_string(sample("query/directory.json")).expect("sample"),
+    )
+    .expect("json");
+    event["catalog_id"] = catalog.into();
+    let query_event = logs.join("query.json");
+    std::fs::write(&query_event, event.to_string()).expect("write");
+    let directory = call("query", &query_event);
+    assert_eq!(directory["catalog_id"], catalog, "{directory}");
+    assert_eq!(directory["entries"], serde_json::json!([]), "{directory}");
+    assert_eq!(directory["health"]["mode"], "AUTHORITATIVE", "{directory}");
+
+    // scheduler: the EventBridge sample; nothing is due in this deployment.
+    let scheduled = call("scheduler", &sample("scheduler/scheduled.json"));
+    assert_eq!(scheduled, serde_json::json!({"enqueued": 0}));
     drop(watch);
 }
