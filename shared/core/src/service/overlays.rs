@@ -512,7 +512,8 @@ pub async fn delete(
                 item.version,
                 to_body(&f)?,
             )))
-            .await?;
+            .await
+            .map_err(concurrent_delete)?;
     }
     retire_contributions(state, o, |_| false).await?;
     prune_recorded(state, &o.catalog_id, &f.prune).await?;
@@ -538,8 +539,32 @@ pub async fn delete(
     // The fence goes with the record: once the record is gone nothing is left to fence, and
     // a cascade that resumes finds no dependency record leading it back to this overlay.
     tx.push(Op::delete(fence_key));
-    store.transact(tx).await?;
-    Ok(())
+    match store.transact(tx).await {
+        Ok(()) => Ok(()),
+        // Two deletes of one overlay (two cascades, or a cascade and a direct delete) ran
+        // under the same fence and the other one finished first: the overlay is gone, which
+        // is what this delete was asked for.
+        Err(e) if super::is_condition_failure(&e) => {
+            match read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong)
+                .await?
+            {
+                None => Ok(()),
+                Some(_) => Err(concurrent_delete(e)),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A lost race with a concurrent delete of the same overlay: retryable (`503`), and a retry
+/// resumes under the fence. Both used to surface as `500` (found by the deterministic
+/// simulation: two cascades of one integration).
+fn concurrent_delete(e: flotilla_metastore::MetastoreError) -> ApiError {
+    if super::is_condition_failure(&e) {
+        ApiError::unavailable(format!("a concurrent delete of this overlay moved on: {e}"))
+    } else {
+        e.into()
+    }
 }
 
 /// Prunes each recorded path and its overlay-created ancestors, deepest first. Idempotent.
