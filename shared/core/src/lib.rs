@@ -7,6 +7,7 @@ pub mod auth;
 pub mod clock;
 pub mod directory;
 pub mod error;
+pub mod fuzzing;
 pub mod http;
 pub mod reconcile;
 pub mod service;

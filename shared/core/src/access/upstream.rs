@@ -141,6 +141,13 @@ fn decode(token: &str, tag: &str, phases: u8) -> ApiResult<Cursor> {
     Ok(c)
 }
 
+/// Checks an upstream-listing page token against a binding `tag` and a phase count without
+/// using it: the same decoding every listing applies first. Public for the fuzz targets
+/// (`crate::fuzzing`); a refusal is always `400`.
+pub fn check_page_token(token: &str, tag: &str, phases: u8) -> ApiResult<()> {
+    decode(token, tag, phases).map(|_| ())
+}
+
 /// One API page over phased upstream listings. `fetch(phase, token, hint)` reads one
 /// upstream page; `enabled[phase]` skips phases the filter or the provider excludes.
 async fn page_through<T, F, Fut>(
