@@ -144,7 +144,7 @@ proptest! {
     #[test]
     fn parqdb_metadata_mutated(muts in prop::collection::vec(mutation(), 0..8), which in 0usize..64) {
         let fixtures = parqdb_fixtures();
-        prop_assert!(!fixtures.is_empty(), "ParqDB fixtures not found beside the repository");
+        prop_assert!(!fixtures.is_empty(), "ParqDB fixtures not found in shared/parqdb/fixtures");
         {
             let base = fixtures[which % fixtures.len()].clone();
             fuzzing::parqdb_metadata(&apply(base, &muts));
@@ -152,15 +152,14 @@ proptest! {
     }
 }
 
-/// The ParqDB conformance fixtures (valid and invalid metadata files), from the brief's
-/// `shared/parqdb/fixtures` beside the repository clone, as the parqdb crate's tests read them.
+/// The project's ParqDB metadata fixtures (valid, invalid and successor documents), as the
+/// parqdb crate's tests read them.
 fn parqdb_fixtures() -> Vec<Vec<u8>> {
     static FIXTURES: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
     FIXTURES
         .get_or_init(|| {
             let mut out = Vec::new();
-            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../../shared/parqdb/fixtures");
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../parqdb/fixtures");
             let mut stack = vec![root];
             while let Some(dir) = stack.pop() {
                 let Ok(entries) = std::fs::read_dir(&dir) else {

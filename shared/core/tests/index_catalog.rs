@@ -44,11 +44,11 @@ both_backends!(
 fn fixtures() -> PathBuf {
     let dir = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/parqdb/fixtures/v1"
+        "/../parqdb/fixtures/v1"
     ));
     assert!(
         dir.is_dir(),
-        "ParqDB fixtures not found at {}: shared/ must be laid out beside the repository clone",
+        "ParqDB fixtures not found at {}",
         dir.display()
     );
     dir
@@ -172,7 +172,7 @@ fn assert_error(r: &Resp, status: StatusCode, code: &str) {
 async fn fixture_trace_replays_through_http(h: Harness) {
     let wh = setup(&h).await;
     let trace = fixture_json("catalog.json");
-    let fixture_root = "s3://parqdb-fixtures/v1/";
+    let fixture_root = "s3://flotilla-parqdb/v1/";
     let mut locations = std::collections::HashMap::new();
     for role in ["base", "next"] {
         let original = trace["locations"][role].as_str().expect("location");
@@ -516,7 +516,7 @@ async fn every_invalid_fixture_fails_with_its_code(h: Harness) {
             &fixture(&format!("invalid/{file}")),
         );
         let r = register(&h, &["analytics"], &format!("bad-{i}"), &loc).await;
-        if file == "unsupported-format-version.metadata.json" {
+        if entry["code"] == "UNSUPPORTED_FORMAT_VERSION" {
             assert_error(&r, StatusCode::BAD_REQUEST, "UNSUPPORTED_FORMAT_VERSION");
         } else {
             assert_error(&r, StatusCode::BAD_REQUEST, "INVALID_INDEX_METADATA");
@@ -541,7 +541,9 @@ async fn every_invalid_fixture_fails_with_its_code(h: Harness) {
         "valid/metadata.json",
         "valid/lvq4/metadata.json",
         "valid/lvq8/metadata.json",
-        "valid/composite/metadata.json",
+        "valid/composite-key/metadata.json",
+        "valid/other-family/metadata.json",
+        "valid/max-integers/metadata.json",
     ]
     .iter()
     .enumerate()

@@ -2,8 +2,10 @@
 //! Warehouses are local directories; an `s3://` warehouse is either mapped to a directory
 //! (trace replay with the fixture's exact locations) or served by moto S3.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+mod fixture_sets;
 
 use flotilla_metastore::DynMetastore;
 use flotilla_metastore::fault::{Fault, FaultInjectingMetastore};
@@ -21,24 +23,11 @@ use serde_json::Value;
 
 const ACCOUNT: &str = "acme";
 const CATALOG: &str = "vectors";
-const WAREHOUSE: &str = "s3://parqdb-fixtures/v1/";
+const WAREHOUSE: &str = "s3://flotilla-parqdb/v1/";
 const DAY_MS: i64 = 86_400_000;
 
-fn fixtures() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/parqdb/fixtures/v1"
-    ));
-    assert!(
-        dir.join("catalog.json").is_file(),
-        "ParqDB fixtures not found at {}: shared/ must be laid out beside the repository clone",
-        dir.display()
-    );
-    dir
-}
-
 fn fixture(rel: &str) -> Vec<u8> {
-    std::fs::read(fixtures().join(rel)).unwrap()
+    fixture_sets::read(&fixture_sets::own(), rel)
 }
 
 /// Serves every warehouse from one local directory (the warehouse root), whatever its URI:
@@ -95,6 +84,10 @@ fn dynamo() -> std::pin::Pin<Box<dyn std::future::Future<Output = DynMetastore>>
 }
 
 async fn env_with(store: DynMetastore) -> Env {
+    env_with_warehouse(store, WAREHOUSE).await
+}
+
+async fn env_with_warehouse(store: DynMetastore, warehouse: &str) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("wh");
     std::fs::create_dir_all(&root).unwrap();
@@ -108,7 +101,7 @@ async fn env_with(store: DynMetastore) -> Env {
         ACCOUNT,
         &CreateIndexCatalogRequest {
             name: CATALOG.into(),
-            warehouse: WAREHOUSE.into(),
+            warehouse: warehouse.into(),
         },
     )
     .await
@@ -165,35 +158,46 @@ fn code<T: std::fmt::Debug>(r: &Result<T, IndexCatalogError>) -> &'static str {
 // The cases, each run on every backend.
 
 async fn catalog_trace_replays_exactly(store: DynMetastore) {
+    let dir = fixture_sets::own();
     let env = env_with(store).await;
-    for (rel, bytes) in trace_files() {
+    for (rel, bytes) in trace_files(&dir, WAREHOUSE) {
         env.put(&rel, &bytes);
     }
-    replay_trace(&env.svc).await;
+    replay_trace(&env.svc, &dir).await;
+}
+
+/// The warehouse a trace's locations lie in: everything up to the last path segment's
+/// parent (`s3://bucket/v1/name/metadata.json` -> `s3://bucket/v1/`).
+fn trace_warehouse(dir: &Path) -> String {
+    let trace: Value = serde_json::from_slice(&fixture_sets::read(dir, "catalog.json")).unwrap();
+    let loc = trace["locations"]["base"].as_str().unwrap();
+    let mut parts: Vec<&str> = loc.split('/').collect();
+    parts.truncate(parts.len() - 2);
+    format!("{}/", parts.join("/"))
 }
 
 /// The documents the trace expects at its locations, as (warehouse-relative path, bytes).
-fn trace_files() -> Vec<(String, Vec<u8>)> {
-    let trace: Value = serde_json::from_slice(&fixture("catalog.json")).unwrap();
+fn trace_files(dir: &Path, warehouse: &str) -> Vec<(String, Vec<u8>)> {
+    let trace: Value = serde_json::from_slice(&fixture_sets::read(dir, "catalog.json")).unwrap();
     let mut out = Vec::new();
     for (k, loc) in trace["locations"].as_object().unwrap() {
         let rel = loc
             .as_str()
             .unwrap()
-            .strip_prefix(WAREHOUSE)
+            .strip_prefix(warehouse)
             .expect("trace locations lie in the warehouse");
         out.push((
             rel.to_owned(),
-            fixture(trace["metadata"][k].as_str().unwrap()),
+            fixture_sets::read(dir, trace["metadata"][k].as_str().unwrap()),
         ));
     }
     out
 }
 
-/// Replays `catalog.json` through `svc`, whose catalog `CATALOG` has warehouse `WAREHOUSE`
-/// holding [`trace_files`].
-async fn replay_trace(svc: &IndexCatalogService) {
-    let trace: Value = serde_json::from_slice(&fixture("catalog.json")).unwrap();
+/// Replays `dir/catalog.json` through `svc`, whose catalog `CATALOG` has a warehouse holding
+/// [`trace_files`].
+async fn replay_trace(svc: &IndexCatalogService, dir: &Path) {
+    let trace: Value = serde_json::from_slice(&fixture_sets::read(dir, "catalog.json")).unwrap();
     let id: IndexIdentifier = serde_json::from_value(trace["identifier"].clone()).unwrap();
     let location = |k: &Value| {
         trace["locations"][k.as_str().unwrap()]
@@ -321,12 +325,12 @@ async fn locations_outside_the_warehouse_are_refused(store: DynMetastore) {
     // A real, valid file whose location is spelled outside the warehouse.
     env.put("m/metadata.json", &fixture("valid/metadata.json"));
     for outside in [
-        "s3://parqdb-fixtures/v2/m/metadata.json",
-        "s3://parqdb-fixtures/v1x/m/metadata.json",
+        "s3://flotilla-parqdb/v2/m/metadata.json",
+        "s3://flotilla-parqdb/v1x/m/metadata.json",
         "s3://other-bucket/v1/m/metadata.json",
-        "s3://parqdb-fixtures/v1/../v1/m/metadata.json",
-        "s3://parqdb-fixtures/v1/m//metadata.json",
-        "s3://parqdb-fixtures/v1/m/",
+        "s3://flotilla-parqdb/v1/../v1/m/metadata.json",
+        "s3://flotilla-parqdb/v1/m//metadata.json",
+        "s3://flotilla-parqdb/v1/m/",
         "file:///tmp/m/metadata.json",
         "m/metadata.json",
     ] {
@@ -442,11 +446,7 @@ async fn invalid_metadata_is_refused_with_its_code(store: DynMetastore) {
         let file = entry["file"].as_str().unwrap();
         let loc = env.put(&format!("bad/{file}"), &fixture(&format!("invalid/{file}")));
         let e = register(&env, &["ns"], "idx", &loc).await.unwrap_err();
-        let expected = if file.starts_with("unsupported-format-version") {
-            "UNSUPPORTED_FORMAT_VERSION"
-        } else {
-            "INVALID_INDEX_METADATA"
-        };
+        let expected = entry["code"].as_str().unwrap();
         assert_eq!(e.code(), expected, "{file}: {e}");
     }
     // Duplicate keys are caught through the catalog too.
@@ -486,7 +486,7 @@ async fn commit_rules_and_order_of_checks(store: DynMetastore) {
     let other = env.put("m/other.json", &fixture("valid/lvq4/metadata.json"));
     let bad = env.put(
         "m/bad.json",
-        &fixture("invalid/unknown-metadata-field.metadata.json"),
+        &fixture("invalid/unknown-root-field.metadata.json"),
     );
     let absent = format!("{WAREHOUSE}m/absent.json");
     // Namespace first.
@@ -793,7 +793,7 @@ async fn listing_pages_through_identifiers(store: DynMetastore) {
         "s3://b/no-slash",
         "gs://bucket/p/",
         "file:///tmp/x",
-        "s3://parqdb-fixtures/v1/../",
+        "s3://flotilla-parqdb/v1/../",
     ] {
         let r = env
             .svc
@@ -816,9 +816,9 @@ async fn gc_collects_only_unreachable_objects_after_retention(store: DynMetastor
     let id = IndexIdentifier::new(&["ns"], "idx");
     let v1 = env.put("m/v1.json", &fixture("valid/metadata.json"));
     let v2 = env.put("m/v2.json", &fixture("valid/metadata-next.json"));
-    env.put("ivf_centroids.parquet", b"c");
-    env.put("ivf_postings/part-0.parquet", b"p");
-    env.put("ivf-centroids.metadata.json", b"{}");
+    env.put("centroids/ivf_centroids.parquet", b"c");
+    env.put("postings/part-0.parquet", b"p");
+    env.put("centroids/ivf-centroids.metadata.json", b"{}");
     env.put("orphan/failed-commit.json", b"x");
     let t0 = env.clock.now_ms();
     register(&env, &["ns"], "idx", &v1).await.unwrap();
@@ -873,7 +873,7 @@ async fn gc_collects_only_unreachable_objects_after_retention(store: DynMetastor
     let report = gc::apply(&env.svc, ACCOUNT, CATALOG, &plan).await.unwrap();
     assert_eq!(report.deleted.len(), 2);
     assert!(!env.exists("m/v1.json") && !env.exists("orphan/failed-commit.json"));
-    assert!(env.exists("m/v2.json") && env.exists("ivf_postings/part-0.parquet"));
+    assert!(env.exists("m/v2.json") && env.exists("postings/part-0.parquet"));
 
     // Drop: everything loses reachability at the drop, not at file creation.
     let t_drop = lost_v1 + retention + DAY_MS;
@@ -982,7 +982,7 @@ async fn catalog_trace_replays_on_s3() {
     let http = reqwest::Client::new();
     // Creating an existing bucket in moto is harmless; the objects written are identical.
     let r = http
-        .put(format!("{endpoint}/parqdb-fixtures"))
+        .put(format!("{endpoint}/flotilla-parqdb"))
         .send()
         .await
         .unwrap();
@@ -1009,12 +1009,30 @@ async fn catalog_trace_replays_on_s3() {
     .unwrap();
     // Upload through the same (signed) object store the catalog reads with.
     let objects = stores.open(&Warehouse::parse(WAREHOUSE).unwrap()).unwrap();
-    for (rel, bytes) in trace_files() {
+    let dir = fixture_sets::own();
+    for (rel, bytes) in trace_files(&dir, WAREHOUSE) {
         let path = object_store::path::Path::parse(&rel).unwrap();
         objects
             .put(&path, bytes.into())
             .await
             .unwrap_or_else(|e| panic!("upload {rel}: {e}"));
     }
-    replay_trace(&svc).await;
+    replay_trace(&svc, &dir).await;
+}
+
+/// The external conformance trace (only when `FLOTILLA_PARQDB_CONFORMANCE_DIR` names one), on
+/// the warehouse its locations lie in.
+#[tokio::test]
+async fn conformance_trace_replays_exactly() {
+    let Some(dir) = fixture_sets::conformance() else {
+        return;
+    };
+    let warehouse = trace_warehouse(&dir);
+    let env = env_with_warehouse(Arc::new(RedbMetastore::in_memory().unwrap()), &warehouse).await;
+    for (rel, bytes) in trace_files(&dir, &warehouse) {
+        let path = env.root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    replay_trace(&env.svc, &dir).await;
 }

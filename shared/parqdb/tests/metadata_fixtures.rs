@@ -1,27 +1,14 @@
-//! Conformance of the validator with `shared/parqdb/fixtures/v1` and the FORMAT.md rules.
+//! The validator against the fixture sets (see `fixture_sets`) and the format rules.
 
-use std::path::PathBuf;
+mod fixture_sets;
+
+use std::path::Path;
 
 use flotilla_parqdb::metadata::{MetadataError, Rule, validate_bytes, validate_successor};
 use serde_json::{Value, json};
 
-/// The fixtures live in the brief's `shared/parqdb`, laid out beside the clone in CI.
-fn fixtures() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/parqdb/fixtures/v1"
-    ));
-    assert!(
-        dir.join("catalog.json").is_file(),
-        "ParqDB fixtures not found at {}: shared/ must be laid out beside the repository clone",
-        dir.display()
-    );
-    dir
-}
-
 fn read(rel: &str) -> Vec<u8> {
-    let path = fixtures().join(rel);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()))
+    fixture_sets::read(&fixture_sets::own(), rel)
 }
 
 fn doc(rel: &str) -> Value {
@@ -43,156 +30,252 @@ fn rule_of(v: &Value) -> Rule {
 
 #[test]
 fn every_valid_fixture_passes() {
-    let mut count = 0;
-    for rel in [
-        "valid/metadata.json",
-        "valid/metadata-next.json",
-        "valid/composite/metadata.json",
-        "valid/lvq4/metadata.json",
-        "valid/lvq8/metadata.json",
-    ] {
-        validate_bytes(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
-        count += 1;
-    }
-    // Every document under valid/ is covered by the list above.
-    let mut found = 0;
-    let mut stack = vec![fixtures().join("valid")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "json") {
-                found += 1;
-            }
+    for dir in fixture_sets::all() {
+        let files = fixture_sets::json_files(&dir, "valid");
+        assert!(
+            files.len() >= 3,
+            "{}: too few valid fixtures",
+            dir.display()
+        );
+        for path in files {
+            let bytes = std::fs::read(&path).unwrap();
+            validate_bytes(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
     }
-    assert_eq!(found, count, "a valid fixture is not covered");
 }
 
-#[test]
-fn every_invalid_fixture_fails_with_the_manifest_rule() {
-    // file -> (expected code, expected rule); the manifest names the violation in prose.
-    let expected: &[(&str, &str, Option<Rule>)] = &[
+/// One invalid document and what it must be refused with.
+struct Expectation {
+    file: String,
+    code: String,
+    rule: Option<String>,
+}
+
+/// The project's manifest names the code and rule of every invalid document.
+fn own_expectations(dir: &Path) -> Vec<Expectation> {
+    let manifest: Value =
+        serde_json::from_slice(&fixture_sets::read(dir, "invalid/manifest.json")).unwrap();
+    manifest
+        .as_array()
+        .expect("manifest is a list")
+        .iter()
+        .map(|e| Expectation {
+            file: e["file"].as_str().unwrap().to_owned(),
+            code: e["code"].as_str().unwrap().to_owned(),
+            rule: e["rule"].as_str().map(str::to_owned),
+        })
+        .collect()
+}
+
+/// The conformance set's manifest names each violation in prose only; this table maps its
+/// files to the rule the validator reports.
+fn conformance_expectations(dir: &Path) -> Vec<Expectation> {
+    let table: &[(&str, Option<Rule>)] = &[
         (
             "absolute-index-relation.metadata.json",
-            "INVALID_INDEX_METADATA",
             Some(Rule::RelativeLocation),
         ),
-        (
-            "unknown-ivf-role.metadata.json",
-            "INVALID_INDEX_METADATA",
-            Some(Rule::IvfRoles),
-        ),
-        (
-            "unsupported-format-version.metadata.json",
-            "UNSUPPORTED_FORMAT_VERSION",
-            None,
-        ),
+        ("unknown-ivf-role.metadata.json", Some(Rule::IvfRoles)),
+        ("unsupported-format-version.metadata.json", None),
         (
             "current-snapshot-not-retained.metadata.json",
-            "INVALID_INDEX_METADATA",
             Some(Rule::CurrentSnapshotId),
         ),
         (
             "duplicate-source-key-field.metadata.json",
-            "INVALID_INDEX_METADATA",
             Some(Rule::SourceKeyFields),
         ),
-        (
-            "missing-ivf-role.metadata.json",
-            "INVALID_INDEX_METADATA",
-            Some(Rule::IvfRoles),
-        ),
+        ("missing-ivf-role.metadata.json", Some(Rule::IvfRoles)),
         (
             "noncanonical-positive-parameter.metadata.json",
-            "INVALID_INDEX_METADATA",
             Some(Rule::IvfPositiveInteger),
         ),
         (
             "unsupported-store-vectors.metadata.json",
-            "INVALID_INDEX_METADATA",
             Some(Rule::IvfParameters),
         ),
         (
             "unsupported-flat-encoding.metadata.json",
-            "INVALID_INDEX_METADATA",
             Some(Rule::IvfPostingEncoding),
         ),
         (
             "missing-required-field.metadata.json",
-            "INVALID_INDEX_METADATA",
             Some(Rule::MissingField),
         ),
         (
             "duplicate-snapshot-id.metadata.json",
-            "INVALID_INDEX_METADATA",
             Some(Rule::SnapshotId),
         ),
         (
             "unknown-metadata-field.metadata.json",
-            "INVALID_INDEX_METADATA",
             Some(Rule::UnknownField),
         ),
     ];
-    let manifest = doc("invalid/manifest.json");
-    let entries = manifest.as_array().expect("manifest is a list");
-    assert_eq!(
-        entries.len(),
-        expected.len(),
-        "manifest and test table differ"
-    );
-    let on_disk = std::fs::read_dir(fixtures().join("invalid"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".metadata.json")
+    let manifest: Value =
+        serde_json::from_slice(&fixture_sets::read(dir, "invalid/manifest.json")).unwrap();
+    manifest
+        .as_array()
+        .expect("manifest is a list")
+        .iter()
+        .map(|e| {
+            let file = e["file"].as_str().unwrap();
+            let (_, rule) = table.iter().find(|(f, _)| *f == file).unwrap_or_else(|| {
+                panic!("conformance manifest names {file}, unknown to this test")
+            });
+            Expectation {
+                file: file.to_owned(),
+                code: if rule.is_some() {
+                    "INVALID_INDEX_METADATA"
+                } else {
+                    "UNSUPPORTED_FORMAT_VERSION"
+                }
+                .to_owned(),
+                rule: rule.map(|r| r.as_str().to_owned()),
+            }
         })
+        .collect()
+}
+
+fn check_invalid_set(dir: &Path, expected: &[Expectation]) {
+    let on_disk = fixture_sets::json_files(dir, "invalid")
+        .iter()
+        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
         .count();
     assert_eq!(
         on_disk,
         expected.len(),
-        "an invalid fixture is not in the manifest"
+        "{}: an invalid fixture is not in the manifest",
+        dir.display()
     );
-    for entry in entries {
-        let file = entry["file"].as_str().unwrap();
-        let violates = entry["violates"].as_str().unwrap();
-        let (_, code, rule) = expected
-            .iter()
-            .find(|(f, _, _)| *f == file)
-            .unwrap_or_else(|| panic!("manifest names {file}, unknown to this test"));
-        let err = validate_bytes(&read(&format!("invalid/{file}")))
+    for e in expected {
+        let bytes = fixture_sets::read(dir, &format!("invalid/{}", e.file));
+        let err = validate_bytes(&bytes)
             .err()
-            .unwrap_or_else(|| panic!("{file} was accepted; it violates: {violates}"));
-        assert_eq!(err.code(), *code, "{file}: {err}");
-        assert_eq!(err.rule(), *rule, "{file}: {err}");
-        if *code == "UNSUPPORTED_FORMAT_VERSION" {
+            .unwrap_or_else(|| panic!("{} was accepted", e.file));
+        assert_eq!(err.code(), e.code, "{}: {err}", e.file);
+        assert_eq!(
+            err.rule().map(Rule::as_str),
+            e.rule.as_deref(),
+            "{}: {err}",
+            e.file
+        );
+        let prefix = err.rule().map_or("format-version", Rule::as_str);
+        assert!(
+            err.to_string().starts_with(&format!("{prefix}:")),
+            "{}: {err}",
+            e.file
+        );
+        if e.code == "UNSUPPORTED_FORMAT_VERSION" {
             assert_eq!(err, MetadataError::UnsupportedFormatVersion { found: 2 });
         }
+    }
+}
+
+#[test]
+fn every_invalid_fixture_fails_with_the_manifest_rule() {
+    let own = fixture_sets::own();
+    check_invalid_set(&own, &own_expectations(&own));
+    if let Some(dir) = fixture_sets::conformance() {
+        check_invalid_set(&dir, &conformance_expectations(&dir));
+    }
+}
+
+#[test]
+fn the_own_set_covers_every_rule_a_document_can_break() {
+    // Size is checked in code (a 16 MiB file does not belong in the repository); Successor
+    // and Identity-on-commit by the successor pairs; MetadataLocation concerns the location,
+    // not the document, and is covered by the catalog tests.
+    let own = fixture_sets::own();
+    let covered: std::collections::BTreeSet<String> = own_expectations(&own)
+        .into_iter()
+        .filter_map(|e| e.rule)
+        .collect();
+    for rule in [
+        Rule::Json,
+        Rule::DuplicateKey,
+        Rule::UnknownField,
+        Rule::MissingField,
+        Rule::Type,
+        Rule::IntRange,
+        Rule::Uuid,
+        Rule::SnapshotId,
+        Rule::SequenceNumber,
+        Rule::EmptyString,
+        Rule::SourceKeyFields,
+        Rule::IndexedRows,
+        Rule::IndexSchemaVersion,
+        Rule::SnapshotLog,
+        Rule::CurrentSnapshotId,
+        Rule::LastUpdatedMs,
+        Rule::Identity,
+        Rule::RelativeLocation,
+        Rule::IvfSchemaVersion,
+        Rule::IvfMetric,
+        Rule::IvfParameters,
+        Rule::IvfPositiveInteger,
+        Rule::IvfPostingEncoding,
+        Rule::IvfNlist,
+        Rule::IvfNtotal,
+        Rule::IvfRoles,
+    ] {
         assert!(
-            err.to_string().starts_with(&format!(
-                "{}:",
-                rule.map_or("format-version", |r| r.as_str())
-            )),
-            "{err}"
+            covered.contains(rule.as_str()),
+            "no invalid fixture for rule {}",
+            rule.as_str()
         );
     }
 }
 
 #[test]
+fn every_successor_pair_has_its_manifest_outcome() {
+    let own = fixture_sets::own();
+    let manifest: Value =
+        serde_json::from_slice(&fixture_sets::read(&own, "successors/manifest.json")).unwrap();
+    let pairs = manifest.as_array().unwrap();
+    assert!(pairs.len() >= 8);
+    let mut rejected = std::collections::BTreeSet::new();
+    for p in pairs {
+        let name = p["name"].as_str().unwrap();
+        let load = |k: &str| {
+            let rel = format!("successors/{}", p[k].as_str().unwrap());
+            validate_bytes(&fixture_sets::read(&own, &rel))
+                .unwrap_or_else(|e| panic!("{name}: {k} invalid on its own: {e}"))
+        };
+        let outcome = validate_successor(&load("base"), &load("new"));
+        match (p["code"].as_str().unwrap(), outcome) {
+            ("OK", Ok(())) => {}
+            ("OK", Err(e)) => panic!("{name}: refused: {e}"),
+            (code, Ok(())) => panic!("{name}: accepted, expected {code}"),
+            (code, Err(e)) => {
+                assert_eq!(e.code(), code, "{name}: {e}");
+                assert_eq!(
+                    e.rule().map(Rule::as_str),
+                    p["rule"].as_str(),
+                    "{name}: {e}"
+                );
+                rejected.insert(code.to_owned());
+            }
+        }
+    }
+    assert!(
+        rejected.contains("INDEX_UUID_MISMATCH") && rejected.contains("INVALID_INDEX_METADATA")
+    );
+}
+
+#[test]
 fn fixture_next_is_a_valid_successor_of_base() {
-    let base = validate_bytes(&read("valid/metadata.json")).unwrap();
-    let next = validate_bytes(&read("valid/metadata-next.json")).unwrap();
-    validate_successor(&base, &next).unwrap();
-    // Going back drops a snapshot log entry and decreases sequence numbers.
-    assert!(validate_successor(&next, &base).is_err());
-    // Committing a document of another index.
-    let other = validate_bytes(&read("valid/lvq4/metadata.json")).unwrap();
-    let e = validate_successor(&base, &other).unwrap_err();
-    assert_eq!(e.code(), "INDEX_UUID_MISMATCH");
+    for dir in fixture_sets::all() {
+        let load = |rel: &str| validate_bytes(&fixture_sets::read(&dir, rel)).unwrap();
+        let base = load("valid/metadata.json");
+        let next = load("valid/metadata-next.json");
+        validate_successor(&base, &next).unwrap();
+        // Going back drops a snapshot log entry and decreases sequence numbers.
+        assert!(validate_successor(&next, &base).is_err());
+        // Committing a document of another index.
+        let other = load("valid/lvq4/metadata.json");
+        let e = validate_successor(&base, &other).unwrap_err();
+        assert_eq!(e.code(), "INDEX_UUID_MISMATCH");
+    }
 }
 
 #[test]
@@ -215,13 +298,13 @@ fn duplicate_keys_are_detected_in_every_object() {
             1,
         ),
         text.replacen(
-            "\"snapshot-id\": 701,\n      \"timestamp-ms\"",
-            "\"snapshot-id\": 701, \"snapshot-id\": 701,\n      \"timestamp-ms\"",
+            "\"snapshot-id\": 4101,\n      \"timestamp-ms\"",
+            "\"snapshot-id\": 4101, \"snapshot-id\": 4101,\n      \"timestamp-ms\"",
             1,
         ),
         text.replacen(
-            "\"fixture\": \"ivf-parquet\"",
-            "\"fixture\": \"a\", \"fixture\": \"b\"",
+            "\"owner\": \"search-team\"",
+            "\"owner\": \"a\", \"owner\": \"b\"",
             1,
         ),
     ];
@@ -304,16 +387,16 @@ fn snapshot_and_log_invariants() {
         "snapshot-log: last entry must name current-snapshot-id"
     );
     let mut v = doc("valid/metadata-next.json");
-    v["current-snapshot-id"] = json!(701);
+    v["current-snapshot-id"] = json!(4101);
     assert_eq!(rule_of(&v), Rule::SnapshotLog);
     let mut v = doc("valid/metadata-next.json");
-    v["snapshot-log"][1]["timestamp-ms"] = json!(1749999999999i64);
+    v["snapshot-log"][1]["timestamp-ms"] = json!(1759999999999i64);
     assert_eq!(rule_of(&v), Rule::SnapshotLog);
     let mut v = base();
-    v["snapshot-log"] = json!([{"snapshot-id": 5, "timestamp-ms": 1}, {"snapshot-id": 701, "timestamp-ms": 1750000000000i64}]);
+    v["snapshot-log"] = json!([{"snapshot-id": 5, "timestamp-ms": 1}, {"snapshot-id": 4101, "timestamp-ms": 1760000000000i64}]);
     assert_eq!(rule_of(&v), Rule::SnapshotLog);
     let mut v = base();
-    v["last-updated-ms"] = json!(1749999999999i64);
+    v["last-updated-ms"] = json!(1759999999999i64);
     assert_eq!(rule_of(&v), Rule::LastUpdatedMs);
     let mut v = base();
     v["last-sequence-number"] = json!(0);
@@ -334,7 +417,7 @@ fn snapshot_and_log_invariants() {
     v["snapshots"][1]["vector-field"] = json!("other");
     assert_eq!(rule_of(&v), Rule::Identity);
     let mut v = doc("valid/metadata-next.json");
-    v["snapshots"][1]["source-key-fields"] = json!(["tenant_id"]);
+    v["snapshots"][1]["source-key-fields"] = json!(["tenant"]);
     assert_eq!(rule_of(&v), Rule::Identity);
     let mut v = base();
     v["snapshots"] = json!([]);
@@ -377,7 +460,7 @@ fn ivf_family_rules() {
         Rule::IvfPositiveInteger
     );
     assert_eq!(
-        set(&|s| s["parameters"]["nlist"] = json!("4")),
+        set(&|s| s["parameters"]["nlist"] = json!("6")),
         Rule::IvfNlist
     );
     assert_eq!(set(&|s| s["indexed-rows"] = json!(4)), Rule::IvfNtotal);
@@ -448,34 +531,34 @@ fn successor_rules() {
     assert_eq!(successor_err(&b, &n).rule(), Some(Rule::Successor));
     // last-updated-ms decreases.
     let mut b2 = b.clone();
-    b2["last-updated-ms"] = json!(1750000000005i64);
+    b2["last-updated-ms"] = json!(1760000000005i64);
     assert_eq!(successor_err(&b2, &next).rule(), Some(Rule::Successor));
     // Identity change (metric).
     let mut n = b.clone();
     n["snapshots"][0]["metric"] = json!("cosine");
     assert_eq!(successor_err(&b, &n).rule(), Some(Rule::Identity));
-    // Rollback: from next back to 701 without adding a snapshot is allowed.
+    // Rollback: from next back to 4101 without adding a snapshot is allowed.
     let mut rollback = next.clone();
-    rollback["current-snapshot-id"] = json!(701);
-    rollback["last-updated-ms"] = json!(1750000000002i64);
+    rollback["current-snapshot-id"] = json!(4101);
+    rollback["last-updated-ms"] = json!(1760000000002i64);
     rollback["snapshot-log"]
         .as_array_mut()
         .unwrap()
-        .push(json!({"snapshot-id": 701, "timestamp-ms": 1750000000002i64}));
+        .push(json!({"snapshot-id": 4101, "timestamp-ms": 1760000000002i64}));
     validate_successor(&check(&next).unwrap(), &check(&rollback).unwrap()).unwrap();
     // Appending two entries is refused.
     let mut two = rollback.clone();
     two["snapshot-log"]
         .as_array_mut()
         .unwrap()
-        .push(json!({"snapshot-id": 701, "timestamp-ms": 1750000000002i64}));
+        .push(json!({"snapshot-id": 4101, "timestamp-ms": 1760000000002i64}));
     assert_eq!(successor_err(&next, &two).rule(), Some(Rule::SnapshotLog));
-    // Expiring 701 while keeping the log consistent is allowed.
+    // Expiring 4101 while keeping the log consistent is allowed.
     let mut expired = next.clone();
     expired["snapshots"].as_array_mut().unwrap().remove(0);
     expired["snapshot-log"].as_array_mut().unwrap().remove(0);
     validate_successor(&check(&next).unwrap(), &check(&expired).unwrap()).unwrap();
-    // Reusing an id: expire 701 and add a different snapshot 701.
+    // Reusing an id: expire 4101 and add a different snapshot 4101.
     let mut reuse = b.clone();
     reuse["snapshots"][0]["sequence-number"] = json!(2);
     reuse["last-sequence-number"] = json!(2);

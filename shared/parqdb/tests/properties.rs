@@ -74,7 +74,7 @@ proptest! {
         pos in 0usize..2000,
         byte in any::<u8>(),
     ) {
-        let doc = include_bytes!("../../../../shared/parqdb/fixtures/v1/valid/metadata-next.json");
+        let doc = include_bytes!("../fixtures/v1/valid/metadata-next.json");
         let mut v = doc.to_vec();
         let pos = pos % v.len();
         v[pos] = byte;
