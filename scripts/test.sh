@@ -45,6 +45,16 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
   printf '%s\n' "$WANT" >"$STAMP"
 fi
 
+# ---- 1a. Self-containment: no tracked file reaches outside the repository -------------
+log "scripts/check_self_contained.py"
+"$VENV/bin/python" "$ROOT/scripts/check_self_contained.py" "$ROOT"
+# The one optional switch: an external ParqDB conformance set beside the clone runs as an
+# extra (shared/parqdb/tests/fixture_sets); a clone without it uses the project's own set.
+if [[ -z "${FLOTILLA_PARQDB_CONFORMANCE_DIR:-}" && -f "$ROOT/../shared/parqdb/fixtures/v1/catalog.json" ]]; then
+  export FLOTILLA_PARQDB_CONFORMANCE_DIR="$ROOT/../shared/parqdb/fixtures/v1"
+  log "ParqDB conformance set: $FLOTILLA_PARQDB_CONFORMANCE_DIR"
+fi
+
 # ---- 1b. SAM template lint (needs only the venv, so it runs before any compilation) ---
 log "scripts/lint-template.sh"
 FLOTILLA_PYTHON="$VENV/bin/python" bash "$ROOT/scripts/lint-template.sh"

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use flotilla_metastore::MetastoreError;
 use serde_json::{Map, Value, json};
 
-/// Error codes of the API contract (`../shared/API.md`, "Errors").
+/// Error codes of the API contract (docs/api.md, "Errors").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Code {
     InvalidArgument,

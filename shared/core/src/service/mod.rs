@@ -216,7 +216,7 @@ pub fn failure_is_exists(e: &MetastoreError, index: usize) -> bool {
 
 // ---- pagination ------------------------------------------------------------------------
 
-/// Default and maximum API page sizes (`../shared/API.md`, "Pagination").
+/// Default and maximum API page sizes (docs/api.md, "Pagination").
 pub const DEFAULT_PAGE_SIZE: usize = 100;
 pub const MAX_API_PAGE_SIZE: usize = 1000;
 
