@@ -15,7 +15,7 @@
 //! what real servers do (see `docs/catalog-access.md`, "Real-server behaviours"): the
 //! `metaData` line before `protocol`, empty lists as `{}`, an empty-string `nextPageToken` on
 //! the last page, a credentials endpoint that answers 404, a flat (unwrapped) credentials
-//! body, `expirationTime` as a decimal string, table entries with `share_id` and no `id`, a
+//! body, `expirationTime` as a decimal string, table entries with `share_id`, a
 //! listing that repeats an entry, a listing under a missing share or schema answered
 //! `200 {}`, a table still listed after it was dropped (404 on load), and column-mapped
 //! schemas. Faults and held "slow"
@@ -194,7 +194,7 @@ impl SharingTable {
                 let key = if snake { "share_id" } else { "shareId" };
                 obj.insert(key.into(), json!(id));
             }
-            if let Some(id) = self.id.as_ref().filter(|_| !snake) {
+            if let Some(id) = &self.id {
                 obj.insert("id".into(), json!(id));
             }
             if let Some(l) = &self.location {
@@ -503,7 +503,8 @@ impl DeltaSharingFixture {
         lock(&self.inner.settings).expiration_as_string = on;
     }
 
-    /// Table entries carry `share_id` instead of `shareId`, and no `id`.
+    /// Table entries carry `share_id` instead of `shareId` (the server seen doing this also
+    /// sent no table `id`: combine with [`SharingTable::without_id`]).
     pub fn set_snake_case_share_id(&self, on: bool) {
         lock(&self.inner.settings).snake_case_share_id = on;
     }
