@@ -511,6 +511,14 @@ impl CatalogClient for DeltaSharingClient {
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>> {
+        if let [share] = namespace.levels() {
+            // A share holds schemas, not tables: an existing one lists no tables.
+            self.require_share(share).await?;
+            return Ok(Page {
+                items: Vec::new(),
+                next_page_token: None,
+            });
+        }
         let (share, schema) = split_schema_ns(namespace)?;
         let (items, next) = self
             .list_page(

@@ -671,6 +671,16 @@ impl CatalogClient for UnityClient {
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>> {
+        if let (None, [catalog]) = (&self.pinned_catalog, namespace.levels()) {
+            // A catalog holds schemas, not tables: an existing one lists no tables.
+            check_level(catalog)?;
+            self.require(&["catalogs", catalog], &format!("catalog `{catalog}`"))
+                .await?;
+            return Ok(Page {
+                items: Vec::new(),
+                next_page_token: None,
+            });
+        }
         let (catalog, schema) = self.catalog_schema(namespace)?;
         let mut query = vec![
             ("catalog_name", catalog.to_owned()),

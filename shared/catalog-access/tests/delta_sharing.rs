@@ -137,8 +137,12 @@ async fn shares_and_schemas_are_a_two_level_namespace() {
     let tables = c.list_tables(&sales(), None, None).await.unwrap();
     assert_eq!(tables.items.len(), 1);
     assert_eq!(tables.items[0].name, "orders");
+    // A share holds schemas, not tables: it lists none (so discovery does not skip it),
+    // and a missing share is not found.
+    let none = c.list_tables(&ns(&["sales"]), None, None).await.unwrap();
+    assert!(none.items.is_empty() && none.next_page_token.is_none());
     assert!(matches!(
-        c.list_tables(&ns(&["sales"]), None, None).await,
+        c.list_tables(&ns(&["nope"]), None, None).await,
         Err(CatalogAccessError::NotFound(_))
     ));
     assert!(matches!(

@@ -157,6 +157,14 @@ async fn catalogs_and_schemas_are_a_two_level_namespace() {
         .unwrap();
     assert_eq!(tables.items.len(), 1);
     assert_eq!(tables.items[0].name, "orders");
+    // A catalog holds schemas, not tables: it lists none (so discovery does not skip it),
+    // and a missing catalog is not found.
+    let none = c.list_tables(&ns(&["main"]), None, None).await.unwrap();
+    assert!(none.items.is_empty() && none.next_page_token.is_none());
+    assert!(matches!(
+        c.list_tables(&ns(&["nocatalog"]), None, None).await,
+        Err(CatalogAccessError::NotFound(_))
+    ));
 
     let schema_req = &f.requests_to("/schemas")[0];
     assert_eq!(schema_req.query_param("catalog_name"), Some("main"));
