@@ -1,6 +1,8 @@
-//! Overlay reconciliation of Unity Catalog and Delta Sharing upstreams (fixture servers in
-//! their real-server modes), through the real providers: a table still listed but gone on
-//! load is retired, and converted Delta schemas keep their field ids across reloads.
+//! Unity Catalog and Delta Sharing upstreams (fixture servers in their real-server modes)
+//! through the real providers: overlay reconciliation retires a table still listed but gone
+//! on load and keeps converted Delta schemas' field ids across reloads; the upstream listing
+//! API reports a missing parent answered `200 {}` as NAMESPACE_NOT_FOUND and lists repeated
+//! entries once.
 
 #[path = "support/overlay_env.rs"]
 mod overlay_env;
@@ -357,4 +359,98 @@ async fn delta_sharing_field_ids_survive_a_column_added_before_a_struct() {
     );
     assert_stable(&[before], &after);
     assert_eq!(after["extra"], 14, "{after:?}");
+}
+
+async fn create(env: &Env, body: Value) -> String {
+    let r = env
+        .h
+        .post("/v1/accounts/acme/integrations", ACME, body)
+        .await;
+    assert_eq!(r.status, axum::http::StatusCode::CREATED, "{:?}", r.body);
+    r.body["id"].as_str().expect("id").to_owned()
+}
+
+#[tokio::test]
+async fn listing_api_reports_missing_parents_and_drops_repeated_entries() {
+    let env = env().await;
+    let uc = UnityFixture::start_with_sample().await;
+    uc.add_schema("main", "sales");
+    uc.set_missing_parent_as_empty(true);
+    uc.set_duplicate_listings(true);
+    let ds = DeltaSharingFixture::start_with_sample().await;
+    ds.set_missing_parent_as_empty(true);
+    ds.set_duplicate_listings(true);
+    let unity = create(
+        &env,
+        json!({"display_name": "uc", "type": "UNITY", "uri": uc.endpoint(),
+            "authentication": {"type": "BEARER"},
+            "credentials": {"token": DEFAULT_BEARER_TOKEN}}),
+    )
+    .await;
+    let sharing = create(
+        &env,
+        json!({"display_name": "ds", "type": "DELTA_SHARING", "uri": ds.base_url(),
+            "authentication": {"type": "BEARER"},
+            "credentials": {"token": DEFAULT_RECIPIENT_TOKEN}}),
+    )
+    .await;
+    let base = |id: &str| format!("/v1/accounts/acme/integrations/{id}/upstream");
+    for (id, missing) in [
+        (&unity, ns(&["main", "gone"])),
+        (&unity, ns(&["nocatalog"])),
+        (&sharing, ns(&["sales", "gone"])),
+        (&sharing, ns(&["noshare"])),
+    ] {
+        let r = env
+            .h
+            .get(&format!("{}/objects?namespace={missing}", base(id)), ACME)
+            .await;
+        assert_eq!(r.code(), "NAMESPACE_NOT_FOUND", "{missing}: {:?}", r.body);
+    }
+    let r = env
+        .h
+        .get(
+            &format!("{}/namespaces?parent=noshare", base(&sharing)),
+            ACME,
+        )
+        .await;
+    assert_eq!(r.code(), "NAMESPACE_NOT_FOUND", "{:?}", r.body);
+
+    let r = env
+        .h
+        .get(&format!("{}/namespaces?parent=main", base(&unity)), ACME)
+        .await;
+    assert_eq!(
+        r.body["items"],
+        json!([{"path": ["main", "default"]}, {"path": ["main", "sales"]}]),
+        "{:?}",
+        r.body
+    );
+    let r = env
+        .h
+        .get(&format!("{}/namespaces", base(&sharing)), ACME)
+        .await;
+    assert_eq!(
+        r.body["items"],
+        json!([{"path": ["sales"]}]),
+        "{:?}",
+        r.body
+    );
+    let r = env
+        .h
+        .get(
+            &format!(
+                "{}/objects?namespace={}",
+                base(&sharing),
+                ns(&["sales", "retail"])
+            ),
+            ACME,
+        )
+        .await;
+    assert_eq!(
+        r.body["items"],
+        json!([{"namespace": ["sales", "retail"], "name": "orders", "kind": "TABLE"}]),
+        "{:?}",
+        r.body
+    );
 }
