@@ -12,9 +12,13 @@
 //!
 //! Tables carry `accessModes` (`["url"]`, `["dir"]`, both, or absent: the protocol reads
 //! absent as url only, and the reference server never sends the field). Switches reproduce
-//! what real servers do (see `INTEROP.md`): the `metaData` line before `protocol`, empty
-//! lists as `{}`, an empty-string `nextPageToken` on the last page, a credentials endpoint
-//! that answers 404, and a flat (unwrapped) credentials body. Faults and held "slow"
+//! what real servers do (see `docs/catalog-access.md`, "Real-server behaviours"): the
+//! `metaData` line before `protocol`, empty lists as `{}`, an empty-string `nextPageToken` on
+//! the last page, a credentials endpoint that answers 404, a flat (unwrapped) credentials
+//! body, `expirationTime` as a decimal string, table entries with `share_id`, a
+//! listing that repeats an entry, a listing under a missing share or schema answered
+//! `200 {}`, a table still listed after it was dropped (404 on load), and column-mapped
+//! schemas. Faults and held "slow"
 //! responses use the same [`FaultRule`] / [`Fault`] as the Unity fixture.
 
 use std::collections::BTreeMap;
@@ -109,6 +113,68 @@ impl SharingTable {
         self
     }
 
+    /// Gives every schema field that has no Delta column-mapping id one (above the highest
+    /// id in the schema and `delta.columnMapping.maxColumnId`, depth-first), with a physical
+    /// name, and records `delta.columnMapping.mode = id` and the new `maxColumnId`, as Delta
+    /// does when column mapping is on. Fields that have an id keep it, so a schema edited
+    /// between calls keeps its old ids.
+    pub fn with_column_mapping(mut self) -> Self {
+        fn max_id(v: &Value, max: &mut i64) {
+            match v {
+                Value::Object(o) => {
+                    for (k, x) in o {
+                        if k == "delta.columnMapping.id" {
+                            *max = (*max).max(x.as_i64().unwrap_or(0));
+                        }
+                        max_id(x, max);
+                    }
+                }
+                Value::Array(a) => a.iter().for_each(|x| max_id(x, max)),
+                _ => {}
+            }
+        }
+        fn assign(v: &mut Value, next: &mut i64) {
+            match v {
+                Value::Object(o) => {
+                    if o.contains_key("name") && o.contains_key("type") {
+                        let md = o.entry("metadata").or_insert_with(|| json!({}));
+                        if let Some(md) = md.as_object_mut()
+                            && !md.contains_key("delta.columnMapping.id")
+                        {
+                            *next += 1;
+                            md.insert("delta.columnMapping.id".into(), json!(*next));
+                            md.insert(
+                                "delta.columnMapping.physicalName".into(),
+                                json!(format!("col-{next}")),
+                            );
+                        }
+                    }
+                    for (_, x) in o.iter_mut() {
+                        assign(x, next);
+                    }
+                }
+                Value::Array(a) => a.iter_mut().for_each(|x| assign(x, next)),
+                _ => {}
+            }
+        }
+        let Ok(mut schema) = serde_json::from_str::<Value>(&self.schema_string) else {
+            return self;
+        };
+        let mut next = self
+            .configuration
+            .get("delta.columnMapping.maxColumnId")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        max_id(&schema, &mut next);
+        assign(&mut schema, &mut next);
+        self.schema_string = schema.to_string();
+        self.configuration
+            .insert("delta.columnMapping.mode".into(), "id".into());
+        self.configuration
+            .insert("delta.columnMapping.maxColumnId".into(), next.to_string());
+        self
+    }
+
     /// Replaces `schemaString`.
     pub fn with_schema_string(mut self, schema: &str) -> Self {
         self.schema_string = schema.to_owned();
@@ -121,11 +187,12 @@ impl SharingTable {
             .is_none_or(|m| m.iter().any(|x| x == "dir"))
     }
 
-    fn to_json(&self, share: &str, share_id: Option<&str>, schema: &str) -> Value {
+    fn to_json(&self, share: &str, share_id: Option<&str>, schema: &str, snake: bool) -> Value {
         let mut v = json!({"name": self.name, "schema": schema, "share": share});
         if let Some(obj) = v.as_object_mut() {
             if let Some(id) = share_id {
-                obj.insert("shareId".into(), json!(id));
+                let key = if snake { "share_id" } else { "shareId" };
+                obj.insert(key.into(), json!(id));
             }
             if let Some(id) = &self.id {
                 obj.insert("id".into(), json!(id));
@@ -193,6 +260,11 @@ struct Settings {
     empty_token_on_last_page: bool,
     credentials: CredentialsEndpoint,
     credential_lifetime_ms: i64,
+    expiration_as_string: bool,
+    snake_case_share_id: bool,
+    duplicate_listings: bool,
+    missing_parent_as_empty: bool,
+    gone_on_load: Vec<(String, String, String)>,
     max_page_size: usize,
     faults: Vec<FaultRule>,
 }
@@ -253,6 +325,11 @@ impl DeltaSharingFixture {
                 empty_token_on_last_page: false,
                 credentials: CredentialsEndpoint::Wrapped,
                 credential_lifetime_ms: 3_600_000,
+                expiration_as_string: false,
+                snake_case_share_id: false,
+                duplicate_listings: false,
+                missing_parent_as_empty: false,
+                gone_on_load: Vec::new(),
                 max_page_size: 500,
                 faults: Vec::new(),
             }),
@@ -419,6 +496,37 @@ impl DeltaSharingFixture {
     /// Lifetime of vended credentials relative to now, in ms (negative: already expired).
     pub fn set_credential_lifetime_ms(&self, ms: i64) {
         lock(&self.inner.settings).credential_lifetime_ms = ms;
+    }
+
+    /// Answer `expirationTime` of vended credentials as a decimal string.
+    pub fn set_expiration_as_string(&self, on: bool) {
+        lock(&self.inner.settings).expiration_as_string = on;
+    }
+
+    /// Table entries carry `share_id` instead of `shareId` (the server seen doing this also
+    /// sent no table `id`: combine with [`SharingTable::without_id`]).
+    pub fn set_snake_case_share_id(&self, on: bool) {
+        lock(&self.inner.settings).snake_case_share_id = on;
+    }
+
+    /// Repeat the first entry of every non-empty listing page.
+    pub fn set_duplicate_listings(&self, on: bool) {
+        lock(&self.inner.settings).duplicate_listings = on;
+    }
+
+    /// Answer a listing under a missing share or schema with `200 {}` instead of 404.
+    pub fn set_missing_parent_as_empty(&self, on: bool) {
+        lock(&self.inner.settings).missing_parent_as_empty = on;
+    }
+
+    /// Drops a table from lookups while listings still name it: its version, metadata and
+    /// credentials answer 404, as for a dropped table a share still lists.
+    pub fn drop_but_keep_listed(&self, share: &str, schema: &str, name: &str) {
+        lock(&self.inner.settings).gone_on_load.push((
+            share.to_owned(),
+            schema.to_owned(),
+            name.to_owned(),
+        ));
     }
 
     /// The server's page length cap (`maxResults` is min'd with it).
@@ -734,11 +842,18 @@ fn page(
     (taken.into_iter().map(|(_, v)| v).collect(), next)
 }
 
-fn list_answer(inner: &Inner, items: Vec<Value>, next: Option<String>) -> Response {
-    let (empty_as_object, empty_token) = {
+fn list_answer(inner: &Inner, mut items: Vec<Value>, next: Option<String>) -> Response {
+    let (empty_as_object, empty_token, duplicate) = {
         let s = lock(&inner.settings);
-        (s.empty_list_as_object, s.empty_token_on_last_page)
+        (
+            s.empty_list_as_object,
+            s.empty_token_on_last_page,
+            s.duplicate_listings,
+        )
     };
+    if duplicate && let Some(first) = items.first().cloned() {
+        items.push(first);
+    }
     let mut obj = serde_json::Map::new();
     if !(items.is_empty() && empty_as_object) {
         obj.insert("items".into(), Value::Array(items));
@@ -796,6 +911,9 @@ fn list_schemas(inner: &Inner, share: &str, query: &[(String, String)]) -> Respo
     let items: Vec<(String, Value)> = {
         let shares = lock(&inner.shares);
         let Some(key) = find_key(&shares, share) else {
+            if lock(&inner.settings).missing_parent_as_empty {
+                return ok_json(json!({}));
+            }
             return error(
                 StatusCode::NOT_FOUND,
                 "RESOURCE_DOES_NOT_EXIST",
@@ -829,11 +947,18 @@ fn list_tables(
         Ok(p) => p,
         Err(r) => return *r,
     };
+    let (snake, missing_as_empty) = {
+        let s = lock(&inner.settings);
+        (s.snake_case_share_id, s.missing_parent_as_empty)
+    };
     let items: Vec<(String, Value)> = {
         let shares = lock(&inner.shares);
         let Some((share_key, entry)) =
             find_key(&shares, share).and_then(|k| shares.get(k).map(|e| (k, e)))
         else {
+            if missing_as_empty {
+                return ok_json(json!({}));
+            }
             return error(
                 StatusCode::NOT_FOUND,
                 "RESOURCE_DOES_NOT_EXIST",
@@ -849,11 +974,14 @@ fn list_tables(
                 // A unit separator keeps (schema, table) keys ordered and unambiguous.
                 out.push((
                     format!("{schema_name}\u{1f}{table_name}"),
-                    t.to_json(share_key, entry.id.as_deref(), schema_name),
+                    t.to_json(share_key, entry.id.as_deref(), schema_name, snake),
                 ));
             }
         }
         if schema.is_some_and(|want| find_key(&entry.schemas, want).is_none()) {
+            if missing_as_empty {
+                return ok_json(json!({}));
+            }
             return error(
                 StatusCode::NOT_FOUND,
                 "RESOURCE_DOES_NOT_EXIST",
@@ -867,6 +995,14 @@ fn list_tables(
 }
 
 fn find_table(inner: &Inner, share: &str, schema: &str, table: &str) -> Option<SharingTable> {
+    let gone = lock(&inner.settings).gone_on_load.iter().any(|(s, sc, t)| {
+        s.eq_ignore_ascii_case(share)
+            && sc.eq_ignore_ascii_case(schema)
+            && t.eq_ignore_ascii_case(table)
+    });
+    if gone {
+        return None;
+    }
     let shares = lock(&inner.shares);
     let s = shares.get(find_key(&shares, share)?)?;
     let t = s.schemas.get(find_key(&s.schemas, schema)?)?;
@@ -1008,6 +1144,11 @@ fn credentials(inner: &Inner, share: &str, schema: &str, table: &str, body: &[u8
         expiration_time_ms: now_ms().saturating_add(lifetime),
     };
     lock(&inner.vended).push(record.clone());
+    let expiration = if lock(&inner.settings).expiration_as_string {
+        json!(record.expiration_time_ms.to_string())
+    } else {
+        json!(record.expiration_time_ms)
+    };
     let aws = json!({
         "accessKeyId": record.access_key_id,
         "secretAccessKey": record.secret_access_key,
@@ -1016,12 +1157,12 @@ fn credentials(inner: &Inner, share: &str, schema: &str, table: &str, body: &[u8
     match mode {
         CredentialsEndpoint::Flat => ok_json(json!({
             "awsTempCredentials": aws,
-            "expirationTime": record.expiration_time_ms,
+            "expirationTime": expiration,
         })),
         _ => ok_json(json!({"credentials": {
             "location": location,
             "awsTempCredentials": aws,
-            "expirationTime": record.expiration_time_ms,
+            "expirationTime": expiration,
         }})),
     }
 }

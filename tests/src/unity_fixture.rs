@@ -7,8 +7,12 @@
 //! provider a real deployment names as `token_uri`).
 //!
 //! Real servers differ from the OpenAPI in ways the provider must survive (see
-//! `INTEROP.md`), so the fixture can switch them on: an empty list answered as `{}` with the
-//! array field omitted, and tables without `table_id`. Faults (status codes, malformed JSON,
+//! `docs/catalog-access.md`, "Real-server behaviours"), so the fixture can switch them on: an
+//! empty list answered as `{}` with the array field omitted, tables without `table_id`,
+//! `expiration_time` as a decimal string, a listing that repeats an entry, a listing under a
+//! missing catalog or schema answered `200 {}`, a table still listed after it was dropped
+//! (404 on load), a token endpoint answering an error status with an empty body, and Delta
+//! column-mapping ids in `type_json`. Faults (status codes, malformed JSON,
 //! oversized bodies, forced 401s, held "slow" responses released by a [`tokio::sync::Notify`])
 //! are injected per request with [`FaultRule`]. Every answered request is logged so tests
 //! assert on what was actually sent. Catalogs, schemas and tables can be added, renamed and
@@ -220,6 +224,30 @@ impl UnityColumn {
         }
     }
 
+    /// The same column with a `partition_index` (its place in the partitioning).
+    pub fn with_partition_index(mut self, index: i32) -> Self {
+        self.partition_index = Some(index);
+        self
+    }
+
+    /// The same column with a Delta column-mapping id (and physical name) in the metadata of
+    /// its `type_json`, as a table with column mapping has.
+    pub fn with_column_mapping_id(mut self, id: i64) -> Self {
+        if let Some(tj) = &self.type_json
+            && let Ok(mut v) = serde_json::from_str::<Value>(tj)
+        {
+            if let Some(md) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+                md.insert("delta.columnMapping.id".into(), json!(id));
+                md.insert(
+                    "delta.columnMapping.physicalName".into(),
+                    json!(format!("col-{id}")),
+                );
+            }
+            self.type_json = Some(v.to_string());
+        }
+        self
+    }
+
     /// The same column without `type_json`, leaving only `type_name` / `type_text`.
     pub fn without_type_json(mut self) -> Self {
         self.type_json = None;
@@ -409,6 +437,11 @@ struct Settings {
     credential_lifetime_ms: i64,
     empty_list_as_object: bool,
     omit_table_id: bool,
+    expiration_as_string: bool,
+    duplicate_listings: bool,
+    missing_parent_as_empty: bool,
+    token_endpoint_status: Option<u16>,
+    gone_on_load: Vec<(String, String, String)>,
     max_page_size: usize,
     faults: Vec<FaultRule>,
 }
@@ -463,6 +496,11 @@ impl UnityFixture {
                 credential_lifetime_ms: 3_600_000,
                 empty_list_as_object: false,
                 omit_table_id: false,
+                expiration_as_string: false,
+                duplicate_listings: false,
+                missing_parent_as_empty: false,
+                token_endpoint_status: None,
+                gone_on_load: Vec::new(),
                 max_page_size: 1000,
                 faults: Vec::new(),
             }),
@@ -630,6 +668,39 @@ impl UnityFixture {
     /// Omit `table_id` from table answers (backends without stable ids).
     pub fn set_omit_table_id(&self, on: bool) {
         lock(&self.inner.settings).omit_table_id = on;
+    }
+
+    /// Answer `expiration_time` of vended credentials as a decimal string (proto3 JSON renders
+    /// int64 that way; unitycatalog-rs does).
+    pub fn set_expiration_as_string(&self, on: bool) {
+        lock(&self.inner.settings).expiration_as_string = on;
+    }
+
+    /// Repeat the first entry of every non-empty listing page (a real server listed one schema
+    /// twice).
+    pub fn set_duplicate_listings(&self, on: bool) {
+        lock(&self.inner.settings).duplicate_listings = on;
+    }
+
+    /// Answer a listing of schemas under a missing catalog, or of tables under a missing
+    /// schema, with `200 {}` instead of 404.
+    pub fn set_missing_parent_as_empty(&self, on: bool) {
+        lock(&self.inner.settings).missing_parent_as_empty = on;
+    }
+
+    /// Make the OAuth token endpoint answer `status` with an empty body (`None`: normal).
+    pub fn set_token_endpoint_status(&self, status: Option<u16>) {
+        lock(&self.inner.settings).token_endpoint_status = status;
+    }
+
+    /// Drops a table from lookups while listings still name it: loading it (and vending for
+    /// it) answers 404, as for a dropped table a stale listing still shows.
+    pub fn drop_but_keep_listed(&self, catalog: &str, schema: &str, name: &str) {
+        lock(&self.inner.settings).gone_on_load.push((
+            catalog.to_owned(),
+            schema.to_owned(),
+            name.to_owned(),
+        ));
     }
 
     /// The server-configured page length cap (`max_results` is min'd with it).
@@ -862,6 +933,10 @@ async fn answer(
 
 fn token_endpoint(inner: &Inner, method: &Method, headers: &HeaderMap, body: &str) -> Response {
     inner.token_requests.fetch_add(1, Ordering::SeqCst);
+    if let Some(status) = lock(&inner.settings).token_endpoint_status {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, "").into_response();
+    }
     if method != Method::POST {
         return error(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -1011,8 +1086,19 @@ fn page<T: Clone>(
     (out, next)
 }
 
-fn list_answer(inner: &Inner, field: &str, items: Vec<Value>, next: Option<String>) -> Response {
-    let empty_as_object = lock(&inner.settings).empty_list_as_object;
+fn list_answer(
+    inner: &Inner,
+    field: &str,
+    mut items: Vec<Value>,
+    next: Option<String>,
+) -> Response {
+    let (empty_as_object, duplicate) = {
+        let s = lock(&inner.settings);
+        (s.empty_list_as_object, s.duplicate_listings)
+    };
+    if duplicate && let Some(first) = items.first().cloned() {
+        items.push(first);
+    }
     let mut obj = serde_json::Map::new();
     if !(items.is_empty() && empty_as_object) {
         obj.insert(field.to_owned(), Value::Array(items));
@@ -1072,6 +1158,9 @@ fn list_schemas(inner: &Inner, query: &[(String, String)]) -> Response {
     };
     let cats = lock(&inner.catalogs);
     let Some(cat) = cats.get(catalog) else {
+        if lock(&inner.settings).missing_parent_as_empty {
+            return ok_json(json!({}));
+        }
         return error(
             StatusCode::NOT_FOUND,
             "CATALOG_DOES_NOT_EXIST",
@@ -1124,6 +1213,9 @@ fn list_tables(inner: &Inner, query: &[(String, String)]) -> Response {
     let with_id = !lock(&inner.settings).omit_table_id;
     let cats = lock(&inner.catalogs);
     let Some(s) = cats.get(catalog).and_then(|c| c.schemas.get(schema)) else {
+        if lock(&inner.settings).missing_parent_as_empty {
+            return ok_json(json!({}));
+        }
         return error(
             StatusCode::NOT_FOUND,
             "SCHEMA_DOES_NOT_EXIST",
@@ -1149,7 +1241,21 @@ fn get_table(inner: &Inner, full: &str) -> Response {
             "bad full_name",
         );
     };
-    let with_id = !lock(&inner.settings).omit_table_id;
+    let (with_id, gone) = {
+        let s = lock(&inner.settings);
+        let gone = s
+            .gone_on_load
+            .iter()
+            .any(|(c, sc, t)| (c.as_str(), sc.as_str(), t.as_str()) == (catalog, schema, name));
+        (!s.omit_table_id, gone)
+    };
+    if gone {
+        return error(
+            StatusCode::NOT_FOUND,
+            "TABLE_DOES_NOT_EXIST",
+            "table not found",
+        );
+    }
     match lock(&inner.catalogs)
         .get(catalog)
         .and_then(|c| c.schemas.get(schema))
@@ -1232,13 +1338,18 @@ fn vend(inner: &Inner, body: &str) -> Response {
         url,
     };
     lock(&inner.vended).push(record.clone());
+    let expiration = if lock(&inner.settings).expiration_as_string {
+        json!(record.expiration_time_ms.to_string())
+    } else {
+        json!(record.expiration_time_ms)
+    };
     ok_json(json!({
         "aws_temp_credentials": {
             "access_key_id": record.access_key_id,
             "secret_access_key": record.secret_access_key,
             "session_token": record.session_token,
         },
-        "expiration_time": record.expiration_time_ms,
+        "expiration_time": expiration,
         "url": record.url,
     }))
 }

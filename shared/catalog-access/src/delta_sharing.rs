@@ -43,6 +43,7 @@ use serde_json::{Map, Value, json};
 use url::Url;
 
 use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
+use crate::field_ids;
 use crate::http::{HttpClient, HttpResponse, RetryMode, classify_status};
 use crate::spi::{
     CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogClientProvider,
@@ -251,11 +252,15 @@ impl DeltaSharingClient {
 
     fn cache_entries(&self, namespace: &NamespacePath, entries: &[TableEntry]) {
         let mut cache = lock(&self.tables);
+        let mut seen = std::collections::HashSet::new();
         for e in entries {
-            cache.insert(
-                TableIdent::new(namespace.clone(), e.name.clone()),
-                e.clone(),
-            );
+            // A page that lists a table twice: the first entry stands.
+            if seen.insert(e.name.as_str()) {
+                cache.insert(
+                    TableIdent::new(namespace.clone(), e.name.clone()),
+                    e.clone(),
+                );
+            }
         }
     }
 
@@ -289,6 +294,56 @@ impl DeltaSharingClient {
         }
         Err(CatalogAccessError::NotFound(BoundedText::ours(&format!(
             "table `{name}` is not listed in share `{share}` schema `{schema}`"
+        ))))
+    }
+
+    /// Fails with `NotFound` unless the share exists. Some servers answer a listing under a
+    /// missing share or schema with an empty `200`; a missing parent is not an empty one.
+    async fn require_share(&self, share: &str) -> Result<()> {
+        let resp = self
+            .send(reqwest::Method::GET, self.url(&["shares", share])?, None)
+            .await?;
+        match resp.status {
+            200 => Ok(()),
+            404 => Err(CatalogAccessError::NotFound(BoundedText::ours(&format!(
+                "share `{share}` does not exist upstream"
+            )))),
+            _ => Err(classify_status(&resp, "get share")),
+        }
+    }
+
+    /// Fails with `NotFound` unless the share lists the schema (the protocol has no schema
+    /// lookup; names match case-insensitively).
+    async fn require_schema(&self, share: &str, schema: &str) -> Result<()> {
+        let mut token: Option<String> = None;
+        for _ in 0..MAX_LOOKUP_PAGES {
+            let (items, next) = self
+                .list_page(
+                    &["shares", share, "schemas"],
+                    token.as_deref(),
+                    None,
+                    "list schemas",
+                )
+                .await?;
+            let listed = items.iter().any(|it| {
+                it.get("name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| n.eq_ignore_ascii_case(schema))
+            });
+            if listed {
+                return Ok(());
+            }
+            if items.is_empty() && next.is_none() && token.is_none() {
+                // An empty schema listing may itself hide a missing share.
+                self.require_share(share).await?;
+            }
+            match next {
+                Some(t) => token = Some(t),
+                None => break,
+            }
+        }
+        Err(CatalogAccessError::NotFound(BoundedText::ours(&format!(
+            "schema `{schema}` does not exist in share `{share}` upstream"
         ))))
     }
 
@@ -411,7 +466,7 @@ impl CatalogClient for DeltaSharingClient {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Page {
-                    items,
+                    items: dedup(items),
                     next_page_token: next,
                 })
             }
@@ -432,8 +487,11 @@ impl CatalogClient for DeltaSharingClient {
                             .map(|n| NamespacePath::new([share.as_str(), n]))
                     })
                     .collect::<Result<Vec<_>>>()?;
+                if items.is_empty() && next.is_none() && page_token.is_none() {
+                    self.require_share(share).await?;
+                }
                 Ok(Page {
-                    items,
+                    items: dedup(items),
                     next_page_token: next,
                 })
             }
@@ -453,6 +511,14 @@ impl CatalogClient for DeltaSharingClient {
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>> {
+        if let [share] = namespace.levels() {
+            // A share holds schemas, not tables: an existing one lists no tables.
+            self.require_share(share).await?;
+            return Ok(Page {
+                items: Vec::new(),
+                next_page_token: None,
+            });
+        }
         let (share, schema) = split_schema_ns(namespace)?;
         let (items, next) = self
             .list_page(
@@ -463,12 +529,17 @@ impl CatalogClient for DeltaSharingClient {
             )
             .await?;
         let entries = parse_table_entries(&items)?;
+        if entries.is_empty() && next.is_none() && page_token.is_none() {
+            self.require_schema(share, schema).await?;
+        }
         self.cache_entries(namespace, &entries);
         Ok(Page {
-            items: entries
-                .into_iter()
-                .map(|e| TableIdent::new(namespace.clone(), e.name))
-                .collect(),
+            items: dedup(
+                entries
+                    .into_iter()
+                    .map(|e| TableIdent::new(namespace.clone(), e.name))
+                    .collect(),
+            ),
             next_page_token: next,
         })
     }
@@ -638,6 +709,16 @@ pub(crate) fn list_field(v: &Value, field: &str) -> Result<Vec<Value>> {
     }
 }
 
+/// Drops repeated entries of one listing page, keeping the first in place (a real server
+/// listed one schema twice).
+pub(crate) fn dedup<T: std::hash::Hash + Eq + Clone>(items: Vec<T>) -> Vec<T> {
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    items
+        .into_iter()
+        .filter(|i| seen.insert(i.clone()))
+        .collect()
+}
+
 /// A next-page token: missing, `null` and `""` all mean "last page". A token equal to the
 /// one just sent would make a caller loop forever and is refused.
 pub(crate) fn next_token(v: &Value, field: &str, sent: Option<&str>) -> Result<Option<String>> {
@@ -674,27 +755,32 @@ pub(crate) fn optional_str(v: &Value, key: &str, path: &str) -> Result<Option<St
     }
 }
 
-/// Epoch milliseconds to a time; negative or absurd values are a protocol error.
+/// Epoch milliseconds to a time; negative or absurd values are a protocol error. A string
+/// of decimal digits is read as the number it spells: proto3 JSON renders int64 fields as
+/// strings, and unitycatalog-rs sends `expiration_time` that way.
 pub(crate) fn epoch_ms(v: &Value, path: &str) -> Result<Option<SystemTime>> {
-    match v {
-        Value::Null => Ok(None),
-        Value::Number(n) => {
-            let ms = n
-                .as_u64()
-                .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
-                .ok_or_else(|| {
-                    CatalogAccessError::protocol(path, "expected non-negative epoch milliseconds")
-                })?;
-            UNIX_EPOCH
-                .checked_add(Duration::from_millis(ms))
-                .map(Some)
-                .ok_or_else(|| CatalogAccessError::protocol(path, "epoch milliseconds overflow"))
+    let ms = match v {
+        Value::Null => return Ok(None),
+        Value::Number(n) => n
+            .as_u64()
+            .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+            .ok_or_else(|| {
+                CatalogAccessError::protocol(path, "expected non-negative epoch milliseconds")
+            })?,
+        Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s
+            .parse::<u64>()
+            .map_err(|_| CatalogAccessError::protocol(path, "epoch milliseconds overflow"))?,
+        _ => {
+            return Err(CatalogAccessError::protocol(
+                path,
+                "expected epoch milliseconds",
+            ));
         }
-        _ => Err(CatalogAccessError::protocol(
-            path,
-            "expected epoch milliseconds",
-        )),
-    }
+    };
+    UNIX_EPOCH
+        .checked_add(Duration::from_millis(ms))
+        .map(Some)
+        .ok_or_else(|| CatalogAccessError::protocol(path, "epoch milliseconds overflow"))
 }
 
 /// Reads one secret part of a vended credential; a missing or empty part makes the set
@@ -784,7 +870,11 @@ fn parse_table_entries(items: &[Value]) -> Result<Vec<TableEntry>> {
             Ok(TableEntry {
                 name: required_str(it, "name", &p("name"))?.to_owned(),
                 id: optional_str(it, "id", &p("id"))?,
-                share_id: optional_str(it, "shareId", &p("shareId"))?,
+                // `share_id` (snake case) is what some servers send instead.
+                share_id: match optional_str(it, "shareId", &p("shareId"))? {
+                    Some(id) => Some(id),
+                    None => optional_str(it, "share_id", &p("share_id"))?,
+                },
                 location: optional_str(it, "location", &p("location"))?,
                 access_modes,
             })
@@ -985,12 +1075,109 @@ fn parse_sharing_credentials(v: &Value, table_location: Option<&str>) -> Result<
 // Spark schema -> Iceberg-style schema
 // ---------------------------------------------------------------------------------------
 
+/// Field-metadata key of a Delta column-mapping id.
+const MAPPING_ID: &str = "delta.columnMapping.id";
+/// Field-metadata key of a Delta column's physical name (the prefix of its nested-id keys).
+const PHYSICAL_NAME: &str = "delta.columnMapping.physicalName";
+/// Field-metadata keys holding the ids of a column's list elements and map keys/values,
+/// keyed `<physical name>.element`, `<physical name>.key`, `<physical name>.value`, ...
+const NESTED_IDS: &[&str] = &["delta.columnMapping.nested.ids", "parquet.field.nested.ids"];
+
+/// Field ids while converting: ids fixed by Delta column mapping are used as they are and
+/// remembered (the schema lists them under [`field_ids::UPSTREAM_FIELD_IDS`]); every other
+/// id is fresh, above the highest fixed one, in Iceberg's breadth-first order.
+struct Ids {
+    next: i64,
+    pinned: Vec<i64>,
+}
+
+impl Ids {
+    /// Starts above every column-mapping id that `v` mentions.
+    fn for_schema<'a>(values: impl IntoIterator<Item = &'a Value>) -> Self {
+        fn max_pin(v: &Value, max: &mut i64) {
+            match v {
+                Value::Object(o) => {
+                    for (k, x) in o {
+                        if k == MAPPING_ID {
+                            *max = (*max).max(x.as_i64().unwrap_or(0));
+                        } else if NESTED_IDS.contains(&k.as_str()) {
+                            for id in x.as_object().into_iter().flat_map(|m| m.values()) {
+                                *max = (*max).max(id.as_i64().unwrap_or(0));
+                            }
+                        }
+                        max_pin(x, max);
+                    }
+                }
+                Value::Array(a) => a.iter().for_each(|x| max_pin(x, max)),
+                _ => {}
+            }
+        }
+        let mut next = 0;
+        for v in values {
+            max_pin(v, &mut next);
+        }
+        Self {
+            next,
+            pinned: Vec::new(),
+        }
+    }
+
+    fn fresh(&mut self) -> i64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// The id fixed upstream (`raw`, found at `path`), or a fresh one when there is none.
+    fn fixed_or_fresh(&mut self, raw: Option<&Value>, path: &str) -> Result<i64> {
+        match raw {
+            None | Some(Value::Null) => Ok(self.fresh()),
+            Some(v) => match v.as_i64() {
+                Some(id) if id >= 1 => {
+                    if self.pinned.contains(&id) {
+                        return Err(CatalogAccessError::protocol(
+                            path,
+                            format!("column mapping id {id} is given to two fields"),
+                        ));
+                    }
+                    self.pinned.push(id);
+                    Ok(id)
+                }
+                _ => Err(CatalogAccessError::protocol(
+                    path,
+                    "expected a positive integer field id",
+                )),
+            },
+        }
+    }
+
+    /// The converted root struct, listing the upstream-fixed ids.
+    fn schema(mut self, fields: Vec<Value>) -> Value {
+        self.pinned.sort_unstable();
+        json!({
+            "type": "struct",
+            "schema-id": 0,
+            "fields": fields,
+            field_ids::UPSTREAM_FIELD_IDS: self.pinned,
+        })
+    }
+}
+
+/// Where the nested ids of a column's collection members are looked up: the column's
+/// nested-id map and the key of the member being converted.
+#[derive(Clone, Copy)]
+struct NestedIds<'a> {
+    ids: Option<&'a Map<String, Value>>,
+    field_path: &'a str,
+}
+
 /// Converts a Spark `StructType` JSON (`{"type":"struct","fields":[...]}`) to an
 /// Iceberg-style schema `{"type":"struct","schema-id":0,"fields":[...]}`. Field ids are
-/// assigned fresh, breadth-first per struct as Iceberg does (a struct's fields first, then
-/// their nested types). `path` names the source field in errors.
+/// Delta column-mapping ids where the table has them; the others are assigned fresh,
+/// breadth-first per struct as Iceberg does (a struct's fields first, then their nested
+/// types). The root lists the column-mapping ids under
+/// [`field_ids::UPSTREAM_FIELD_IDS`], so that [`field_ids::stabilize`] can keep the fresh
+/// ones stable across loads. `path` names the source field in errors.
 pub(crate) fn spark_struct_to_iceberg(v: &Value, path: &str) -> Result<Value> {
-    let mut next_id = 0i64;
     let Value::Object(obj) = v else {
         return Err(CatalogAccessError::protocol(
             path,
@@ -1003,29 +1190,33 @@ pub(crate) fn spark_struct_to_iceberg(v: &Value, path: &str) -> Result<Value> {
             "expected \"type\": \"struct\"",
         ));
     }
-    let fields = convert_struct_fields(obj, &mut next_id, path)?;
-    Ok(json!({"type": "struct", "schema-id": 0, "fields": fields}))
+    let mut ids = Ids::for_schema([v]);
+    let fields = convert_struct_fields(obj, &mut ids, path)?;
+    Ok(ids.schema(fields))
 }
 
-/// Converts a list of Spark `StructField`s (e.g. Unity columns) into Iceberg-style top-level
-/// fields, assigning ids the same way as [`spark_struct_to_iceberg`].
+/// Converts a list of Spark `StructField`s (e.g. Unity columns) into an Iceberg-style
+/// schema, assigning ids the same way as [`spark_struct_to_iceberg`].
 pub(crate) fn spark_fields_to_iceberg(fields: &[(Value, String)]) -> Result<Value> {
-    let mut next_id = 0i64;
-    let mut ids = Vec::with_capacity(fields.len());
-    for _ in fields {
-        next_id += 1;
-        ids.push(next_id);
+    let mut ids = Ids::for_schema(fields.iter().map(|(f, _)| f));
+    let mut assigned = Vec::with_capacity(fields.len());
+    for (field, path) in fields {
+        assigned.push(ids.fixed_or_fresh(mapping_id(field), &format!("{path}.metadata"))?);
     }
     let mut out = Vec::with_capacity(fields.len());
-    for ((field, path), id) in fields.iter().zip(ids) {
-        out.push(convert_field(field, id, &mut next_id, path)?);
+    for ((field, path), id) in fields.iter().zip(assigned) {
+        out.push(convert_field(field, id, &mut ids, path)?);
     }
-    Ok(json!({"type": "struct", "schema-id": 0, "fields": out}))
+    Ok(ids.schema(out))
+}
+
+fn mapping_id(field: &Value) -> Option<&Value> {
+    field.get("metadata").and_then(|m| m.get(MAPPING_ID))
 }
 
 fn convert_struct_fields(
     obj: &Map<String, Value>,
-    next_id: &mut i64,
+    ids: &mut Ids,
     path: &str,
 ) -> Result<Vec<Value>> {
     let fields = match obj.get("fields") {
@@ -1043,22 +1234,20 @@ fn convert_struct_fields(
             ));
         }
     };
-    let ids: Vec<i64> = fields
+    let assigned = fields
         .iter()
-        .map(|_| {
-            *next_id += 1;
-            *next_id
-        })
-        .collect();
+        .enumerate()
+        .map(|(i, f)| ids.fixed_or_fresh(mapping_id(f), &format!("{path}.fields[{i}].metadata")))
+        .collect::<Result<Vec<i64>>>()?;
     fields
         .iter()
-        .zip(ids)
+        .zip(assigned)
         .enumerate()
-        .map(|(i, (f, id))| convert_field(f, id, next_id, &format!("{path}.fields[{i}]")))
+        .map(|(i, (f, id))| convert_field(f, id, ids, &format!("{path}.fields[{i}]")))
         .collect()
 }
 
-fn convert_field(field: &Value, id: i64, next_id: &mut i64, path: &str) -> Result<Value> {
+fn convert_field(field: &Value, id: i64, ids: &mut Ids, path: &str) -> Result<Value> {
     let name = required_str(field, "name", &format!("{path}.name"))?;
     let ty = field
         .get("type")
@@ -1073,12 +1262,23 @@ fn convert_field(field: &Value, id: i64, next_id: &mut i64, path: &str) -> Resul
             ));
         }
     };
-    let ty = convert_type(ty, next_id, &format!("{path}.type"))?;
+    let metadata = field.get("metadata");
+    let nested = NestedIds {
+        ids: metadata.and_then(|m| {
+            NESTED_IDS
+                .iter()
+                .find_map(|k| m.get(*k).and_then(Value::as_object))
+        }),
+        field_path: metadata
+            .and_then(|m| m.get(PHYSICAL_NAME))
+            .and_then(Value::as_str)
+            .unwrap_or(name),
+    };
+    let ty = convert_type(ty, ids, nested, "", &format!("{path}.type"))?;
     let mut out = json!({"id": id, "name": name, "required": !nullable, "type": ty});
     if let (Some(obj), Some(doc)) = (
         out.as_object_mut(),
-        field
-            .get("metadata")
+        metadata
             .and_then(|m| m.get("comment"))
             .and_then(Value::as_str),
     ) {
@@ -1087,17 +1287,32 @@ fn convert_field(field: &Value, id: i64, next_id: &mut i64, path: &str) -> Resul
     Ok(out)
 }
 
-fn convert_type(ty: &Value, next_id: &mut i64, path: &str) -> Result<Value> {
+/// Converts a type. `member` is the path of this type below its column for nested-id
+/// lookups (`""` for the column's own type, `.element`, `.value.key`, ...).
+fn convert_type(
+    ty: &Value,
+    ids: &mut Ids,
+    nested: NestedIds<'_>,
+    member: &str,
+    path: &str,
+) -> Result<Value> {
+    let member_id = |ids: &mut Ids, suffix: &str| -> Result<(i64, String)> {
+        let key = format!("{member}.{suffix}");
+        let raw = nested
+            .ids
+            .and_then(|m| m.get(&format!("{}{key}", nested.field_path)));
+        let id = ids.fixed_or_fresh(raw, &format!("{path}.nested-ids"))?;
+        Ok((id, key))
+    };
     match ty {
         Value::String(s) => convert_primitive(s, path).map(Value::String),
         Value::Object(obj) => match obj.get("type").and_then(Value::as_str) {
             Some("struct") => {
-                let fields = convert_struct_fields(obj, next_id, path)?;
+                let fields = convert_struct_fields(obj, ids, path)?;
                 Ok(json!({"type": "struct", "fields": fields}))
             }
             Some("array") => {
-                *next_id += 1;
-                let element_id = *next_id;
+                let (element_id, element_key) = member_id(ids, "element")?;
                 let element = obj.get("elementType").ok_or_else(|| {
                     CatalogAccessError::protocol(format!("{path}.elementType"), "is missing")
                 })?;
@@ -1105,7 +1320,13 @@ fn convert_type(ty: &Value, next_id: &mut i64, path: &str) -> Result<Value> {
                     .get("containsNull")
                     .and_then(Value::as_bool)
                     .unwrap_or(true);
-                let element = convert_type(element, next_id, &format!("{path}.elementType"))?;
+                let element = convert_type(
+                    element,
+                    ids,
+                    nested,
+                    &element_key,
+                    &format!("{path}.elementType"),
+                )?;
                 Ok(json!({
                     "type": "list",
                     "element-id": element_id,
@@ -1114,10 +1335,8 @@ fn convert_type(ty: &Value, next_id: &mut i64, path: &str) -> Result<Value> {
                 }))
             }
             Some("map") => {
-                *next_id += 1;
-                let key_id = *next_id;
-                *next_id += 1;
-                let value_id = *next_id;
+                let (key_id, key_key) = member_id(ids, "key")?;
+                let (value_id, value_key) = member_id(ids, "value")?;
                 let key = obj.get("keyType").ok_or_else(|| {
                     CatalogAccessError::protocol(format!("{path}.keyType"), "is missing")
                 })?;
@@ -1128,8 +1347,9 @@ fn convert_type(ty: &Value, next_id: &mut i64, path: &str) -> Result<Value> {
                     .get("valueContainsNull")
                     .and_then(Value::as_bool)
                     .unwrap_or(true);
-                let key = convert_type(key, next_id, &format!("{path}.keyType"))?;
-                let value = convert_type(value, next_id, &format!("{path}.valueType"))?;
+                let key = convert_type(key, ids, nested, &key_key, &format!("{path}.keyType"))?;
+                let value =
+                    convert_type(value, ids, nested, &value_key, &format!("{path}.valueType"))?;
                 Ok(json!({
                     "type": "map",
                     "key-id": key_id,
@@ -1140,7 +1360,7 @@ fn convert_type(ty: &Value, next_id: &mut i64, path: &str) -> Result<Value> {
                 }))
             }
             Some("udt") => match obj.get("sqlType") {
-                Some(sql) => convert_type(sql, next_id, &format!("{path}.sqlType")),
+                Some(sql) => convert_type(sql, ids, nested, member, &format!("{path}.sqlType")),
                 None => Err(CatalogAccessError::protocol(
                     path,
                     "user-defined type without sqlType",
@@ -1249,8 +1469,46 @@ mod tests {
                 {"id": 4, "name": "s", "required": false, "type": {"type": "struct",
                     "fields": [{"id": 8, "name": "x", "required": false,
                         "type": "timestamptz"}]}}
-            ]})
+            ], "upstream-field-ids": []})
         );
+    }
+
+    #[test]
+    fn column_mapping_ids_are_used_and_listed_as_upstream_ids() {
+        let md = |id: i64, phys: &str| json!({"delta.columnMapping.id": id, "delta.columnMapping.physicalName": phys});
+        let spark = json!({"type": "struct", "fields": [
+            {"name": "id", "type": "long", "nullable": false, "metadata": md(1, "col-a")},
+            {"name": "tags", "type": {"type": "array", "elementType": "string",
+                "containsNull": true}, "nullable": true, "metadata": {
+                    "delta.columnMapping.id": 4, "delta.columnMapping.physicalName": "col-t",
+                    "delta.columnMapping.nested.ids": {"col-t.element": 9}}},
+            {"name": "m", "type": {"type": "map", "keyType": "string",
+                "valueType": {"type": "struct", "fields": [
+                    {"name": "x", "type": "integer", "nullable": true, "metadata": md(6, "col-x")}
+                ]}}, "nullable": true, "metadata": md(5, "col-m")}
+        ]});
+        let ice = spark_struct_to_iceberg(&spark, "schema").unwrap();
+        assert_eq!(
+            ice,
+            json!({"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "id", "required": true, "type": "long"},
+                {"id": 4, "name": "tags", "required": false, "type": {"type": "list",
+                    "element-id": 9, "element": "string", "element-required": false}},
+                {"id": 5, "name": "m", "required": false, "type": {"type": "map",
+                    "key-id": 10, "key": "string", "value-id": 11, "value-required": false,
+                    "value": {"type": "struct", "fields": [
+                        {"id": 6, "name": "x", "required": false, "type": "int"}]}}}
+            ], "upstream-field-ids": [1, 4, 5, 6, 9]})
+        );
+        let twice = json!({"type": "struct", "fields": [
+            {"name": "a", "type": "long", "metadata": md(1, "p1")},
+            {"name": "b", "type": "long", "metadata": md(1, "p2")}]});
+        match spark_struct_to_iceberg(&twice, "s") {
+            Err(CatalogAccessError::Protocol { field, .. }) => {
+                assert_eq!(field, "s.fields[1].metadata")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]
@@ -1262,6 +1520,38 @@ mod tests {
                 assert_eq!(field, "s.fields[0].type")
             }
             other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn epoch_ms_reads_numbers_and_decimal_strings_only() {
+        let at = |ms: u64| Some(UNIX_EPOCH + Duration::from_millis(ms));
+        assert_eq!(
+            epoch_ms(&json!(1_796_104_180_044_u64), "e").unwrap(),
+            at(1_796_104_180_044)
+        );
+        assert_eq!(
+            epoch_ms(&json!("1796104180044"), "e").unwrap(),
+            at(1_796_104_180_044)
+        );
+        assert_eq!(epoch_ms(&Value::Null, "e").unwrap(), None);
+        for bad in [
+            json!(""),
+            json!(" 1"),
+            json!("-1"),
+            json!("1.5"),
+            json!("12ab"),
+            json!("99999999999999999999999"),
+            json!(true),
+            json!(-3),
+            json!({"ms": 1}),
+        ] {
+            match epoch_ms(&bad, "expiration_time") {
+                Err(CatalogAccessError::Protocol { field, .. }) => {
+                    assert_eq!(field, "expiration_time", "{bad}")
+                }
+                other => panic!("{bad}: unexpected {other:?}"),
+            }
         }
     }
 

@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 use url::Url;
 
 use crate::delta_sharing::{
-    VendCache, check_fresh_and_scoped, convert_primitive, epoch_ms, list_field, next_token,
+    VendCache, check_fresh_and_scoped, convert_primitive, dedup, epoch_ms, list_field, next_token,
     optional_str, required_str, secret_part, spark_fields_to_iceberg,
 };
 use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
@@ -161,36 +161,46 @@ impl OAuthClient {
                     e.without_url()
                 ))
             })?;
-        let resp = http.execute(req, RetryMode::Once).await?;
-        match resp.status {
-            200 => {}
-            400 | 401 | 403 => {
-                return Err(CatalogAccessError::Authentication {
-                    status: Some(resp.status),
-                    detail: BoundedText::new(&format!(
-                        "token endpoint refused the client credentials: {}",
-                        resp.upstream_message()
+        let endpoint = endpoint_label(&self.token_uri);
+        let resp = http
+            .execute(req, RetryMode::Once)
+            .await
+            .map_err(|e| match e {
+                CatalogAccessError::Connection(d) => CatalogAccessError::Connection(
+                    BoundedText::ours(&format!("OAuth token endpoint {endpoint}: {d}")),
+                ),
+                CatalogAccessError::Retryable { status, detail } => CatalogAccessError::Retryable {
+                    status,
+                    detail: BoundedText::ours(&format!(
+                        "OAuth token endpoint {endpoint}: {detail}"
                     )),
-                });
-            }
-            _ => return Err(classify_status(&resp, "OAuth token request")),
+                },
+                other => other,
+            })?;
+        if resp.status != 200 {
+            return Err(token_status_error(&endpoint, &resp));
         }
-        let v = resp.json_value()?;
+        let v = resp
+            .json_value()
+            .map_err(|e| token_answer_error(&endpoint, e))?;
         let token = match v.get("access_token") {
             Some(Value::String(t)) if !t.is_empty() => SecretString::new(t.clone()),
             _ => {
-                return Err(CatalogAccessError::protocol(
-                    "access_token",
-                    "the token answer has no access_token",
+                return Err(token_answer_error(
+                    &endpoint,
+                    CatalogAccessError::protocol("access_token", "is missing or empty"),
                 ));
             }
         };
         if let Some(tt) = v.get("token_type").and_then(Value::as_str)
             && !tt.eq_ignore_ascii_case("bearer")
         {
-            return Err(CatalogAccessError::protocol(
-                "token_type",
-                "only bearer access tokens are supported",
+            return Err(token_answer_error(
+                &endpoint,
+                CatalogAccessError::protocol(
+                    "token_type",
+                    "only bearer access tokens are supported",
+                ),
             ));
         }
         let refresh_at = match v.get("expires_in") {
@@ -208,13 +218,66 @@ impl OAuthClient {
                 now + life.saturating_sub(TOKEN_REFRESH_MARGIN).max(life / 2)
             }),
             Some(_) => {
-                return Err(CatalogAccessError::protocol(
-                    "expires_in",
-                    "expected a number of seconds",
+                return Err(token_answer_error(
+                    &endpoint,
+                    CatalogAccessError::protocol("expires_in", "expected a number of seconds"),
                 ));
             }
         };
         Ok(CachedToken { token, refresh_at })
+    }
+}
+
+/// `scheme://host[:port]/path` of a URL: what an error may say about an endpoint (no user
+/// information, no query).
+fn endpoint_label(url: &Url) -> String {
+    let mut label = format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default());
+    if let Some(port) = url.port() {
+        label.push_str(&format!(":{port}"));
+    }
+    label.push_str(url.path());
+    label
+}
+
+/// A token endpoint's refusal. Whatever the status, the integration cannot authenticate:
+/// an authentication failure naming the endpoint and the status, except transient statuses
+/// (408, 429, 5xx), which stay retryable.
+fn token_status_error(endpoint: &str, resp: &HttpResponse) -> CatalogAccessError {
+    let said = resp.upstream_message();
+    let said = if said.as_str().trim().is_empty() {
+        "no error message".to_owned()
+    } else {
+        format!("\"{said}\"")
+    };
+    let detail = BoundedText::ours(&format!(
+        "OAuth token endpoint {endpoint} answered HTTP {} to the client-credentials request \
+         ({said})",
+        resp.status
+    ));
+    match resp.status {
+        408 | 429 | 500..=599 => CatalogAccessError::Retryable {
+            status: Some(resp.status),
+            detail,
+        },
+        status => CatalogAccessError::Authentication {
+            status: Some(status),
+            detail,
+        },
+    }
+}
+
+/// A token answer that cannot be used: an authentication failure (no token, no access)
+/// naming the endpoint and the offending field.
+fn token_answer_error(endpoint: &str, e: CatalogAccessError) -> CatalogAccessError {
+    let what = match &e {
+        CatalogAccessError::Protocol { field, detail } => format!("`{field}` {detail}"),
+        other => other.to_string(),
+    };
+    CatalogAccessError::Authentication {
+        status: None,
+        detail: BoundedText::ours(&format!(
+            "OAuth token endpoint {endpoint} answered unusably: {what}"
+        )),
     }
 }
 
@@ -471,10 +534,31 @@ impl UnityClient {
                     .map(|n| self.to_namespace(catalog, n))
             })
             .collect::<Result<Vec<_>>>()?;
+        let next_page_token = next_token(&v, "next_page_token", page_token)?;
+        if items.is_empty() && next_page_token.is_none() && page_token.is_none() {
+            self.require(&["catalogs", catalog], &format!("catalog `{catalog}`"))
+                .await?;
+        }
         Ok(Page {
-            items,
-            next_page_token: next_token(&v, "next_page_token", page_token)?,
+            items: dedup(items),
+            next_page_token,
         })
+    }
+
+    /// Checks that an object exists (`GET` answers 200), for listings that answer an empty
+    /// list where the parent does not exist (some servers answer `200 {}`): a missing parent
+    /// is reported as not found, not as empty.
+    async fn require(&self, segments: &[&str], what: &str) -> Result<()> {
+        let resp = self
+            .send(reqwest::Method::GET, self.url(segments, &[])?, None)
+            .await?;
+        match resp.status {
+            200 => Ok(()),
+            404 => Err(CatalogAccessError::NotFound(BoundedText::ours(&format!(
+                "{what} does not exist upstream"
+            )))),
+            _ => Err(classify_status(&resp, &format!("get {what}"))),
+        }
     }
 
     async fn table_info(&self, catalog: &str, schema: &str, name: &str) -> Result<TableInfo> {
@@ -567,6 +651,7 @@ impl CatalogClient for UnityClient {
                             .map(|n| NamespacePath::new([n]))
                     })
                     .collect::<Result<Vec<_>>>()?;
+                let items = dedup(items);
                 Ok(Page {
                     items,
                     next_page_token: next_token(&v, "next_page_token", page_token)?,
@@ -586,6 +671,16 @@ impl CatalogClient for UnityClient {
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>> {
+        if let (None, [catalog]) = (&self.pinned_catalog, namespace.levels()) {
+            // A catalog holds schemas, not tables: an existing one lists no tables.
+            check_level(catalog)?;
+            self.require(&["catalogs", catalog], &format!("catalog `{catalog}`"))
+                .await?;
+            return Ok(Page {
+                items: Vec::new(),
+                next_page_token: None,
+            });
+        }
         let (catalog, schema) = self.catalog_schema(namespace)?;
         let mut query = vec![
             ("catalog_name", catalog.to_owned()),
@@ -595,8 +690,9 @@ impl CatalogClient for UnityClient {
         let v = self
             .get_ok(self.url(&["tables"], &query)?, "list tables")
             .await?;
+        let listed = list_field(&v, "tables")?;
         let mut items = Vec::new();
-        for (i, t) in list_field(&v, "tables")?.iter().enumerate() {
+        for (i, t) in listed.iter().enumerate() {
             let name = required_str(t, "name", &format!("tables[{i}].name"))?;
             let table_type = optional_str(t, "table_type", &format!("tables[{i}].table_type"))?;
             if is_view(table_type.as_deref()) {
@@ -604,9 +700,15 @@ impl CatalogClient for UnityClient {
             }
             items.push(TableIdent::new(namespace.clone(), name));
         }
+        let next_page_token = next_token(&v, "next_page_token", page_token)?;
+        if listed.is_empty() && next_page_token.is_none() && page_token.is_none() {
+            let full_name = format!("{catalog}.{schema}");
+            self.require(&["schemas", &full_name], &format!("schema `{full_name}`"))
+                .await?;
+        }
         Ok(Page {
-            items,
-            next_page_token: next_token(&v, "next_page_token", page_token)?,
+            items: dedup(items),
+            next_page_token,
         })
     }
 
@@ -724,6 +826,7 @@ fn parse_table_info(v: &Value) -> Result<TableInfo> {
     let table_id = optional_str(v, "table_id", "table_id")?;
     let columns = list_field(v, "columns")?;
     let schema = columns_to_schema(&columns)?;
+    let partition_columns = partition_columns(&columns)?;
     let mut properties: BTreeMap<String, String> = match v.get("properties") {
         Some(Value::Object(m)) => m
             .iter()
@@ -734,6 +837,11 @@ fn parse_table_info(v: &Value) -> Result<TableInfo> {
     };
     if let Some(t) = &table_type {
         properties.insert("unity.table-type".into(), t.clone());
+    }
+    // Recorded as the Delta Sharing provider records `metaData.partitionColumns`, so a table
+    // materializes the same way through either protocol.
+    if !partition_columns.is_empty() {
+        properties.insert("delta.partitionColumns".into(), partition_columns.join(","));
     }
     if let Some(c) = optional_str(v, "comment", "comment")? {
         properties.insert("comment".into(), c);
@@ -770,7 +878,7 @@ fn columns_to_schema(columns: &[Value]) -> Result<Value> {
         let path = format!("columns[{i}]");
         let name = required_str(c, "name", &format!("{path}.name"))?;
         let nullable = c.get("nullable").and_then(Value::as_bool).unwrap_or(true);
-        let ty = match optional_str(c, "type_json", &format!("{path}.type_json"))? {
+        let (ty, metadata) = match optional_str(c, "type_json", &format!("{path}.type_json"))? {
             Some(tj) => {
                 let parsed: Value = serde_json::from_str(&tj).map_err(|e| {
                     CatalogAccessError::protocol(
@@ -779,16 +887,21 @@ fn columns_to_schema(columns: &[Value]) -> Result<Value> {
                     )
                 })?;
                 match parsed {
-                    // A StructField: take its type.
-                    Value::Object(ref o) if o.contains_key("name") && o.contains_key("type") => {
-                        o.get("type").cloned().unwrap_or(Value::Null)
+                    // A StructField: take its type, and its metadata (column-mapping ids).
+                    Value::Object(mut o) if o.contains_key("name") && o.contains_key("type") => {
+                        let metadata = match o.remove("metadata") {
+                            Some(m @ Value::Object(_)) => m,
+                            _ => json!({}),
+                        };
+                        (o.remove("type").unwrap_or(Value::Null), metadata)
                     }
-                    other => other,
+                    other => (other, json!({})),
                 }
             }
-            None => Value::String(type_from_name(c, &path)?),
+            None => (Value::String(type_from_name(c, &path)?), json!({})),
         };
-        let mut field = json!({"name": name, "type": ty, "nullable": nullable, "metadata": {}});
+        let mut field =
+            json!({"name": name, "type": ty, "nullable": nullable, "metadata": metadata});
         if let (Some(obj), Some(comment)) = (
             field.get_mut("metadata").and_then(Value::as_object_mut),
             c.get("comment").and_then(Value::as_str),
@@ -798,6 +911,37 @@ fn columns_to_schema(columns: &[Value]) -> Result<Value> {
         fields.push((field, format!("{path}.type_json")));
     }
     spark_fields_to_iceberg(&fields)
+}
+
+/// The partition columns in partition order: the columns with a `partition_index`, ordered
+/// by it. Indexes must be distinct non-negative integers.
+fn partition_columns(columns: &[Value]) -> Result<Vec<String>> {
+    let mut indexed: Vec<(u64, String)> = Vec::new();
+    for (i, c) in columns.iter().enumerate() {
+        let path = format!("columns[{i}].partition_index");
+        let index = match c.get("partition_index") {
+            None | Some(Value::Null) => continue,
+            Some(Value::Number(n)) => n.as_u64().ok_or_else(|| {
+                CatalogAccessError::protocol(&path, "expected a non-negative integer")
+            })?,
+            Some(_) => {
+                return Err(CatalogAccessError::protocol(
+                    &path,
+                    "expected a non-negative integer",
+                ));
+            }
+        };
+        if indexed.iter().any(|(x, _)| *x == index) {
+            return Err(CatalogAccessError::protocol(
+                &path,
+                format!("partition index {index} is given to two columns"),
+            ));
+        }
+        let name = required_str(c, "name", &format!("columns[{i}].name"))?;
+        indexed.push((index, name.to_owned()));
+    }
+    indexed.sort();
+    Ok(indexed.into_iter().map(|(_, n)| n).collect())
 }
 
 /// A Spark primitive type name from `type_name` (+ `type_precision` / `type_scale`).
@@ -910,7 +1054,7 @@ mod tests {
                 {"id": 2, "name": "b", "required": false, "type": "decimal(12, 3)"},
                 {"id": 3, "name": "c", "required": false, "type": {"type": "list",
                     "element-id": 4, "element": "string", "element-required": false}}
-            ]})
+            ], "upstream-field-ids": []})
         );
     }
 

@@ -137,8 +137,12 @@ async fn shares_and_schemas_are_a_two_level_namespace() {
     let tables = c.list_tables(&sales(), None, None).await.unwrap();
     assert_eq!(tables.items.len(), 1);
     assert_eq!(tables.items[0].name, "orders");
+    // A share holds schemas, not tables: it lists none (so discovery does not skip it),
+    // and a missing share is not found.
+    let none = c.list_tables(&ns(&["sales"]), None, None).await.unwrap();
+    assert!(none.items.is_empty() && none.next_page_token.is_none());
     assert!(matches!(
-        c.list_tables(&ns(&["sales"]), None, None).await,
+        c.list_tables(&ns(&["nope"]), None, None).await,
         Err(CatalogAccessError::NotFound(_))
     ));
     assert!(matches!(
@@ -288,7 +292,7 @@ async fn metadata_maps_schema_location_identity_and_version() {
                 "fields": [
                     {"id": 12, "name": "city", "required": false, "type": "string"},
                     {"id": 13, "name": "zip", "required": true, "type": "int"}]}}
-        ]})
+        ], "upstream-field-ids": []})
     );
 }
 
@@ -719,4 +723,169 @@ async fn listing_survives_mutation_between_pages() {
         .await
         .unwrap();
     assert_eq!(rest.items, vec![ns(&["share", "d"]), ns(&["share", "e"])]);
+}
+
+// ---- real-server behaviours (docs/catalog-access.md, "Real-server behaviours") -------------
+
+#[tokio::test]
+async fn expiration_time_as_a_decimal_string_is_read() {
+    let f = DeltaSharingFixture::start_with_sample().await;
+    f.set_expiration_as_string(true);
+    let c = client(&f);
+    let creds = c
+        .vend_storage_credentials(&sales(), "orders")
+        .await
+        .unwrap();
+    let want = SystemTime::UNIX_EPOCH
+        + Duration::from_millis(u64::try_from(f.vended()[0].expiration_time_ms).unwrap());
+    assert_eq!(creds.expires_at, Some(want));
+}
+
+#[tokio::test]
+async fn a_table_listed_but_gone_on_load_is_not_found() {
+    let f = DeltaSharingFixture::start_with_sample().await;
+    f.drop_but_keep_listed("sales", "retail", "orders");
+    let c = client(&f);
+    let listed = c.list_tables(&sales(), None, None).await.unwrap();
+    assert_eq!(listed.items.len(), 1, "the share still lists it");
+    for etag in [None, Some("v3")] {
+        let err = c.load_table(&sales(), "orders", etag).await.unwrap_err();
+        assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    }
+}
+
+#[tokio::test]
+async fn share_id_in_snake_case_is_read_and_a_missing_id_is_tolerated() {
+    let f = DeltaSharingFixture::start().await;
+    f.add_table("s", "sc", SharingTable::new("with_id", "s3://b/with_id"));
+    f.add_table(
+        "s",
+        "sc",
+        SharingTable::new("no_id", "s3://b/no_id").without_id(),
+    );
+    f.set_snake_case_share_id(true);
+    let c = client(&f);
+    let (t, _) = loaded(
+        c.load_table(&ns(&["s", "sc"]), "with_id", None)
+            .await
+            .unwrap(),
+    );
+    let stable = t.stable_id.expect("the table id is listed");
+    assert!(
+        !stable.starts_with("s/"),
+        "qualified by the share id read from share_id, not by the share name: {stable}"
+    );
+    let (t, _) = loaded(
+        c.load_table(&ns(&["s", "sc"]), "no_id", None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(t.stable_id, None);
+    assert_eq!(t.location.as_deref(), Some("s3://b/no_id"));
+}
+
+#[tokio::test]
+async fn listings_drop_repeated_entries() {
+    let f = DeltaSharingFixture::start_with_sample().await;
+    f.add_table(
+        "sales",
+        "retail",
+        SharingTable::new("returns", "s3://b/returns"),
+    );
+    f.add_schema("sales", "wholesale");
+    f.set_duplicate_listings(true);
+    let c = client(&f);
+    let shares = c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(shares.items, vec![ns(&["sales"])]);
+    let schemas = c
+        .list_namespaces(Some(&ns(&["sales"])), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        schemas.items,
+        vec![ns(&["sales", "retail"]), ns(&["sales", "wholesale"])]
+    );
+    let tables = c.list_tables(&sales(), None, None).await.unwrap();
+    let names: Vec<&str> = tables.items.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, vec!["orders", "returns"]);
+}
+
+#[tokio::test]
+async fn a_listing_under_a_missing_parent_answered_empty_is_not_found() {
+    let f = DeltaSharingFixture::start_with_sample().await;
+    f.add_schema("sales", "empty");
+    f.set_missing_parent_as_empty(true);
+    let c = client(&f);
+    let err = c
+        .list_tables(&ns(&["sales", "gone"]), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    assert!(err.to_string().contains("gone"), "{err}");
+    let err = c
+        .list_tables(&ns(&["noshare", "x"]), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    let err = c
+        .list_namespaces(Some(&ns(&["noshare"])), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    let empty = c
+        .list_tables(&ns(&["sales", "empty"]), None, None)
+        .await
+        .unwrap();
+    assert!(empty.items.is_empty());
+}
+
+#[tokio::test]
+async fn column_mapping_ids_are_the_field_ids() {
+    let f = DeltaSharingFixture::start().await;
+    let schema = json!({"type": "struct", "fields": [
+        {"name": "id", "type": "long", "nullable": false, "metadata": {}},
+        {"name": "tags", "type": {"type": "array", "elementType": "string",
+            "containsNull": true}, "nullable": true, "metadata": {}}
+    ]});
+    let table = SharingTable::new("mapped", "s3://b/mapped")
+        .with_schema_string(&schema.to_string())
+        .with_column_mapping();
+    f.add_table("s", "sc", table.clone());
+    let c = client(&f);
+    let (t, _) = loaded(
+        c.load_table(&ns(&["s", "sc"]), "mapped", None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(t.schema["fields"][0]["id"], 1);
+    assert_eq!(t.schema["fields"][1]["id"], 2);
+    assert_eq!(
+        t.schema["fields"][1]["type"]["element-id"], 3,
+        "fresh, above the fixed ids"
+    );
+    assert_eq!(t.schema["upstream-field-ids"], json!([1, 2]));
+    assert_eq!(
+        t.properties
+            .get("delta.columnMapping.mode")
+            .map(String::as_str),
+        Some("id")
+    );
+    // The first column is dropped and a new one added: Delta gives it a new id.
+    let mut v: serde_json::Value = serde_json::from_str(&table.schema_string).unwrap();
+    let fields = v["fields"].as_array_mut().unwrap();
+    fields.remove(0);
+    fields.push(json!({"name": "id", "type": "long", "nullable": true, "metadata": {}}));
+    let table = table
+        .with_schema_string(&v.to_string())
+        .with_column_mapping();
+    f.add_table("s", "sc", table);
+    let (t, _) = loaded(
+        c.load_table(&ns(&["s", "sc"]), "mapped", None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(t.schema["fields"][0]["id"], 2);
+    assert_eq!(t.schema["fields"][1]["name"], "id");
+    assert_eq!(t.schema["fields"][1]["id"], 3);
+    assert_eq!(t.schema["upstream-field-ids"], json!([2, 3]));
 }

@@ -157,6 +157,14 @@ async fn catalogs_and_schemas_are_a_two_level_namespace() {
         .unwrap();
     assert_eq!(tables.items.len(), 1);
     assert_eq!(tables.items[0].name, "orders");
+    // A catalog holds schemas, not tables: it lists none (so discovery does not skip it),
+    // and a missing catalog is not found.
+    let none = c.list_tables(&ns(&["main"]), None, None).await.unwrap();
+    assert!(none.items.is_empty() && none.next_page_token.is_none());
+    assert!(matches!(
+        c.list_tables(&ns(&["nocatalog"]), None, None).await,
+        Err(CatalogAccessError::NotFound(_))
+    ));
 
     let schema_req = &f.requests_to("/schemas")[0];
     assert_eq!(schema_req.query_param("catalog_name"), Some("main"));
@@ -348,7 +356,7 @@ async fn table_info_maps_to_metadata() {
             {"id": 2, "name": "amount", "required": false, "type": "decimal(10, 2)"},
             {"id": 3, "name": "tags", "required": false, "type": {"type": "list",
                 "element-id": 4, "element": "string", "element-required": false}}
-        ]})
+        ], "upstream-field-ids": []})
     );
     assert_eq!(f.requests_to("/tables/main.default.orders").len(), 1);
 }
@@ -811,4 +819,192 @@ async fn held_answer_is_delivered_once_released() {
     };
     let (page, ()) = tokio::join!(call, release);
     assert_eq!(page.unwrap().items, vec![ns(&["main"])]);
+}
+
+// ---- real-server behaviours (docs/catalog-access.md, "Real-server behaviours") -------------
+
+#[tokio::test]
+async fn expiration_time_as_a_decimal_string_is_read() {
+    let f = UnityFixture::start_with_sample().await;
+    f.set_expiration_as_string(true);
+    let c = bearer(&f);
+    let creds = c
+        .vend_storage_credentials(&ns(&["main", "default"]), "orders")
+        .await
+        .unwrap();
+    let want = SystemTime::UNIX_EPOCH
+        + Duration::from_millis(u64::try_from(f.vended()[0].expiration_time_ms).unwrap());
+    assert_eq!(creds.expires_at, Some(want));
+    let raw = f.requests_to("/temporary-table-credentials");
+    assert_eq!(raw.len(), 1);
+}
+
+#[tokio::test]
+async fn a_table_listed_but_gone_on_load_is_not_found() {
+    let f = UnityFixture::start_with_sample().await;
+    f.drop_but_keep_listed("main", "default", "orders");
+    let c = bearer(&f);
+    let listed = c
+        .list_tables(&ns(&["main", "default"]), None, None)
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1, "the stale listing still names it");
+    let err = c
+        .load_table(&ns(&["main", "default"]), "orders", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn partition_index_is_recorded_as_delta_partition_columns() {
+    let f = UnityFixture::start().await;
+    let table = UnityTable::delta("events", "s3://bucket/main/events").with_columns(vec![
+        UnityColumn::primitive("id", "long", false),
+        UnityColumn::primitive("region", "string", true).with_partition_index(1),
+        UnityColumn::primitive("day", "date", true).with_partition_index(0),
+    ]);
+    f.add_table("main", "default", table);
+    let c = bearer(&f);
+    let t = loaded(
+        c.load_table(&ns(&["main", "default"]), "events", None)
+            .await
+            .unwrap(),
+    );
+    // The same property, in partition order, that the Delta Sharing path records.
+    assert_eq!(
+        t.properties
+            .get("delta.partitionColumns")
+            .map(String::as_str),
+        Some("day,region")
+    );
+    let plain = UnityTable::delta("plain", "s3://bucket/main/plain");
+    f.add_table("main", "default", plain);
+    let t = loaded(
+        c.load_table(&ns(&["main", "default"]), "plain", None)
+            .await
+            .unwrap(),
+    );
+    assert!(!t.properties.contains_key("delta.partitionColumns"));
+    // Two columns claiming one partition index is refused by field.
+    let broken = UnityTable::delta("broken", "s3://bucket/main/broken").with_columns(vec![
+        UnityColumn::primitive("a", "long", true).with_partition_index(0),
+        UnityColumn::primitive("b", "long", true).with_partition_index(0),
+    ]);
+    f.add_table("main", "default", broken);
+    match c
+        .load_table(&ns(&["main", "default"]), "broken", None)
+        .await
+    {
+        Err(CatalogAccessError::Protocol { field, .. }) => {
+            assert_eq!(field, "columns[1].partition_index")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn column_mapping_ids_in_type_json_are_the_field_ids() {
+    let f = UnityFixture::start().await;
+    let table = UnityTable::delta("mapped", "s3://bucket/main/mapped").with_columns(vec![
+        UnityColumn::primitive("id", "long", false).with_column_mapping_id(7),
+        UnityColumn::primitive("name", "string", true).with_column_mapping_id(3),
+    ]);
+    f.add_table("main", "default", table);
+    let c = bearer(&f);
+    let t = loaded(
+        c.load_table(&ns(&["main", "default"]), "mapped", None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(t.schema["fields"][0]["id"], 7);
+    assert_eq!(t.schema["fields"][1]["id"], 3);
+    assert_eq!(t.schema["upstream-field-ids"], json!([3, 7]));
+}
+
+#[tokio::test]
+async fn token_endpoint_failures_are_authentication_errors_naming_the_endpoint() {
+    let f = UnityFixture::start_with_sample().await;
+    for status in [404_u16, 400, 405] {
+        f.set_token_endpoint_status(Some(status));
+        let c = oauth(&f, DEFAULT_CLIENT_SECRET, options(None));
+        let err = c.list_namespaces(None, None, None).await.unwrap_err();
+        match &err {
+            CatalogAccessError::Authentication { status: s, .. } => {
+                assert_eq!(*s, Some(status), "{err}")
+            }
+            other => panic!("HTTP {status}: unexpected {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(text.contains("OAuth token endpoint"), "{text}");
+        assert!(text.contains(&f.token_url()), "names the endpoint: {text}");
+        assert!(text.contains(&format!("HTTP {status}")), "{text}");
+        assert!(text.contains("no error message"), "{text}");
+        assert!(!text.contains(DEFAULT_CLIENT_SECRET), "{text}");
+    }
+    // A transient failure of the token endpoint stays retryable, and says where it was.
+    f.set_token_endpoint_status(Some(503));
+    let c = oauth(&f, DEFAULT_CLIENT_SECRET, options(None));
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("OAuth token endpoint"), "{err}");
+    f.set_token_endpoint_status(None);
+    c.list_namespaces(None, None, None).await.unwrap();
+    assert!(f.requests_to("/catalogs").len() == 1);
+}
+
+#[tokio::test]
+async fn listings_drop_repeated_entries() {
+    let f = UnityFixture::start_with_sample().await;
+    f.add_schema("main", "sales");
+    f.set_duplicate_listings(true);
+    let c = bearer(&f);
+    let top = c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(top.items, vec![ns(&["main"])]);
+    let schemas = c
+        .list_namespaces(Some(&ns(&["main"])), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        schemas.items,
+        vec![ns(&["main", "default"]), ns(&["main", "sales"])]
+    );
+    let tables = c
+        .list_tables(&ns(&["main", "default"]), None, None)
+        .await
+        .unwrap();
+    assert_eq!(tables.items.len(), 1);
+    // The fixture really did repeat them.
+    assert!(f.requests_to("/schemas").len() == 1);
+}
+
+#[tokio::test]
+async fn a_listing_under_a_missing_parent_answered_empty_is_not_found() {
+    let f = UnityFixture::start_with_sample().await;
+    f.add_schema("main", "empty");
+    f.set_missing_parent_as_empty(true);
+    let c = bearer(&f);
+    let err = c
+        .list_tables(&ns(&["main", "gone"]), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    assert!(err.to_string().contains("main.gone"), "{err}");
+    let err = c
+        .list_namespaces(Some(&ns(&["nocatalog"])), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    // An existing but empty schema is simply empty.
+    let empty = c
+        .list_tables(&ns(&["main", "empty"]), None, None)
+        .await
+        .unwrap();
+    assert!(empty.items.is_empty());
+    // Non-empty listings cost no extra request.
+    let before = f.requests().len();
+    c.list_tables(&ns(&["main", "default"]), None, None)
+        .await
+        .unwrap();
+    assert_eq!(f.requests().len(), before + 1);
 }

@@ -6,7 +6,7 @@
 //! before anything is published. A failure inside one branch (a namespace, table or view
 //! listing, or a load) marks that branch *skipped*: what was discovered elsewhere is still
 //! published, and nothing at or below a skipped path is classified as absent, so nothing
-//! there is retired.
+//! there is retired. A load answered "not found" is not a failure: the object is absent.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
@@ -320,6 +320,9 @@ pub async fn discover(
                 name,
                 load: TableLoad::Loaded { metadata, etag },
             }),
+            // Listed but gone on load (a dropped table a listing still names): the table is
+            // absent, which retires it; the namespace is not skipped.
+            Err(CatalogAccessError::NotFound(_)) => {}
             Err(e) if is_fatal(&e) => return Err(ReconcileError::Upstream(e)),
             Err(e) => {
                 failed_ns
@@ -347,6 +350,7 @@ pub async fn discover(
                 name,
                 metadata,
             }),
+            Err(CatalogAccessError::NotFound(_)) => {}
             Err(e) if is_fatal(&e) => return Err(ReconcileError::Upstream(e)),
             Err(e) => {
                 failed_ns

@@ -478,7 +478,11 @@ fn build(
             metadata,
             fingerprint,
         } => {
-            rec.schema = metadata.schema.clone();
+            // Converted (Delta) schemas keep the field ids stored before; others pass as is.
+            rec.schema = flotilla_catalog_access::field_ids::stabilize(
+                base.map(|b| &b.schema),
+                &metadata.schema,
+            );
             rec.format = Some(metadata.format.as_str().to_owned());
             rec.location = metadata.location.clone();
             rec.metadata_location = metadata.metadata_location.clone();
