@@ -66,17 +66,22 @@ const INDEX_HTML: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/a
 /// The console's routes, to be merged into the API router (any router state).
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
-        .route("/console", get(redirect_to_slash))
+        .route("/console", get(redirect_to_page))
         .route("/console/", get(index))
+        .route("/console/index.html", get(index))
         .route("/console/assets/{*path}", get(asset))
 }
 
-/// `/console` → `console/` (relative, so a path prefix in front of the API, such as an API
-/// Gateway stage, is kept); the page then resolves its assets and the API relative to itself.
-async fn redirect_to_slash() -> Response {
+/// `/console` → `console/index.html`: relative, so a path prefix in front of the API is
+/// kept, and below `/console/` so that API Gateway's public `/console/{proxy+}` route (which
+/// an empty remainder would not match) serves it. The page resolves its assets and the API
+/// relative to itself.
+async fn redirect_to_page() -> Response {
     let mut resp = StatusCode::PERMANENT_REDIRECT.into_response();
-    resp.headers_mut()
-        .insert(header::LOCATION, HeaderValue::from_static("console/"));
+    resp.headers_mut().insert(
+        header::LOCATION,
+        HeaderValue::from_static("console/index.html"),
+    );
     secure(resp.headers_mut(), false);
     resp
 }

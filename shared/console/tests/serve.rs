@@ -86,22 +86,21 @@ fn assert_secure(h: &axum::http::HeaderMap, what: &str) {
 
 #[tokio::test]
 async fn the_page_redirect_and_assets_carry_the_security_headers() {
-    let (status, h, body) = get("/console/").await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
-    assert_eq!(h[header::CACHE_CONTROL], "no-store");
-    assert_secure(&h, "/console/");
-    assert!(
-        String::from_utf8(body)
-            .expect("utf8")
-            .contains("assets/js/app.js")
-    );
+    let page = std::fs::read(assets_dir().join("index.html")).expect("index.html");
+    for path in ["/console/index.html", "/console/"] {
+        let (status, h, body) = get(path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
+        assert_eq!(h[header::CACHE_CONTROL], "no-store");
+        assert_secure(&h, path);
+        assert_eq!(body, page, "{path}");
+    }
 
     let (status, h, _) = get("/console").await;
     assert_eq!(status, StatusCode::PERMANENT_REDIRECT);
     assert_eq!(
         h[header::LOCATION],
-        "console/",
+        "console/index.html",
         "relative, so a path prefix is kept"
     );
     assert_secure(&h, "/console");
