@@ -655,6 +655,9 @@ async fn console_end_to_end_in_headless_chromium() {
         .await;
     ui.click("form.form button[type=submit]").await;
     ui.heading("search").await;
+    ui.with_text("div[@class='pane-main']", "Select a namespace")
+        .await;
+    ui.shot("index-catalog").await.expect("shot");
 
     // ---- the token lives only in this tab's session ------------------------------------------
     let storage = ui
