@@ -133,8 +133,9 @@ def main(argv):
             for method, op in methods.items():
                 security = op.get("security", [])
                 names = {k for s in security for k in s}
-                if path == "/v1/health":
-                    if names != {"NONE"}:
+                # Public: the health check and the web console's static files (no data).
+                if path in ("/v1/health", "/console", "/console/{proxy+}"):
+                    if names != {"NONE"} or method != "get":
                         fail(errors, f"{name}: {method} {path} must be public")
                 elif not names or "NONE" in names:
                     fail(errors, f"{name}: {method} {path} must require the JWT authorizer")

@@ -2,6 +2,8 @@
 # The project's test command (README, CI via .ci/run):
 #   1. a Python venv (.venv) with the pinned tools below, created or updated if needed,
 #      then the SAM template lint (scripts/lint-template.sh);
+#      Debian's chromium and chromium-driver for the web console test, installed with
+#      apt-get when missing (needs root);
 #   2. a moto server on a free loopback port, for the AWS backends (stopped on any exit);
 #   3. cargo fmt --check, clippy with -D warnings, then every test (nextest, or cargo test).
 # Extra arguments go to the test runner, e.g. `scripts/test.sh -p flotilla-metastore`.
@@ -60,6 +62,18 @@ log "scripts/lint-template.sh"
 FLOTILLA_PYTHON="$VENV/bin/python" bash "$ROOT/scripts/lint-template.sh"
 # The Lambda end-to-end test runs this cargo-lambda (it fails when the variable is unset).
 export FLOTILLA_CARGO_LAMBDA="$VENV/bin/cargo-lambda"
+
+# ---- 1c. Chromium for the web console test (cli/tests/console.rs) ---------------------
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [[ "$(id -u)" -ne 0 ]]; then
+    echo "chromium and chromium-driver are missing: run as root, or apt-get install chromium chromium-driver" >&2
+    exit 1
+  fi
+  log "installing chromium and chromium-driver (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 
 # ---- 2. moto server ----------------------------------------------------------------------
 MOTO_PID=""

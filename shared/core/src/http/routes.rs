@@ -55,6 +55,8 @@ pub fn router(state: AppState) -> Router {
             get(get_view).patch(patch_view).delete(delete_view),
         );
     let api = Router::new()
+        // The operator web console (static assets; it calls the routes below).
+        .merge(flotilla_console::routes())
         .route("/v1/health", get(health))
         .route("/v1/admin/metrics", get(metrics))
         .route("/v1/accounts", post(create_account).get(list_accounts))
