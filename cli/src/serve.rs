@@ -18,6 +18,10 @@ pub struct ServeArgs {
     /// Allow loopback, private-range and plain-http upstream catalogs (local testing only).
     #[arg(long)]
     pub allow_insecure_upstreams: bool,
+    /// Directory below which `file://` index warehouses may lie (created 0700 when missing);
+    /// default `DATA_DIR/warehouses`. No other local path can be used as a warehouse.
+    #[arg(long, env = "FLOTILLA_WAREHOUSE_ROOT", value_name = "DIR")]
+    pub warehouse_root: Option<PathBuf>,
     /// Log JSON lines instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -32,6 +36,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             .ok()
             .filter(|t| !t.is_empty()),
         tokens_file: std::env::var_os("FLOTILLA_TOKENS_FILE").map(PathBuf::from),
+        warehouse_root: args.warehouse_root.clone(),
     };
     let stack = match build(&opts) {
         Ok(s) => s,

@@ -76,8 +76,7 @@ fn redirect_to(location: &str, status: u16) -> String {
     )
 }
 
-const OK: &str =
-    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
+const OK: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
 
 fn client() -> HttpClient {
     HttpClient::new(HttpPolicy {
@@ -151,10 +150,7 @@ async fn a_redirect_to_a_forbidden_address_is_a_permanent_refusal() {
         .request(Method::GET, Url::parse(&first.url).unwrap())
         .build()
         .unwrap();
-    let err = c
-        .execute(req, RetryMode::IdempotentRead)
-        .await
-        .unwrap_err();
+    let err = c.execute(req, RetryMode::IdempotentRead).await.unwrap_err();
     assert!(
         matches!(&err, CatalogAccessError::Config(t) if t.as_str().contains("refused by address policy")),
         "{err:?}"

@@ -454,7 +454,10 @@ mod tests {
             assert_eq!(canonical_auth_type(spelling), Some("BEARER"));
             let auth: AuthConfig = serde_json::from_value(json!({"type": spelling})).unwrap();
             assert_eq!(auth, AuthConfig::Bearer {});
-            assert_eq!(serde_json::to_value(&auth).unwrap(), json!({"type": "BEARER"}));
+            assert_eq!(
+                serde_json::to_value(&auth).unwrap(),
+                json!({"type": "BEARER"})
+            );
         }
         assert_eq!(canonical_auth_type("aws-sigv4"), Some("AWS_SIGV4"));
         assert_eq!(
@@ -464,10 +467,9 @@ mod tests {
         for bad in ["BEARE", "BEARER ", "bearer\u{0}", "", "OAUTH"] {
             assert_eq!(canonical_auth_type(bad), None, "{bad:?}");
         }
-        let auth: AuthConfig = serde_json::from_value(
-            json!({"type": "oauth-client-credentials", "client_id": "c"}),
-        )
-        .unwrap();
+        let auth: AuthConfig =
+            serde_json::from_value(json!({"type": "oauth-client-credentials", "client_id": "c"}))
+                .unwrap();
         assert_eq!(auth.type_name(), "OAUTH_CLIENT_CREDENTIALS");
         assert!(serde_json::from_value::<AuthConfig>(json!({"type": "nope"})).is_err());
         assert!(serde_json::from_value::<AuthConfig>(json!({"type": "bearer", "x": 1})).is_err());

@@ -220,8 +220,16 @@ mod tests {
     #[test]
     fn invisible_format_characters_are_refused() {
         for c in [
-            '\u{200B}', '\u{200C}', '\u{200D}', '\u{2060}', '\u{FEFF}', '\u{00AD}', '\u{2066}',
-            '\u{202E}', '\u{200E}', '\u{E0041}',
+            '\u{200B}',
+            '\u{200C}',
+            '\u{200D}',
+            '\u{2060}',
+            '\u{FEFF}',
+            '\u{00AD}',
+            '\u{2066}',
+            '\u{202E}',
+            '\u{200E}',
+            '\u{E0041}',
         ] {
             let name = format!("admin{c}");
             let e = validate_segment("n", &name).unwrap_err();

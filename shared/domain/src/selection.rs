@@ -60,7 +60,10 @@ impl Selection {
         include: Vec<Vec<String>>,
         exclude: Vec<Vec<String>>,
     ) -> Result<Self, NameError> {
-        for (what, list) in [("include_namespaces", &include), ("exclude_namespaces", &exclude)] {
+        for (what, list) in [
+            ("include_namespaces", &include),
+            ("exclude_namespaces", &exclude),
+        ] {
             if list.len() > MAX_SELECTION_PATHS {
                 return Err(NameError(format!(
                     "{what} lists {} paths; at most {MAX_SELECTION_PATHS} are accepted",
@@ -203,7 +206,10 @@ mod tests {
         // Paths that would not even parse: refused for the count, not for the content.
         let bad = vec![vec![String::new()]; MAX_SELECTION_PATHS + 1];
         let e = Selection::normalize(vec![], bad).unwrap_err();
-        assert!(e.0.contains("exclude_namespaces") && e.0.contains("1000"), "{e}");
+        assert!(
+            e.0.contains("exclude_namespaces") && e.0.contains("1000"),
+            "{e}"
+        );
         let e = Selection::normalize(vec![path; 50_000], vec![]).unwrap_err();
         assert!(e.0.contains("include_namespaces"), "{e}");
     }
