@@ -63,6 +63,8 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     // The same scheduler and reconciler as the Lambdas, in-process (stopped on drop).
     let _reconcile = flotilla_runtime::local::spawn_reconcile(&stack.state);
     tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "flotilla serve ready on http://{addr}");
+    // Hyper's own parse-error answers (400/414/431) get the API's error shape.
+    let listener = flotilla_core::http::wire::JsonErrorListener(listener);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await;

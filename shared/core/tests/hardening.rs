@@ -482,3 +482,84 @@ async fn policy_refusals_are_permanent_and_do_not_name_the_address() {
     );
     assert!(fx.log().is_empty(), "nothing reached the upstream");
 }
+
+// ---- transport-level refusals -----------------------------------------------------------------
+
+/// Sends raw bytes to a `flotilla serve`-style server and answers (status line, body).
+async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    sock.write_all(request).await.expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), sock.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn transport_refusals_carry_the_error_shape() {
+    let h = Harness::redb();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let router = h.router.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(
+            flotilla_core::http::wire::JsonErrorListener(listener),
+            router,
+        )
+        .await;
+    });
+    let many_headers: String = (0..120).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let cases: Vec<(Vec<u8>, &str, &str)> = vec![
+        // Hyper's own answers, rewritten.
+        (b"GARBAGE\r\n\r\n".to_vec(), "400", "INVALID_ARGUMENT"),
+        (
+            format!("GET /v1/health HTTP/1.1\r\nhost: x\r\n{many_headers}\r\n").into_bytes(),
+            "431",
+            "HEADERS_TOO_LARGE",
+        ),
+        (
+            format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(70_000)).into_bytes(),
+            "414",
+            "URI_TOO_LONG",
+        ),
+        // The router's own limits, below hyper's.
+        (
+            format!(
+                "GET /v1/health?{} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+                "a".repeat(9_000)
+            )
+            .into_bytes(),
+            "414",
+            "URI_TOO_LONG",
+        ),
+        (
+            format!(
+                "GET /v1/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{}\r\n",
+                (0..70).map(|i| format!("x-h{i}: v\r\n")).collect::<String>()
+            )
+            .into_bytes(),
+            "431",
+            "HEADERS_TOO_LARGE",
+        ),
+    ];
+    for (request, status, code) in cases {
+        let (line, body) = raw(addr, &request).await;
+        assert!(line.starts_with(&format!("HTTP/1.1 {status}")), "{line}");
+        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{line}: {e}: {body:?}"));
+        assert_eq!(v["error"]["code"], code, "{body}");
+    }
+    let (line, body) = raw(
+        addr,
+        b"GET /v1/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    assert!(body.contains("ok"), "{body}");
+}
