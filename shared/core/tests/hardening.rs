@@ -542,7 +542,9 @@ async fn transport_refusals_carry_the_error_shape() {
         (
             format!(
                 "GET /v1/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{}\r\n",
-                (0..70).map(|i| format!("x-h{i}: v\r\n")).collect::<String>()
+                (0..70)
+                    .map(|i| format!("x-h{i}: v\r\n"))
+                    .collect::<String>()
             )
             .into_bytes(),
             "431",
@@ -552,7 +554,8 @@ async fn transport_refusals_carry_the_error_shape() {
     for (request, status, code) in cases {
         let (line, body) = raw(addr, &request).await;
         assert!(line.starts_with(&format!("HTTP/1.1 {status}")), "{line}");
-        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{line}: {e}: {body:?}"));
+        let v: Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{line}: {e}: {body:?}"));
         assert_eq!(v["error"]["code"], code, "{body}");
     }
     let (line, body) = raw(

@@ -261,6 +261,22 @@ mod tests {
         let token = stack.generated_token_file.unwrap();
         assert_eq!(mode(&token), 0o600);
         assert_eq!(mode(&data.join("warehouses")), 0o700);
+        // Everything in the data directory (credential store and its key included) is
+        // private to the owner.
+        let mut pending = vec![data.clone()];
+        let mut seen = 0;
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                seen += 1;
+                let m = mode(&path);
+                assert_eq!(m & 0o077, 0, "{} has mode {m:o}", path.display());
+                if path.is_dir() {
+                    pending.push(path);
+                }
+            }
+        }
+        assert!(seen >= 4, "metastore, token, secrets, warehouses");
         drop(stack.state);
         // A file widened by hand is narrowed again at the next start.
         std::fs::set_permissions(

@@ -34,10 +34,7 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Refuses over-long URIs and oversized header sections with the API's error shape.
 pub async fn request_limits(req: Request, next: Next) -> Response {
-    let uri_len = req
-        .uri()
-        .path_and_query()
-        .map_or(0, |pq| pq.as_str().len());
+    let uri_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
     if uri_len > MAX_URI_BYTES {
         return ApiError::new(
             Code::UriTooLong,
@@ -145,7 +142,8 @@ impl<T: AsyncWrite + Unpin> JsonErrorIo<T> {
     /// Writes out a pending replacement.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.written < self.pending.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.written..]))?;
+            let n =
+                ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.written..]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
