@@ -18,6 +18,10 @@ pub struct ServeArgs {
     /// Allow loopback, private-range and plain-http upstream catalogs (local testing only).
     #[arg(long)]
     pub allow_insecure_upstreams: bool,
+    /// Directory below which `file://` index warehouses may lie (created 0700 when missing);
+    /// default `DATA_DIR/warehouses`. No other local path can be used as a warehouse.
+    #[arg(long, env = "FLOTILLA_WAREHOUSE_ROOT", value_name = "DIR")]
+    pub warehouse_root: Option<PathBuf>,
     /// Log JSON lines instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -32,6 +36,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             .ok()
             .filter(|t| !t.is_empty()),
         tokens_file: std::env::var_os("FLOTILLA_TOKENS_FILE").map(PathBuf::from),
+        warehouse_root: args.warehouse_root.clone(),
     };
     let stack = match build(&opts) {
         Ok(s) => s,
@@ -58,6 +63,8 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     // The same scheduler and reconciler as the Lambdas, in-process (stopped on drop).
     let _reconcile = flotilla_runtime::local::spawn_reconcile(&stack.state);
     tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "flotilla serve ready on http://{addr}");
+    // Hyper's own parse-error answers (400/414/431) get the API's error shape.
+    let listener = flotilla_core::http::wire::JsonErrorListener(listener);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await;

@@ -34,36 +34,34 @@ impl IntegrationType {
     }
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum AuthType {
-    #[value(alias = "oauth_client_credentials")]
-    OauthClientCredentials,
-    Bearer,
-    #[value(alias = "aws_assume_role")]
-    AwsAssumeRole,
-    #[value(alias = "aws_access_keys")]
-    AwsAccessKeys,
-    #[value(alias = "aws_sigv4")]
-    AwsSigv4,
-}
+/// An authentication type, in its canonical spelling. Parsed by the server's own rule
+/// ([`flotilla_domain::model::canonical_auth_type`]: ASCII case-insensitive, `-` and `_`
+/// interchangeable), so the CLI accepts exactly what the API accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthType(&'static str);
 
 impl AuthType {
     fn api(self) -> &'static str {
-        match self {
-            Self::OauthClientCredentials => "OAUTH_CLIENT_CREDENTIALS",
-            Self::Bearer => "BEARER",
-            Self::AwsAssumeRole => "AWS_ASSUME_ROLE",
-            Self::AwsAccessKeys => "AWS_ACCESS_KEYS",
-            Self::AwsSigv4 => "AWS_SIGV4",
-        }
+        self.0
     }
+}
+
+fn parse_auth_type(s: &str) -> Result<AuthType, String> {
+    flotilla_domain::model::canonical_auth_type(s)
+        .map(AuthType)
+        .ok_or_else(|| {
+            format!(
+                "unknown authentication type; one of {}",
+                flotilla_domain::model::AUTH_TYPE_NAMES.join(", ")
+            )
+        })
 }
 
 /// Typed authentication input: the type and its non-secret settings.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AuthArgs {
     /// Authentication type.
-    #[arg(long, value_enum, ignore_case = true)]
+    #[arg(long, value_parser = parse_auth_type, value_name = "TYPE")]
     pub auth_type: AuthType,
     /// A non-secret authentication setting, e.g. `client_id=...`, `token_uri=...`, `scopes=a,b`,
     /// `role_arn=...`, `region=...` (repeatable). Secrets go through --cred-*.
@@ -148,7 +146,7 @@ pub enum IntegrationCmd {
     UpdateAuth {
         integration: String,
         /// New authentication type (with its --auth settings); omit to keep the current one.
-        #[arg(long, value_enum, ignore_case = true)]
+        #[arg(long, value_parser = parse_auth_type, value_name = "TYPE")]
         auth_type: Option<AuthType>,
         #[arg(long = "auth", value_name = "K=V", value_parser = parse_kv, requires = "auth_type")]
         auth: Vec<(String, String)>,

@@ -44,6 +44,7 @@ impl Server {
             allow_insecure_upstreams: true,
             bootstrap_token: Some(TOKEN.to_owned()),
             tokens_file: None,
+            warehouse_root: None,
         };
         let stack = flotilla_runtime::local::build(&opts).expect("local stack");
         let endpoint = serve(flotilla_core::router(stack.state)).await;

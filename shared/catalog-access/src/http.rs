@@ -13,6 +13,13 @@
 //! - Upstream text in errors and logs is bounded ([`crate::error::BoundedText`]).
 //! - Idempotent reads are retried with jittered exponential backoff, a bounded number of
 //!   times. Nothing else is retried here (the token POST is retried by its caller's logic).
+//! - Only idempotent reads follow redirects. A request sent once (the OAuth token POST,
+//!   which carries the client secret) never does: a `307`/`308` would re-send its body,
+//!   secret included, to whatever host the upstream names.
+//! - A refusal by the policy is permanent ([`CatalogAccessError::Config`], never retried):
+//!   the configured URI, or where it leads, is not allowed. Its message never names the
+//!   address a name resolved to (that would make the policy an internal-DNS oracle). In strict
+//!   mode a name that does not resolve is refused the same way.
 //! - System proxies are ignored: a proxy would resolve names itself and bypass the policy.
 
 use std::collections::BTreeMap;
@@ -117,6 +124,12 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
     let seg = ip.segments();
     if let Some(v4) = ip.to_ipv4_mapped() {
         return classify_v4(v4);
+    }
+    // IPv4-compatible (deprecated `::a.b.c.d`, RFC 4291 2.5.5.1): some stacks still route it
+    // to the embedded IPv4 address. `::` and `::1` are classified below as themselves.
+    if seg[..6] == [0, 0, 0, 0, 0, 0] && !ip.is_unspecified() && !ip.is_loopback() {
+        let o = ip.octets();
+        return classify_v4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
     }
     // NAT64 well-known prefix embeds an IPv4 address in the last 32 bits.
     if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0] {
@@ -313,7 +326,18 @@ impl PolicyResolver {
         let key = host.to_ascii_lowercase();
         let candidates: Vec<SocketAddr> = match self.static_hosts.get(&key) {
             Some(ips) => ips.iter().map(|ip| SocketAddr::new(*ip, 0)).collect(),
-            None => tokio::net::lookup_host((host, 0)).await?.collect(),
+            None => match tokio::net::lookup_host((host, 0)).await {
+                Ok(addrs) => addrs.collect(),
+                // Strict mode: a production upstream is a public name; one that does not
+                // resolve is a configuration error, not an outage to retry.
+                Err(_) if !self.policy.allow_insecure => {
+                    let host: String = host.chars().take(128).collect();
+                    return Err(Box::new(AddressRefused(format!(
+                        "host `{host}` cannot be resolved"
+                    ))));
+                }
+                Err(e) => return Err(Box::new(e)),
+            },
         };
         filter_addrs(self.policy, host, candidates).map_err(|e| Box::new(e) as _)
     }
@@ -336,9 +360,13 @@ fn filter_addrs(
         }
     }
     if allowed.is_empty() {
+        // Never the address nor its class: what an internal name resolves to is not the
+        // caller's business (an internal-DNS oracle otherwise).
         let host: String = host.chars().take(128).collect();
         return Err(match first_refusal {
-            Some(e) => AddressRefused(format!("host `{host}` resolves to {}", e.0)),
+            Some(_) => AddressRefused(format!(
+                "host `{host}` resolves to an address that is not allowed"
+            )),
             None => AddressRefused(format!("host `{host}` resolves to no address")),
         });
     }
@@ -526,6 +554,8 @@ impl UpstreamRequestCounters {
 #[derive(Clone)]
 pub struct HttpClient {
     client: reqwest::Client,
+    /// The same client without redirects, for requests sent once ([`RetryMode::Once`]).
+    no_redirect: reqwest::Client,
     policy: Arc<HttpPolicy>,
     /// The protocol whose counter every sent request advances (none for ad-hoc clients).
     protocol: Option<CatalogProtocol>,
@@ -555,26 +585,34 @@ impl HttpClient {
                 Err(e) => attempt.error(e),
             }
         });
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(redirect)
-            .connect_timeout(policy.connect_timeout)
-            .timeout(policy.request_timeout)
-            .https_only(!policy.address.allow_insecure)
-            .dns_resolver(PolicyResolver::new(
-                policy.address,
-                policy.static_hosts.clone(),
-            ))
-            .user_agent(concat!(
-                "flotilla-catalog-access/",
-                env!("CARGO_PKG_VERSION")
-            ))
-            .build()
-            .map_err(|e| {
-                CatalogAccessError::config(format!("cannot build HTTP client: {}", error_chain(&e)))
-            })?;
+        let build = |redirect: reqwest::redirect::Policy| {
+            reqwest::Client::builder()
+                .no_proxy()
+                .redirect(redirect)
+                .connect_timeout(policy.connect_timeout)
+                .timeout(policy.request_timeout)
+                .https_only(!policy.address.allow_insecure)
+                .dns_resolver(PolicyResolver::new(
+                    policy.address,
+                    policy.static_hosts.clone(),
+                ))
+                .user_agent(concat!(
+                    "flotilla-catalog-access/",
+                    env!("CARGO_PKG_VERSION")
+                ))
+                .build()
+                .map_err(|e| {
+                    CatalogAccessError::config(format!(
+                        "cannot build HTTP client: {}",
+                        error_chain(&e)
+                    ))
+                })
+        };
+        let client = build(redirect)?;
+        let no_redirect = build(reqwest::redirect::Policy::none())?;
         Ok(Self {
             client,
+            no_redirect,
             policy: Arc::new(policy),
             protocol: None,
         })
@@ -608,7 +646,11 @@ impl HttpClient {
         self.policy
             .address
             .check_url(request.url())
-            .map_err(|e| CatalogAccessError::Connection(BoundedText::new(&e.to_string())))?;
+            .map_err(|e| CatalogAccessError::Config(BoundedText::new(&e.to_string())))?;
+        let client = match mode {
+            RetryMode::IdempotentRead => &self.client,
+            RetryMode::Once => &self.no_redirect,
+        };
         let max_attempts = match mode {
             RetryMode::IdempotentRead => self.policy.retry.max_attempts.max(1),
             RetryMode::Once => 1,
@@ -631,9 +673,15 @@ impl HttpClient {
             if let Some(protocol) = self.protocol {
                 UPSTREAM_REQUESTS.record(protocol);
             }
-            let outcome = match self.client.execute(current).await {
+            let outcome = match client.execute(current).await {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
+                    if mode == RetryMode::Once && resp.status().is_redirection() {
+                        // Not followed, and not handed to the caller as an answer either.
+                        return Err(CatalogAccessError::Config(BoundedText::ours(&format!(
+                            "the endpoint answered a redirect (HTTP {status}); requests that carry credentials in their body never follow redirects"
+                        ))));
+                    }
                     if !last && pending.is_some() && is_retryable_status(status) {
                         let wait = retry_after(resp.headers(), self.policy.retry.max_delay)
                             .unwrap_or_else(|| self.policy.retry.backoff(attempt));
@@ -692,13 +740,13 @@ fn bounded(s: &str) -> BoundedText {
     BoundedText::new(s)
 }
 
-/// Transient transport failures worth retrying (a refused address never is).
+/// Transient transport failures worth retrying (a refused address never is: it is a
+/// `Config` error).
 fn transient(e: &CatalogAccessError) -> bool {
-    match e {
-        CatalogAccessError::Retryable { .. } => true,
-        CatalogAccessError::Connection(t) => !t.as_str().contains("refused by address policy"),
-        _ => false,
-    }
+    matches!(
+        e,
+        CatalogAccessError::Retryable { .. } | CatalogAccessError::Connection(_)
+    )
 }
 
 fn retry_after(headers: &HeaderMap, cap: Duration) -> Option<Duration> {
@@ -741,7 +789,7 @@ fn find_refusal<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a AddressRefuse
 fn map_reqwest_error(e: reqwest::Error) -> CatalogAccessError {
     let e = e.without_url();
     if let Some(refusal) = find_refusal(&e) {
-        return CatalogAccessError::Connection(BoundedText::new(&refusal.to_string()));
+        return CatalogAccessError::Config(BoundedText::new(&refusal.to_string()));
     }
     let text = error_chain(&e);
     if e.is_timeout() {
@@ -785,6 +833,9 @@ mod tests {
                 "255.255.255.255",
                 "::ffff:169.254.169.254",
                 "64:ff9b::a9fe:a9fe",
+                "::169.254.169.254",
+                "::a9fe:a9fe",
+                "::100.100.100.200",
             ] {
                 assert!(mode.check_ip(ip(bad)).is_err(), "{bad} allowed in {mode:?}");
             }
@@ -802,6 +853,8 @@ mod tests {
             "::1",
             "fd12::1",
             "::ffff:10.0.0.1",
+            "::127.0.0.1",
+            "::10.0.0.1",
         ] {
             assert!(
                 AddressPolicy::strict().check_ip(ip(private)).is_err(),
@@ -846,10 +899,24 @@ mod tests {
             ),
         ]);
         let strict = PolicyResolver::new(AddressPolicy::strict(), hosts.clone());
-        let e = strict.resolve_host("metadata.evil.test").await.unwrap_err();
-        assert!(e.to_string().contains("metadata"), "{e}");
-        let e = strict.resolve_host("private.evil.test").await.unwrap_err();
-        assert!(e.to_string().contains("private"), "{e}");
+        // Refused without naming the address or its class (no internal-DNS oracle).
+        for (host, ip) in [
+            ("metadata.evil.test", "169.254.169.254"),
+            ("private.evil.test", "10.0.0.7"),
+        ] {
+            let e = strict.resolve_host(host).await.unwrap_err().to_string();
+            assert!(e.contains("not allowed"), "{e}");
+            let e = e.replace(host, "<host>");
+            for leak in [ip, "metadata", "private", "loopback", "link-local"] {
+                assert!(!e.contains(leak), "{host}: {e}");
+            }
+        }
+        // Strict mode: a name that does not resolve is a permanent refusal.
+        let e = strict
+            .resolve_host("no-such-host.invalid")
+            .await
+            .unwrap_err();
+        assert!(e.downcast_ref::<AddressRefused>().is_some(), "{e}");
         let mixed = strict.resolve_host("mixed.test").await.unwrap();
         assert_eq!(mixed, vec![SocketAddr::new(ip("93.184.216.34"), 0)]);
         // `localhost` resolves (through the system resolver) to loopback only.

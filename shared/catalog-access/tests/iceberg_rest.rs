@@ -926,7 +926,7 @@ async fn redirect_to_metadata_address_is_refused() {
     );
     let err = c.list_namespaces(None, None, None).await.unwrap_err();
     match &err {
-        CatalogAccessError::Connection(t) => {
+        CatalogAccessError::Config(t) => {
             assert!(t.as_str().contains("refused by address policy"), "{t}");
         }
         other => panic!("unexpected {other:?}"),
@@ -980,7 +980,7 @@ async fn strict_policy_refuses_loopback_before_sending() {
             .unwrap();
         let err = c.list_namespaces(None, None, None).await.unwrap_err();
         assert!(
-            matches!(&err, CatalogAccessError::Connection(t) if t.as_str().contains("refused by address policy")),
+            matches!(&err, CatalogAccessError::Config(t) if t.as_str().contains("refused by address policy")),
             "{uri}: {err:?}"
         );
     }
@@ -1011,7 +1011,7 @@ async fn local_policy_still_refuses_names_resolving_to_metadata() {
         .unwrap();
     let err = c.list_namespaces(None, None, None).await.unwrap_err();
     assert!(
-        matches!(&err, CatalogAccessError::Connection(t) if t.as_str().contains("metadata")),
+        matches!(&err, CatalogAccessError::Config(t) if t.as_str().contains("not allowed")),
         "{err:?}"
     );
 }
@@ -1050,7 +1050,7 @@ async fn redirect_chains_stop_after_five_hops() {
     );
     let err = c.list_namespaces(None, None, None).await.unwrap_err();
     assert!(
-        matches!(&err, CatalogAccessError::Connection(t) if t.as_str().contains("more than 5 redirects")),
+        matches!(&err, CatalogAccessError::Config(t) if t.as_str().contains("more than 5 redirects")),
         "{err:?}"
     );
     assert_eq!(

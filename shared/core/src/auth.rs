@@ -108,9 +108,26 @@ pub trait Authenticator: Send + Sync + 'static {
 
 /// Tokens configured for `flotilla serve`: compared by SHA-256 digest so the raw token is
 /// not kept in memory beyond start-up and never reaches a log.
-#[derive(Default)]
+///
+/// A token's log identity (its principal's `subject`) is `token:{id}` when the tokens file
+/// names one, else `token:` and 12 hex digits of HMAC-SHA-256 under a key drawn at random per
+/// process (or set with [`StaticTokens::with_log_key`]). An unsalted digest prefix would let
+/// anyone holding a log test guessed short tokens offline; the keyed one cannot be checked
+/// without the key, which never leaves the process.
 pub struct StaticTokens {
     by_digest: HashMap<[u8; 32], Principal>,
+    log_key: [u8; 32],
+}
+
+impl Default for StaticTokens {
+    fn default() -> Self {
+        let mut log_key = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut log_key);
+        Self {
+            by_digest: HashMap::new(),
+            log_key,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -123,6 +140,9 @@ struct TokensFile {
 #[serde(deny_unknown_fields)]
 struct TokenEntry {
     token: String,
+    /// A non-secret name for logs (`token:{id}`); `[A-Za-z0-9._-]{1,64}`.
+    #[serde(default)]
+    id: Option<String>,
     #[serde(default)]
     operator: bool,
     #[serde(default)]
@@ -133,8 +153,19 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-fn subject_of(d: &[u8; 32]) -> String {
-    format!("token:{}", hex::encode(&d[..6]))
+fn keyed_subject(key: &[u8; 32], token: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(token.as_bytes());
+    let tag = mac.finalize().into_bytes();
+    format!("token:{}", hex::encode(&tag[..6]))
+}
+
+fn valid_token_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 impl StaticTokens {
@@ -142,9 +173,20 @@ impl StaticTokens {
         Self::default()
     }
 
+    /// Uses `key` for the log identities of tokens added afterwards (instead of the
+    /// per-process random key), so that they stay stable across restarts.
+    pub fn with_log_key(mut self, key: [u8; 32]) -> Self {
+        self.log_key = key;
+        self
+    }
+
     pub fn add(&mut self, token: &str, operator: bool, accounts: Vec<String>) {
+        let subject = keyed_subject(&self.log_key, token);
+        self.insert(token, subject, operator, accounts);
+    }
+
+    fn insert(&mut self, token: &str, subject: String, operator: bool, accounts: Vec<String>) {
         let d = digest(token);
-        let subject = subject_of(&d);
         let p = if operator {
             Principal {
                 subject,
@@ -167,7 +209,14 @@ impl StaticTokens {
             if t.token.len() < 8 {
                 return Err("tokens file: every token needs at least 8 characters".into());
             }
-            self.add(&t.token, t.operator, t.accounts);
+            let subject = match &t.id {
+                Some(id) if valid_token_id(id) => format!("token:{id}"),
+                Some(_) => {
+                    return Err("tokens file: a token id must match [A-Za-z0-9._-]{1,64}".into());
+                }
+                None => keyed_subject(&self.log_key, &t.token),
+            };
+            self.insert(&t.token, subject, t.operator, t.accounts);
         }
         Ok(())
     }
@@ -197,6 +246,56 @@ mod tests {
         assert!(p.can_access("acme") && !p.can_access("other"));
         assert!(t.authenticate("nope").is_none());
         assert!(!p.subject.contains("acme-token"));
+    }
+
+    #[test]
+    fn log_identities_are_keyed_not_plain_digests() {
+        let token = "acme-token-1";
+        let plain = format!("token:{}", hex::encode(&digest(token)[..6]));
+        let mut a = StaticTokens::new();
+        a.add(token, false, vec!["acme".into()]);
+        let mut b = StaticTokens::new();
+        b.add(token, false, vec!["acme".into()]);
+        let (sa, sb) = (
+            a.authenticate(token).unwrap().subject,
+            b.authenticate(token).unwrap().subject,
+        );
+        // The unsalted digest prefix of the token (guessable offline) is not what is logged,
+        // and two processes (two random keys) log different identities.
+        assert_ne!(sa, plain);
+        assert_ne!(sa, sb);
+        // A configured key gives a stable identity.
+        let mut c = StaticTokens::new().with_log_key([7; 32]);
+        c.add(token, false, vec![]);
+        let mut d = StaticTokens::new().with_log_key([7; 32]);
+        d.add(token, false, vec![]);
+        assert_eq!(
+            c.authenticate(token).unwrap().subject,
+            d.authenticate(token).unwrap().subject
+        );
+    }
+
+    #[test]
+    fn tokens_file_ids_name_principals() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.json");
+        std::fs::write(
+            &path,
+            r#"{"tokens": [{"token": "secret-token-1", "id": "ci-bot", "accounts": ["acme"]}]}"#,
+        )
+        .unwrap();
+        let mut t = StaticTokens::new();
+        t.load_file(&path).unwrap();
+        assert_eq!(
+            t.authenticate("secret-token-1").unwrap().subject,
+            "token:ci-bot"
+        );
+        std::fs::write(
+            &path,
+            r#"{"tokens": [{"token": "secret-token-1", "id": "bad id"}]}"#,
+        )
+        .unwrap();
+        assert!(StaticTokens::new().load_file(&path).is_err());
     }
 
     #[test]

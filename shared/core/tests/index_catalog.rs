@@ -816,12 +816,24 @@ async fn cross_account_access_is_denied(h: Harness) {
             r.body
         );
     }
+    // Acme's warehouse (or anything inside it) is not beta's: refused without a write.
+    for uri in [wh.uri.clone(), format!("{}m/", wh.uri)] {
+        let r = h
+            .post(
+                &ixc("beta"),
+                BETA,
+                json!({"name": "lake", "warehouse": uri}),
+            )
+            .await;
+        assert_error(&r, StatusCode::FORBIDDEN, "PERMISSION_DENIED");
+    }
     // Beta's own index catalogs are a separate namespace of names.
+    let beta_wh = Wh::new();
     let r = h
         .post(
             &ixc("beta"),
             BETA,
-            json!({"name": "lake", "warehouse": wh.uri}),
+            json!({"name": "lake", "warehouse": beta_wh.uri}),
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
@@ -902,12 +914,13 @@ async fn mutations_assert_the_account_fence(h: Harness) {
             .expect("get")
             .is_none()
     );
-    // Without an account at all: 404.
+    // Without an account at all: 404 (on a warehouse no account holds).
+    let unclaimed = Wh::new();
     let r = h
         .post(
             &ixc("ghost"),
             OPERATOR,
-            json!({"name": "lake", "warehouse": wh.uri}),
+            json!({"name": "lake", "warehouse": unclaimed.uri}),
         )
         .await;
     assert_error(&r, StatusCode::NOT_FOUND, "NOT_FOUND");

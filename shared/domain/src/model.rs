@@ -209,10 +209,38 @@ pub enum IntegrationType {
     DeltaSharing,
 }
 
+/// The authentication type names, in their canonical spelling.
+pub const AUTH_TYPE_NAMES: [&str; 5] = [
+    "OAUTH_CLIENT_CREDENTIALS",
+    "BEARER",
+    "AWS_ASSUME_ROLE",
+    "AWS_ACCESS_KEYS",
+    "AWS_SIGV4",
+];
+
+/// The one case rule for authentication type names, shared by the server and the CLI: a name
+/// matches ASCII case-insensitively, with `-` and `_` interchangeable (`bearer`, `BEARER`,
+/// `aws-sigv4`). Answers the canonical spelling, or `None` for an unknown type.
+pub fn canonical_auth_type(name: &str) -> Option<&'static str> {
+    AUTH_TYPE_NAMES.into_iter().find(|canonical| {
+        canonical.len() == name.len()
+            && canonical.bytes().zip(name.bytes()).all(|(c, n)| {
+                let n = if n == b'-' { b'_' } else { n };
+                c == n.to_ascii_uppercase()
+            })
+    })
+}
+
 /// Non-secret authentication configuration (seed 004 "Authentication and credentials").
-/// Secret values live only in the credential store.
+/// Secret values live only in the credential store. The `type` tag follows
+/// [`canonical_auth_type`]; it is always written canonically.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
+#[serde(
+    tag = "type",
+    rename_all = "SCREAMING_SNAKE_CASE",
+    deny_unknown_fields,
+    remote = "Self"
+)]
 pub enum AuthConfig {
     OauthClientCredentials {
         /// Token endpoint; for Iceberg REST the catalog's `/v1/oauth/tokens` when absent.
@@ -248,6 +276,25 @@ pub enum AuthConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         access_key_id: Option<String>,
     },
+}
+
+impl Serialize for AuthConfig {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // The derived (remote) implementation.
+        AuthConfig::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for AuthConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut value = Value::deserialize(deserializer)?;
+        if let Some(tag) = value.get_mut("type")
+            && let Some(canonical) = tag.as_str().and_then(canonical_auth_type)
+        {
+            *tag = Value::String(canonical.to_owned());
+        }
+        AuthConfig::deserialize(value).map_err(serde::de::Error::custom)
+    }
 }
 
 fn default_signing_name() -> String {
@@ -395,4 +442,36 @@ pub struct OverlayStatus {
     /// When the last run started (epoch ms); the scheduler compares the refresh interval.
     #[serde(default)]
     pub last_started_ms: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authentication_types_follow_one_case_rule() {
+        for spelling in ["BEARER", "bearer", "Bearer"] {
+            assert_eq!(canonical_auth_type(spelling), Some("BEARER"));
+            let auth: AuthConfig = serde_json::from_value(json!({"type": spelling})).unwrap();
+            assert_eq!(auth, AuthConfig::Bearer {});
+            assert_eq!(
+                serde_json::to_value(&auth).unwrap(),
+                json!({"type": "BEARER"})
+            );
+        }
+        assert_eq!(canonical_auth_type("aws-sigv4"), Some("AWS_SIGV4"));
+        assert_eq!(
+            canonical_auth_type("oauth_client_credentials"),
+            Some("OAUTH_CLIENT_CREDENTIALS")
+        );
+        for bad in ["BEARE", "BEARER ", "bearer\u{0}", "", "OAUTH"] {
+            assert_eq!(canonical_auth_type(bad), None, "{bad:?}");
+        }
+        let auth: AuthConfig =
+            serde_json::from_value(json!({"type": "oauth-client-credentials", "client_id": "c"}))
+                .unwrap();
+        assert_eq!(auth.type_name(), "OAUTH_CLIENT_CREDENTIALS");
+        assert!(serde_json::from_value::<AuthConfig>(json!({"type": "nope"})).is_err());
+        assert!(serde_json::from_value::<AuthConfig>(json!({"type": "bearer", "x": 1})).is_err());
+    }
 }

@@ -3,8 +3,9 @@
 //! Names compare as exact Unicode code point sequences: no case folding, no normalization
 //! (NFC and NFD spellings are different names). What is refused is what cannot be shown or
 //! stored unambiguously: empty segments, control characters (which also keeps the storage
-//! separators `0x1E`/`0x1F` out of names) and bidirectional overrides that make a name
-//! display as another.
+//! separators `0x1E`/`0x1F` out of names), bidirectional controls that make a name display
+//! as another, and invisible format characters (zero-width space, joiners, word joiner,
+//! byte order mark, ...) that make two names that look the same differ.
 
 use std::fmt;
 
@@ -43,7 +44,31 @@ pub fn validate_segment(what: &str, name: &str) -> Result<(), NameError> {
             c as u32
         )));
     }
+    if let Some(c) = name.chars().find(|c| is_invisible_format(*c)) {
+        return Err(NameError(format!(
+            "{what} contains the invisible formatting character U+{:04X}",
+            c as u32
+        )));
+    }
     Ok(())
+}
+
+/// Format characters that render as nothing: zero-width space, non-joiner and joiner
+/// (U+200B..U+200D), word joiner and the invisible operators (U+2060..U+2064), the
+/// deprecated format controls (U+206A..U+206F), the byte order mark / zero-width no-break
+/// space (U+FEFF), the soft hyphen (U+00AD), the Mongolian vowel separator (U+180E),
+/// interlinear annotation controls (U+FFF9..U+FFFB) and the tag characters
+/// (U+E0000..U+E007F).
+pub fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}'
+        | '\u{180E}'
+        | '\u{200B}'..='\u{200D}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{206A}'..='\u{206F}'
+        | '\u{FEFF}'
+        | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{E0000}'..='\u{E007F}')
 }
 
 fn is_bidi_control(c: char) -> bool {
@@ -190,6 +215,30 @@ mod tests {
         assert!(validate_segment("n", "").is_err());
         assert!(validate_segment("n", &"x".repeat(256)).is_err());
         assert!(validate_segment("n", &"x".repeat(255)).is_ok());
+    }
+
+    #[test]
+    fn invisible_format_characters_are_refused() {
+        for c in [
+            '\u{200B}',
+            '\u{200C}',
+            '\u{200D}',
+            '\u{2060}',
+            '\u{FEFF}',
+            '\u{00AD}',
+            '\u{2066}',
+            '\u{202E}',
+            '\u{200E}',
+            '\u{E0041}',
+        ] {
+            let name = format!("admin{c}");
+            let e = validate_segment("n", &name).unwrap_err();
+            assert!(e.0.contains(&format!("U+{:04X}", c as u32)), "{e}");
+            assert!(validate_display_name(&name).is_err());
+            assert!(NamespacePath::new(vec![name.clone()]).is_err());
+        }
+        // Visible non-ASCII letters stay allowed.
+        assert!(validate_segment("n", "Zürich-東京").is_ok());
     }
 
     #[test]

@@ -33,8 +33,9 @@ use crate::error::{IndexCatalogError, Result};
 use crate::keys;
 use crate::location::Warehouse;
 use crate::metadata::{IndexMetadata, Rule, validate_bytes, validate_successor};
-use crate::store::{ReadError, WarehouseStores, read_capped};
+use crate::store::{ReadError, WarehouseStores};
 use crate::types::*;
+use crate::warehouse;
 
 /// How often a mutation re-reads and retries after losing a race on an item it does not
 /// decide on (a namespace count). Losing on the decisive item ends the loop with a typed error.
@@ -232,8 +233,7 @@ impl IndexCatalogService {
                 message: e.0,
             }
         })?;
-        let store = self.stores.open(warehouse)?;
-        let bytes = match read_capped(store.as_ref(), &relative).await {
+        let bytes = match self.stores.read(warehouse, &relative).await {
             Ok(bytes) => bytes,
             Err(ReadError::NotFound) => {
                 return Err(IndexCatalogError::InvalidIndexMetadata {
@@ -330,6 +330,11 @@ impl IndexCatalogService {
         }
         let warehouse = Warehouse::parse(&req.warehouse)
             .map_err(|e| IndexCatalogError::invalid_argument(format!("warehouse: {e}")))?;
+        // The host's location rules, before anything is read (docs/parqdb.md "Warehouses").
+        self.stores
+            .policy()
+            .admit(&warehouse)
+            .map_err(|e| IndexCatalogError::invalid_argument(format!("warehouse: {e}")))?;
         let now = self.clock.now_ms();
         let record = CatalogRecord {
             name: req.name.clone(),
@@ -341,20 +346,45 @@ impl IndexCatalogService {
             account: account.to_owned(),
             name: req.name.clone(),
         };
-        let ops = vec![
-            Op::create(keys::index_catalog(account, &req.name), body(&record)?),
-            Op::put(
+        let catalog_key = keys::index_catalog(account, &req.name);
+        for _ in 0..MAX_ATTEMPTS {
+            // The warehouse's tenant prefix is bound to this account in the same transaction
+            // (a concurrent claim by another account makes one of the two fail).
+            let mut ops = warehouse::claim_ops(
+                self.store.as_ref(),
+                self.stores.policy(),
+                account,
+                &warehouse,
+            )
+            .await?;
+            ops.push(Op::create(catalog_key.clone(), body(&record)?));
+            ops.push(Op::put(
                 keys::warehouse_registration(&record.warehouse, account, &req.name),
                 body(&registration)?,
-            ),
-        ];
-        match self.transact(account, ops).await? {
-            Applied::Yes => Ok(catalog_view(&record, 1)),
-            Applied::Conflict => Err(IndexCatalogError::AlreadyExists {
-                message: format!("index catalog {:?} already exists", req.name),
-            }),
-            Applied::Unknown(e) => Err(e),
+            ));
+            match self.transact(account, ops).await? {
+                Applied::Yes => return Ok(catalog_view(&record, 1)),
+                Applied::Conflict => {
+                    if self.get(&catalog_key).await?.is_some() {
+                        return Err(IndexCatalogError::AlreadyExists {
+                            message: format!("index catalog {:?} already exists", req.name),
+                        });
+                    }
+                    if let Some(e) = warehouse::claimed_by_other(
+                        self.store.as_ref(),
+                        self.stores.policy(),
+                        account,
+                        &warehouse,
+                    )
+                    .await?
+                    {
+                        return Err(e);
+                    }
+                }
+                Applied::Unknown(e) => return Err(e),
+            }
         }
+        Err(Self::contention())
     }
 
     pub async fn get_index_catalog(&self, account: &str, name: &str) -> Result<IndexCatalog> {

@@ -36,6 +36,9 @@ pub enum IndexCatalogError {
     /// The request is malformed (names, URIs, page tokens, source bindings).
     #[error("{message}")]
     InvalidArgument { message: String },
+    /// The warehouse lies in a prefix another account holds (see [`crate::warehouse`]).
+    #[error("{message}")]
+    WarehouseNotAllowed { message: String },
     /// A retryable metastore or storage failure, including a write whose outcome is unknown:
     /// the caller reloads before deciding anything that depends on it.
     #[error("{message}")]
@@ -58,6 +61,7 @@ impl IndexCatalogError {
             Self::NotFound { .. } => "NOT_FOUND",
             Self::HasDependents { .. } => "HAS_DEPENDENTS",
             Self::InvalidArgument { .. } => "INVALID_ARGUMENT",
+            Self::WarehouseNotAllowed { .. } => "PERMISSION_DENIED",
             Self::Unavailable { .. } => "UNAVAILABLE",
             Self::Internal { .. } => "INTERNAL",
         }

@@ -33,7 +33,7 @@ use crate::error::{IndexCatalogError, Result};
 use crate::keys;
 use crate::location::Warehouse;
 use crate::metadata::IndexMetadata;
-use crate::store::{ReadError, read_capped, unavailable};
+use crate::store::{ReadError, unavailable};
 
 /// One object the plan would delete.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +56,10 @@ pub struct GcPlan {
     pub kept_reachable: usize,
     /// Unreachable (or never published) objects still inside the retention period.
     pub kept_recent: usize,
+    /// Listed objects never collected because they are not plainly inside the warehouse
+    /// (reached through a symlink, or a malformed location).
+    #[serde(default)]
+    pub kept_outside: usize,
 }
 
 /// The outcome of [`apply`].
@@ -157,8 +161,7 @@ async fn read_doc(
         .map_err(|e| IndexCatalogError::Internal {
             message: format!("a published location is outside its warehouse: {e}"),
         })?;
-    let store = service.stores.open(warehouse)?;
-    match read_capped(store.as_ref(), &relative).await {
+    match service.stores.read(warehouse, &relative).await {
         Ok(bytes) => Ok(Some(crate::metadata::validate_bytes(&bytes)?)),
         Err(ReadError::NotFound) => Ok(None),
         Err(ReadError::Catalog(e)) => Err(e),
@@ -180,6 +183,13 @@ pub async fn plan(
         ));
     }
     let (_, warehouse, _) = service.catalog_record(account, catalog).await?;
+    // A warehouse this host does not admit (stored before the rules existed) is not
+    // collected at all.
+    service
+        .stores
+        .policy()
+        .admit(&warehouse)
+        .map_err(|e| IndexCatalogError::invalid_argument(format!("warehouse: {e}")))?;
     let mut reachable = References::default();
     let mut lost = References::default();
     for registration in overlapping(service, &warehouse).await? {
@@ -246,9 +256,17 @@ pub async fn plan(
         delete: Vec::new(),
         kept_reachable: 0,
         kept_recent: 0,
+        kept_outside: 0,
     };
     for meta in listed {
-        let uri = warehouse.resolve(meta.location.as_ref());
+        let relative = meta.location.as_ref();
+        // Never outside the catalog's own prefix: a listed object must be a well-formed
+        // location inside the warehouse, reached without a link leading elsewhere.
+        let uri = warehouse.resolve(relative);
+        if warehouse.relative_of(&uri).is_err() || !service.stores.confined(&warehouse, relative) {
+            plan.kept_outside += 1;
+            continue;
+        }
         if reachable.lookup(&uri).0 {
             plan.kept_reachable += 1;
             continue;

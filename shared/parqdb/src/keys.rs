@@ -8,6 +8,8 @@
 //! | index mapping | `IXC#{account}#{name}` | `IDX#{ns path joined by U+001F}U+001E{index}` |
 //! | lost reachability | `IXC#{account}#{name}` | `UNREACH#{absolute metadata location}` |
 //! | warehouse registration | `IXWH` | `{warehouse uri}U+001E{account}U+001E{name}` |
+//! | warehouse prefix claim | `IXWHCLAIM` | `{tenant prefix uri}` |
+//! | claim held by an account | `ACCT#{account}` | `WHCLAIM#{tenant prefix uri}` |
 //!
 //! Accounts never contain `#`, so `IXC#{account}#{name}` splits unambiguously. Namespace
 //! segments and index names never contain U+001E or U+001F (refused on input), so the
@@ -28,6 +30,26 @@ pub const UNREACHABLE_PREFIX: &str = "UNREACH#";
 /// The one partition that lists which index catalogs use which warehouse, so that garbage
 /// collection of a warehouse sees every catalog whose mappings may reference its objects.
 pub const WAREHOUSE_PARTITION: &str = "IXWH";
+
+/// The one partition of warehouse prefix claims (see [`crate::warehouse`]): which account a
+/// tenant prefix belongs to.
+pub const WAREHOUSE_CLAIM_PARTITION: &str = "IXWHCLAIM";
+/// Sort-key prefix of an account's reverse claim items, so that account delete finds the
+/// claims to release.
+pub const ACCOUNT_CLAIM_PREFIX: &str = "WHCLAIM#";
+
+/// The claim of a tenant prefix.
+pub fn warehouse_claim(prefix: &str) -> Key {
+    Key::new(WAREHOUSE_CLAIM_PARTITION, prefix)
+}
+
+/// The reverse item of a claim, in the account partition.
+pub fn account_warehouse_claim(account: &str, prefix: &str) -> Key {
+    Key::new(
+        account_partition(account),
+        format!("{ACCOUNT_CLAIM_PREFIX}{prefix}"),
+    )
+}
 
 /// The account partition that holds index catalog records.
 pub fn account_partition(account: &str) -> String {

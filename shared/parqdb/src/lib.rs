@@ -7,6 +7,8 @@
 //! - [`gc`]: garbage collection of objects that lost catalog reachability.
 //! - [`keys`]: every metastore key this crate uses.
 //! - [`types`]: the request and response shapes of the `index-catalogs` routes.
+//! - [`warehouse`]: which warehouses a host and an account may use (reused by every
+//!   resource that names a warehouse).
 
 pub mod catalog;
 pub mod clock;
@@ -17,6 +19,7 @@ pub mod location;
 pub mod metadata;
 pub mod store;
 pub mod types;
+pub mod warehouse;
 
 pub use catalog::{IndexCatalogService, TransactionGuard};
 pub use error::IndexCatalogError;

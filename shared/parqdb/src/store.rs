@@ -3,12 +3,25 @@
 //! The catalog reads metadata documents (register, commit, garbage collection) and lists and
 //! deletes objects (garbage collection) under one warehouse. Stores are rooted at the
 //! warehouse, so every path here is warehouse-relative.
+//!
+//! Reads are hardened ([`DefaultWarehouseStores`]):
+//! - a warehouse the host's [`WarehousePolicy`] does not admit is never opened;
+//! - every read has a deadline ([`WarehouseIoLimits::read_deadline`]);
+//! - local (`file://`) reads open without blocking and without following a final symlink,
+//!   accept only regular files, refuse a path whose canonical form differs from its literal
+//!   form (no symlink anywhere below the root; reported like a missing file, so that nothing
+//!   outside can be probed), and run on the blocking pool under a semaphore of
+//!   [`WarehouseIoLimits::max_concurrent_file_io`] permits held until the blocking call
+//!   returns, so warehouse I/O can never take every blocking thread from the metastore.
 
 use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
@@ -18,19 +31,90 @@ use object_store::{ClientOptions, ObjectStore, RetryConfig};
 use crate::error::{IndexCatalogError, Result};
 use crate::location::{Warehouse, WarehouseKind};
 use crate::metadata::{MAX_METADATA_BYTES, Rule};
+use crate::warehouse::WarehousePolicy;
 
-/// Opens an object store rooted at a warehouse. A seam so that the host decides credentials
-/// and endpoints once, and tests can inject faults.
+static S3_ONLY: WarehousePolicy = WarehousePolicy::S3_ONLY;
+
+/// Time allowed for one metadata read (default of [`WarehouseIoLimits::read_deadline`]).
+pub const DEFAULT_READ_DEADLINE: Duration = Duration::from_secs(30);
+/// Concurrent local warehouse operations (default of
+/// [`WarehouseIoLimits::max_concurrent_file_io`]); tokio's blocking pool has 512 threads.
+pub const DEFAULT_MAX_CONCURRENT_FILE_IO: usize = 16;
+
+/// Opens an object store rooted at a warehouse. A seam so that the host decides credentials,
+/// endpoints and location rules once, and tests can inject faults.
 pub trait WarehouseStores: Send + Sync + 'static {
     fn open(&self, warehouse: &Warehouse) -> Result<Arc<dyn ObjectStore>>;
+
+    /// The host's location rules, checked before a warehouse is accepted. Default: `s3://`
+    /// warehouses only.
+    fn policy(&self) -> &WarehousePolicy {
+        &S3_ONLY
+    }
+
+    /// Reads one object of at most [`MAX_METADATA_BYTES`]. Default: through [`Self::open`],
+    /// within [`DEFAULT_READ_DEADLINE`].
+    fn read<'a>(
+        &'a self,
+        warehouse: &'a Warehouse,
+        relative: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ReadError>> {
+        Box::pin(async move {
+            let store = self.open(warehouse).map_err(ReadError::Catalog)?;
+            with_deadline(DEFAULT_READ_DEADLINE, read_capped(store.as_ref(), relative)).await
+        })
+    }
+
+    /// Whether a listed object may be collected: it is reached without leaving the warehouse.
+    /// Default: yes (object stores have no links).
+    fn confined(&self, _warehouse: &Warehouse, _relative: &str) -> bool {
+        true
+    }
 }
 
-/// `file://` through [`LocalFileSystem`]; `s3://` through [`AmazonS3Builder::from_env`] with an
-/// optional endpoint override (moto, MinIO). Stores are cached per warehouse.
-#[derive(Debug, Default)]
+/// Bounds of warehouse I/O on one host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WarehouseIoLimits {
+    /// Local (`file://`) operations running at once; further reads wait (within their
+    /// deadline) for a permit.
+    pub max_concurrent_file_io: usize,
+    /// Time allowed for one metadata read, waiting for a permit included.
+    pub read_deadline: Duration,
+}
+
+impl Default for WarehouseIoLimits {
+    fn default() -> Self {
+        Self {
+            max_concurrent_file_io: DEFAULT_MAX_CONCURRENT_FILE_IO,
+            read_deadline: DEFAULT_READ_DEADLINE,
+        }
+    }
+}
+
+/// `file://` through [`LocalFileSystem`] (reads through a hardened local path); `s3://`
+/// through [`AmazonS3Builder::from_env`] with an optional endpoint override (moto, MinIO).
+/// Stores are cached per warehouse. Without [`Self::with_policy`] only `s3://` warehouses are
+/// admitted.
+#[derive(Debug)]
 pub struct DefaultWarehouseStores {
     s3_endpoint: Option<String>,
+    policy: WarehousePolicy,
+    limits: WarehouseIoLimits,
+    permits: Arc<tokio::sync::Semaphore>,
     cache: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+}
+
+impl Default for DefaultWarehouseStores {
+    fn default() -> Self {
+        let limits = WarehouseIoLimits::default();
+        Self {
+            s3_endpoint: None,
+            policy: WarehousePolicy::S3_ONLY,
+            limits,
+            permits: Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_file_io)),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 impl DefaultWarehouseStores {
@@ -42,6 +126,57 @@ impl DefaultWarehouseStores {
     pub fn with_s3_endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.s3_endpoint = Some(endpoint.into());
         self
+    }
+
+    /// The host's location rules (a `file://` root on `flotilla serve`).
+    pub fn with_policy(mut self, policy: WarehousePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The bounds of warehouse I/O.
+    pub fn with_limits(mut self, limits: WarehouseIoLimits) -> Self {
+        let permits = limits.max_concurrent_file_io.max(1);
+        self.limits = limits;
+        self.permits = Arc::new(tokio::sync::Semaphore::new(permits));
+        self
+    }
+
+    fn admit(&self, warehouse: &Warehouse) -> Result<()> {
+        self.policy
+            .admit(warehouse)
+            .map_err(|e| IndexCatalogError::invalid_argument(format!("warehouse: {e}")))
+    }
+
+    /// A local read on the bounded pool: the permit travels into the blocking call and is
+    /// released only when that call returns, even if the caller gave up at its deadline.
+    async fn read_local(&self, dir: PathBuf, relative: &str) -> Result<Vec<u8>, ReadError> {
+        let deadline = tokio::time::Instant::now() + self.limits.read_deadline;
+        let timed_out = || {
+            ReadError::Catalog(IndexCatalogError::Unavailable {
+                message: "reading the warehouse timed out".into(),
+            })
+        };
+        let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|_| {
+                ReadError::Catalog(IndexCatalogError::Internal {
+                    message: "warehouse I/O pool closed".into(),
+                })
+            })?;
+        let path = dir.join(relative);
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            read_regular_file(&path, MAX_METADATA_BYTES)
+        });
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(ReadError::Catalog(IndexCatalogError::Internal {
+                message: format!("warehouse read task failed: {join}"),
+            })),
+            Err(_) => Err(timed_out()),
+        }
     }
 
     fn build(&self, warehouse: &Warehouse) -> Result<Arc<dyn ObjectStore>> {
@@ -89,6 +224,7 @@ impl DefaultWarehouseStores {
 
 impl WarehouseStores for DefaultWarehouseStores {
     fn open(&self, warehouse: &Warehouse) -> Result<Arc<dyn ObjectStore>> {
+        self.admit(warehouse)?;
         let mut cache = self.cache.lock().map_err(|_| IndexCatalogError::Internal {
             message: "warehouse store cache poisoned".into(),
         })?;
@@ -99,11 +235,114 @@ impl WarehouseStores for DefaultWarehouseStores {
         cache.insert(warehouse.as_str().to_owned(), store.clone());
         Ok(store)
     }
+
+    fn policy(&self) -> &WarehousePolicy {
+        &self.policy
+    }
+
+    fn read<'a>(
+        &'a self,
+        warehouse: &'a Warehouse,
+        relative: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ReadError>> {
+        Box::pin(async move {
+            self.admit(warehouse).map_err(ReadError::Catalog)?;
+            if let Some(dir) = self.policy.local_dir(warehouse) {
+                return self.read_local(dir, relative).await;
+            }
+            let store = self.open(warehouse).map_err(ReadError::Catalog)?;
+            with_deadline(
+                self.limits.read_deadline,
+                read_capped(store.as_ref(), relative),
+            )
+            .await
+        })
+    }
+
+    fn confined(&self, warehouse: &Warehouse, relative: &str) -> bool {
+        match self.policy.local_dir(warehouse) {
+            Some(dir) => literal_is_canonical(&dir.join(relative)),
+            None => self.policy.admit(warehouse).is_ok(),
+        }
+    }
+}
+
+/// Whether `path` exists and names itself: no component below the root is a symlink (and
+/// no `.`/`..` survives), so the path cannot lead outside its warehouse.
+fn literal_is_canonical(path: &FsPath) -> bool {
+    std::fs::canonicalize(path).is_ok_and(|c| c == path)
+}
+
+/// Reads a local regular file of at most `max` bytes without ever blocking in `open`: a FIFO
+/// or device is refused after a non-blocking open, a symlink is not followed, and a path that
+/// leads elsewhere through a symlinked directory reads as missing (no oracle on what lies
+/// outside the warehouse).
+fn read_regular_file(path: &FsPath, max: usize) -> Result<Vec<u8>, ReadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let unreadable = || {
+        ReadError::Catalog(IndexCatalogError::InvalidIndexMetadata {
+            rule: Rule::MetadataLocation,
+            message: "the metadata file cannot be read".into(),
+        })
+    };
+    if !literal_is_canonical(path) {
+        return Err(ReadError::NotFound);
+    }
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ReadError::NotFound),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(ReadError::NotFound),
+        Err(_) => return Err(unreadable()),
+    };
+    let meta = file.metadata().map_err(|_| unreadable())?;
+    if !meta.file_type().is_file() {
+        return Err(ReadError::Catalog(
+            IndexCatalogError::InvalidIndexMetadata {
+                rule: Rule::MetadataLocation,
+                message: "the metadata location does not name a regular file".into(),
+            },
+        ));
+    }
+    let too_large = || {
+        ReadError::Catalog(IndexCatalogError::InvalidIndexMetadata {
+            rule: Rule::Size,
+            message: format!("metadata file is larger than {max} bytes"),
+        })
+    };
+    if meta.len() > max as u64 {
+        return Err(too_large());
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    (&mut file)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|_| unreadable())?;
+    if out.len() > max {
+        return Err(too_large());
+    }
+    Ok(out)
+}
+
+async fn with_deadline<T>(
+    deadline: Duration,
+    read: impl std::future::Future<Output = Result<T, ReadError>>,
+) -> Result<T, ReadError> {
+    tokio::time::timeout(deadline, read)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ReadError::Catalog(IndexCatalogError::Unavailable {
+                message: "reading the warehouse timed out".into(),
+            }))
+        })
 }
 
 /// Why a metadata file could not be read.
 #[derive(Debug)]
-pub(crate) enum ReadError {
+pub enum ReadError {
     NotFound,
     Catalog(IndexCatalogError),
 }

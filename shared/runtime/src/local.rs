@@ -19,6 +19,29 @@ pub struct LocalOptions {
     pub bootstrap_token: Option<String>,
     /// `FLOTILLA_TOKENS_FILE`: `{"tokens": [{"token", "operator", "accounts"}]}`.
     pub tokens_file: Option<PathBuf>,
+    /// `--warehouse-root` / `FLOTILLA_WAREHOUSE_ROOT`: the directory below which `file://`
+    /// index warehouses may lie; `DATA_DIR/warehouses` when unset.
+    pub warehouse_root: Option<PathBuf>,
+}
+
+impl LocalOptions {
+    /// Options for `data_dir` with every other setting at its default.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            allow_insecure_upstreams: false,
+            bootstrap_token: None,
+            tokens_file: None,
+            warehouse_root: None,
+        }
+    }
+
+    /// The `file://` warehouse root in force.
+    pub fn warehouse_root(&self) -> PathBuf {
+        self.warehouse_root
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("warehouses"))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +57,11 @@ pub enum LocalError {
     Tokens(String),
     #[error("cannot open the local credential store: {0}")]
     Secrets(String),
+    #[error("cannot prepare the warehouse root {path}: {source}")]
+    WarehouseRoot {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// What `flotilla serve` runs on.
@@ -44,12 +72,21 @@ pub struct LocalStack {
 }
 
 pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
-    std::fs::create_dir_all(&opts.data_dir).map_err(|source| LocalError::DataDir {
-        path: opts.data_dir.clone(),
+    create_private_dir(&opts.data_dir)?;
+    let metastore_path = opts.data_dir.join("metastore.redb");
+    let redb =
+        RedbMetastore::open(&metastore_path).map_err(|e| LocalError::Metastore(e.to_string()))?;
+    // redb creates its file with the process umask; the metastore holds every account's
+    // configuration, so only the owner may read it.
+    make_private(&metastore_path, 0o600)?;
+    let warehouse_root = opts.warehouse_root();
+    let warehouse_policy = flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(
+        &warehouse_root,
+    )
+    .map_err(|source| LocalError::WarehouseRoot {
+        path: warehouse_root.clone(),
         source,
     })?;
-    let redb = RedbMetastore::open(opts.data_dir.join("metastore.redb"))
-        .map_err(|e| LocalError::Metastore(e.to_string()))?;
     let counting = CountingMetastore::new(redb);
     let counters = counting.counters();
 
@@ -90,8 +127,11 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         config,
     )
     .with_metrics(Arc::new(move || counters.render_prometheus()))
-    // `file://` index warehouses; `s3://` ones too, sent to `FLOTILLA_S3_ENDPOINT` if set.
-    .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env())
+    // `file://` index warehouses below the warehouse root; `s3://` ones too, sent to
+    // `FLOTILLA_S3_ENDPOINT` if set.
+    .with_index_stores(
+        flotilla_core::service::index_catalogs::local_warehouse_stores(warehouse_policy),
+    )
     .with_credentials(Arc::new(credentials));
     Ok(LocalStack {
         state,
@@ -113,6 +153,7 @@ fn generated_operator_token(data_dir: &Path) -> Result<(String, PathBuf), LocalE
     if let Ok(existing) = std::fs::read_to_string(&path) {
         let t = existing.trim().to_owned();
         if t.len() >= 8 {
+            make_private(&path, 0o600)?;
             return Ok((t, path));
         }
     }
@@ -126,7 +167,37 @@ fn generated_operator_token(data_dir: &Path) -> Result<(String, PathBuf), LocalE
         .open(&path)
         .map_err(io)?;
     f.write_all(token.as_bytes()).map_err(io)?;
+    make_private(&path, 0o600)?;
     Ok((token, path))
+}
+
+/// Creates the data directory (mode 0700) when missing. An existing directory keeps its mode
+/// (it may be one the operator chose and shares on purpose); the files in it are 0600.
+fn create_private_dir(dir: &Path) -> Result<(), LocalError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| LocalError::DataDir {
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
+/// Narrows a file of the data directory to `mode` (never widens it).
+fn make_private(path: &Path, mode: u32) -> Result<(), LocalError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source| LocalError::DataDir {
+        path: path.to_path_buf(),
+        source,
+    };
+    let current = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
+    if current & !mode != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(current & mode))
+            .map_err(io)?;
+    }
+    Ok(())
 }
 
 /// The reconcile scheduler loop and worker of `flotilla serve`, on the in-process queue.
@@ -168,4 +239,52 @@ pub fn spawn_reconcile(state: &AppState) -> ReconcileTasks {
         std::time::Duration::from_secs(every),
     ));
     ReconcileTasks { scheduler, worker }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn data_directory_files_are_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let stack = build(&LocalOptions::new(&data)).unwrap();
+        assert_eq!(mode(&data), 0o700);
+        assert_eq!(mode(&data.join("metastore.redb")), 0o600);
+        let token = stack.generated_token_file.unwrap();
+        assert_eq!(mode(&token), 0o600);
+        assert_eq!(mode(&data.join("warehouses")), 0o700);
+        // Everything in the data directory (credential store and its key included) is
+        // private to the owner.
+        let mut pending = vec![data.clone()];
+        let mut seen = 0;
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                seen += 1;
+                let m = mode(&path);
+                assert_eq!(m & 0o077, 0, "{} has mode {m:o}", path.display());
+                if path.is_dir() {
+                    pending.push(path);
+                }
+            }
+        }
+        assert!(seen >= 4, "metastore, token, secrets, warehouses");
+        drop(stack.state);
+        // A file widened by hand is narrowed again at the next start.
+        std::fs::set_permissions(
+            data.join("metastore.redb"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let _again = build(&LocalOptions::new(&data)).unwrap();
+        assert_eq!(mode(&data.join("metastore.redb")), 0o600);
+    }
 }

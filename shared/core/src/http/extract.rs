@@ -87,7 +87,8 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 
 pub fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<JsonBody<T>, ApiError> {
     check_depth(body)?;
-    let raw: Value = serde_json::from_slice(body)
+    let raw: Value = serde_json::from_slice::<UniqueKeys>(body)
+        .map(|v| v.0)
         .map_err(|e| ApiError::invalid(format!("malformed JSON body: {}", short(&e))))?;
     // Every request body is an object: serde would also read a struct from an array of its
     // fields in declaration order (`[null, null]`), which the API does not offer.
@@ -98,6 +99,72 @@ pub fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<JsonBody<T>, ApiE
     let value = serde_json::from_value(raw)
         .map_err(|e| ApiError::invalid(format!("invalid request: {}", short(&e))))?;
     Ok(JsonBody { value, canonical })
+}
+
+/// A JSON value whose objects never repeat a key. serde_json keeps the last of duplicate
+/// keys, so `{"token": "a", "token": "b"}` would mean something other than what a reviewer,
+/// a proxy or a log filter reading the first one sees; a duplicate is refused instead.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(UniqueKeys(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                let shown: String = key.chars().take(64).collect();
+                return Err(serde::de::Error::custom(format!(
+                    "duplicate key {shown:?} in one object"
+                )));
+            }
+            let UniqueKeys(v) = map.next_value()?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 fn short(e: &serde_json::Error) -> String {
@@ -267,5 +334,35 @@ pub fn idempotency(
                 &[b"POST", route.as_bytes(), mode.as_bytes(), canonical_body],
             )))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth() {
+        for body in [
+            r#"{"a": 1, "a": 2}"#,
+            r#"{"credentials": {"token": "first", "token": "second"}}"#,
+            r#"{"x": [{"k": null, "k": null}]}"#,
+        ] {
+            let Err(e) = parse_json::<Value>(&Bytes::from(body)) else {
+                panic!("accepted {body}");
+            };
+            assert_eq!(e.code, Code::InvalidArgument, "{body}");
+            assert!(e.message.contains("duplicate key"), "{}", e.message);
+            assert!(!e.message.contains("first") && !e.message.contains("second"));
+        }
+        let Ok(ok) = parse_json::<Value>(&Bytes::from(
+            r#"{"a": {"a": [1, 2.5, -3, "s", true, null]}}"#,
+        )) else {
+            panic!("refused a valid body");
+        };
+        assert_eq!(
+            ok.value,
+            serde_json::json!({"a": {"a": [1, 2.5, -3, "s", true, null]}})
+        );
     }
 }

@@ -9,6 +9,7 @@ mod openapi_routes;
 mod reconcile_routes;
 mod routes;
 mod upstream_routes;
+pub mod wire;
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};

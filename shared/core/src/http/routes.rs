@@ -74,6 +74,7 @@ pub fn router(state: AppState) -> Router {
     super::with_fallbacks(api)
         // Our extractor enforces the limit with the API's error shape; this is a backstop.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES + 1))
+        .layer(axum::middleware::from_fn(super::wire::request_limits))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
                 let route = req

@@ -6,9 +6,10 @@
 //!   crate's [`TransactionGuard`] hook. An index can therefore not be published behind an
 //!   account delete's cleanup: either it commits before the fence (and the cleanup sees it) or
 //!   its transaction fails.
-//! - Account delete removes each index catalog's partition and warehouse registration
-//!   ([`IndexCatalogCleanup`], registered by [`AppState::new`](crate::AppState::new)). Warehouse
-//!   objects are the customer's and are never deleted by an account delete.
+//! - Account delete removes each index catalog's partition and warehouse registration, and
+//!   releases the account's warehouse prefix claims ([`IndexCatalogCleanup`], registered by
+//!   [`AppState::new`](crate::AppState::new)). Warehouse objects are the customer's and are
+//!   never deleted by an account delete.
 //! - [`api_error`] is the one mapping of [`IndexCatalogError`] to the API's codes; the status of
 //!   each code is decided by [`Code::status`] like everywhere else.
 
@@ -36,17 +37,28 @@ use crate::state::AppState;
 /// warehouses. Unset on AWS.
 pub const S3_ENDPOINT_ENV: &str = "FLOTILLA_S3_ENDPOINT";
 
-/// The warehouse object stores a host uses: `file://` locally, `s3://` through the default
-/// AWS credential chain, sent to `FLOTILLA_S3_ENDPOINT` when that is set (emulators). Read
-/// once by the host at start-up.
+/// The warehouse object stores of a host without local warehouses (AWS): `s3://` only,
+/// through the default AWS credential chain, sent to `FLOTILLA_S3_ENDPOINT` when that is set
+/// (emulators). Read once by the host at start-up.
 pub fn warehouse_stores_from_env() -> Arc<dyn WarehouseStores> {
-    let stores = match std::env::var(S3_ENDPOINT_ENV) {
+    Arc::new(s3_stores_from_env())
+}
+
+/// The warehouse object stores of `flotilla serve`: `s3://` as on AWS, and `file://`
+/// warehouses below `policy`'s root (see [`flotilla_parqdb::warehouse`]).
+pub fn local_warehouse_stores(
+    policy: flotilla_parqdb::warehouse::WarehousePolicy,
+) -> Arc<dyn WarehouseStores> {
+    Arc::new(s3_stores_from_env().with_policy(policy))
+}
+
+fn s3_stores_from_env() -> DefaultWarehouseStores {
+    match std::env::var(S3_ENDPOINT_ENV) {
         Ok(endpoint) if !endpoint.trim().is_empty() => {
             DefaultWarehouseStores::new().with_s3_endpoint(endpoint.trim())
         }
         _ => DefaultWarehouseStores::new(),
-    };
-    Arc::new(stores)
+    }
 }
 
 /// The core clock seen through the ParqDB clock trait, so that reachability times and
@@ -194,6 +206,7 @@ pub fn api_error(e: IndexCatalogError) -> ApiError {
         E::NotFound { message } => ApiError::new(Code::NotFound, message),
         E::HasDependents { message } => ApiError::new(Code::HasDependents, message),
         E::InvalidArgument { message } => ApiError::new(Code::InvalidArgument, message),
+        E::WarehouseNotAllowed { message } => ApiError::new(Code::PermissionDenied, message),
         E::Unavailable { message } => ApiError::unavailable(message),
         E::Internal { message } => ApiError::internal(message),
     }
@@ -243,10 +256,17 @@ impl IndexCatalogCleanup {
 #[async_trait]
 impl AccountCleanup for IndexCatalogCleanup {
     async fn cleanup_item(&self, account: &str, item: &Item) -> ApiResult<()> {
+        let store: &dyn Metastore = self.store.as_ref();
+        // A warehouse prefix claim of the account: released, so the prefix is free again.
+        let release = flotilla_parqdb::warehouse::release_ops(store, account, &item.key.sk).await?;
+        for op in release {
+            // Only at the version read: losing that race means the claim changed hands or
+            // was released already; either way it is no longer ours to delete.
+            let _ = flotilla_metastore::put_one(store, op).await;
+        }
         let Some(name) = item.key.sk.strip_prefix(ixkeys::INDEX_CATALOG_PREFIX) else {
             return Ok(());
         };
-        let store: &dyn Metastore = self.store.as_ref();
         let pk = ixkeys::catalog_partition(account, name);
         loop {
             let page = store

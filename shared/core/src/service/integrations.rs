@@ -119,7 +119,11 @@ pub fn fingerprint_body(canonical: &[u8]) -> Vec<u8> {
 
 // ---- validation ------------------------------------------------------------------------
 
-fn validate_auth_for_type(kind: IntegrationType, auth: &AuthConfig) -> ApiResult<()> {
+fn validate_auth_for_type(
+    state: &AppState,
+    kind: IntegrationType,
+    auth: &AuthConfig,
+) -> ApiResult<()> {
     let ok = match kind {
         IntegrationType::IcebergRest => true,
         IntegrationType::Unity => matches!(
@@ -169,6 +173,9 @@ fn validate_auth_for_type(kind: IntegrationType, auth: &AuthConfig) -> ApiResult
                         "authentication.token_uri must be an http(s) URL without user-info or fragment",
                     ));
                 }
+                // The token endpoint receives the client secret: the same address policy as
+                // the catalog URI, checked now rather than first at connect.
+                check_upstream_url(state, "authentication.token_uri", &url)?;
             }
             for s in scopes {
                 nonempty("scopes[]", s)?;
@@ -318,26 +325,34 @@ pub fn validate_connection(
     let url = config
         .validate()
         .map_err(|e| ApiError::invalid(format!("invalid connection: {e}")))?;
+    check_upstream_url(state, "uri", &url)
+}
+
+/// The create-time address policy for a URL the service will contact (the catalog URI, the
+/// OAuth token endpoint): scheme, literal addresses (IPv4-mapped and -compatible IPv6
+/// included) and well-known metadata and loopback names. Names are checked again on every
+/// resolution at connect time.
+fn check_upstream_url(state: &AppState, what: &str, url: &url::Url) -> ApiResult<()> {
     let policy = if state.config.allow_insecure_upstreams {
         AddressPolicy::insecure()
     } else {
         AddressPolicy::strict()
     };
     policy
-        .check_url(&url)
-        .map_err(|e| ApiError::invalid(format!("uri refused: {}", e.reason())))?;
+        .check_url(url)
+        .map_err(|e| ApiError::invalid(format!("{what} refused: {}", e.reason())))?;
     if let Some(host) = url.host_str() {
         let h = host.trim_end_matches('.').to_ascii_lowercase();
         if METADATA_HOSTS.contains(&h.as_str()) {
-            return Err(ApiError::invalid(
-                "uri refused: cloud metadata endpoints are never contacted",
-            ));
+            return Err(ApiError::invalid(format!(
+                "{what} refused: cloud metadata endpoints are never contacted"
+            )));
         }
         if !state.config.allow_insecure_upstreams && (h == "localhost" || h.ends_with(".localhost"))
         {
-            return Err(ApiError::invalid(
-                "uri refused: loopback hosts are only allowed with --allow-insecure-upstreams",
-            ));
+            return Err(ApiError::invalid(format!(
+                "{what} refused: loopback hosts are only allowed with --allow-insecure-upstreams"
+            )));
         }
     }
     Ok(())
@@ -678,7 +693,7 @@ pub async fn create(
     idem: Option<IdempotencyRequest>,
 ) -> ApiResult<RecordedResponse> {
     validate_display_name(&req.display_name)?;
-    validate_auth_for_type(req.kind, &req.authentication)?;
+    validate_auth_for_type(state, req.kind, &req.authentication)?;
     validate_connection(state, &req.uri, &req.properties)?;
     let secret = validate_credentials(&req.authentication, &req.credentials)?;
     let store = state.store.as_ref();
@@ -997,7 +1012,7 @@ pub async fn rotate(
             .authentication
             .clone()
             .unwrap_or_else(|| cur.value.authentication.clone());
-        validate_auth_for_type(cur.value.kind, &auth)?;
+        validate_auth_for_type(state, cur.value.kind, &auth)?;
         let secret = validate_credentials(&auth, &req.credentials)?;
         let new_generation = match &secret {
             Some(s) => Some(

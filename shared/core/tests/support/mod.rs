@@ -72,6 +72,14 @@ pub async fn dynamo_store() -> DynMetastore {
     ))
 }
 
+/// The warehouse stores of the test hosts: `file://` warehouses below the system temporary
+/// directory (where `tempfile` creates them), as `flotilla serve` admits them below its root.
+pub fn test_warehouse_stores() -> Arc<dyn flotilla_parqdb::store::WarehouseStores> {
+    let policy = flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(&std::env::temp_dir())
+        .expect("temporary directory as warehouse root");
+    flotilla_core::service::index_catalogs::local_warehouse_stores(policy)
+}
+
 impl Harness {
     pub fn with_store(
         store: DynMetastore,
@@ -84,7 +92,8 @@ impl Harness {
         } else {
             (Arc::new(SystemClock), None)
         };
-        let state = AppState::new(store, clock, Arc::new(tokens()), Config::default());
+        let state = AppState::new(store, clock, Arc::new(tokens()), Config::default())
+            .with_index_stores(test_warehouse_stores());
         Self {
             router: flotilla_core::router(state.clone()),
             state,
