@@ -213,6 +213,15 @@ fn validate_auth_for_type(kind: IntegrationType, auth: &AuthConfig) -> ApiResult
     Ok(())
 }
 
+/// AWS signing parameters (`rest.signing-name`, `rest.signing-region`) against the
+/// authentication: well-formed, not contradicting it, a region somewhere for AWS types, none
+/// for other types; assume-role fields within STS's limits.
+fn validate_signing(auth: &AuthConfig, properties: &BTreeMap<String, String>) -> ApiResult<()> {
+    crate::access::aws_signing(auth, properties)
+        .map(|_| ())
+        .map_err(ApiError::invalid)
+}
+
 /// Which credential fields an authentication type needs and accepts.
 fn credential_rules(auth: &AuthConfig) -> (&'static [&'static str], &'static [&'static str]) {
     match auth {
@@ -397,9 +406,10 @@ fn secret_error(e: SecretStoreError) -> ApiError {
     }
 }
 
-/// How many generation numbers one prepare tries. Each number another writer holds (or a
-/// leftover the sweep has not reclaimed yet) costs one conditional write.
-const GENERATION_SEARCH: u64 = 64;
+/// How many generation numbers one prepare tries. A taken number makes the next attempt jump
+/// past every generation a record or stored secret holds ([`next_candidate`]), so leftovers
+/// awaiting the sweep cost one attempt in all; only concurrent writers can use up the rest.
+const GENERATION_ATTEMPTS: u32 = 64;
 
 /// The version of a generation record created from absence. The operation that created it
 /// owns it: publication asserts the record at exactly this version, so a sweep that claims
@@ -430,7 +440,11 @@ async fn prepare_generation(
     secret: &SecretBytes,
 ) -> ApiResult<u64> {
     let store = state.store.as_ref();
-    for generation in first..first.saturating_add(GENERATION_SEARCH) {
+    let mut generation = first;
+    for attempt in 0..GENERATION_ATTEMPTS {
+        if attempt > 0 {
+            generation = next_candidate(state, account, integration, generation).await;
+        }
         let rec = CredentialGenerationRecord {
             integration_id: integration.to_owned(),
             generation,
@@ -471,8 +485,33 @@ async fn prepare_generation(
         }
     }
     Err(ApiError::unavailable(
-        "no free credential generation; run sweep-credentials",
+        "no free credential generation after repeated concurrent rotations; retry",
     ))
+}
+
+/// The next generation to try after `taken` was taken: past every generation a record or a
+/// stored secret of the integration holds (best effort: a failed listing only skips one).
+async fn next_candidate(state: &AppState, account: &str, integration: &str, taken: u64) -> u64 {
+    let mut next = taken.saturating_add(1);
+    if let Ok(items) = strong_scan(
+        state.store.as_ref(),
+        &keys::account_pk(account),
+        &keys::credential_generations_prefix(integration),
+    )
+    .await
+    {
+        for item in items {
+            if let Ok(rec) = item.json::<CredentialGenerationRecord>() {
+                next = next.max(rec.generation.saturating_add(1));
+            }
+        }
+    }
+    if let Ok(stored) = state.credentials.list(account, integration).await {
+        for g in stored {
+            next = next.max(g.saturating_add(1));
+        }
+    }
+    next
 }
 
 /// Whether this operation still owns the record of `generation` (no sweep claimed it).
@@ -680,6 +719,7 @@ pub async fn create(
     validate_display_name(&req.display_name)?;
     validate_auth_for_type(req.kind, &req.authentication)?;
     validate_connection(state, &req.uri, &req.properties)?;
+    validate_signing(&req.authentication, &req.properties)?;
     let secret = validate_credentials(&req.authentication, &req.credentials)?;
     let store = state.store.as_ref();
     // The generation this request prepared (integration id, generation), reused when
@@ -924,6 +964,7 @@ pub async fn patch(
         }
         if req.uri.is_some() || req.properties.is_some() {
             validate_connection(state, &next.uri, &next.properties)?;
+            validate_signing(&next.authentication, &next.properties)?;
         }
         let fences_work = next.uri != cur.value.uri
             || next.properties != cur.value.properties
@@ -998,6 +1039,7 @@ pub async fn rotate(
             .clone()
             .unwrap_or_else(|| cur.value.authentication.clone());
         validate_auth_for_type(cur.value.kind, &auth)?;
+        validate_signing(&auth, &cur.value.properties)?;
         let secret = validate_credentials(&auth, &req.credentials)?;
         let new_generation = match &secret {
             Some(s) => Some(
@@ -1057,6 +1099,8 @@ pub async fn rotate(
 
 /// Deletes every credential generation of an integration and their records (idempotent).
 pub async fn purge_credentials(state: &AppState, account: &str, id: &str) -> ApiResult<()> {
+    // Every delete path ends here: the integration's upstream session goes first.
+    state.sessions.forget(account, id);
     for g in state
         .credentials
         .list(account, id)
