@@ -184,6 +184,7 @@ struct Settings {
     client_secret: String,
     token_lifetime_secs: Option<u64>,
     sigv4_keys: Vec<SigV4Key>,
+    sigv4_revoked: Vec<String>,
     sigv4_sts_lookup: Option<String>,
     vending: VendingMode,
     vended_expires_at_ms: Option<i64>,
@@ -318,6 +319,7 @@ impl IcebergFixture {
                     secret: DEFAULT_SIGV4_SECRET.to_owned(),
                     session_token: None,
                 }],
+                sigv4_revoked: Vec::new(),
                 sigv4_sts_lookup: None,
                 vending: VendingMode::ConfigAndStorageCredentials,
                 vended_expires_at_ms: Some(now_ms() + 3_600_000),
@@ -480,11 +482,12 @@ impl IcebergFixture {
         });
     }
 
-    /// Stops accepting `access_key` (an expired or revoked session).
+    /// Stops accepting `access_key` for good (an expired or revoked session; the STS lookup
+    /// does not learn it again).
     pub fn revoke_sigv4_key(&self, access_key: &str) {
-        lock(&self.inner.settings)
-            .sigv4_keys
-            .retain(|k| k.access_key != access_key);
+        let mut s = lock(&self.inner.settings);
+        s.sigv4_keys.retain(|k| k.access_key != access_key);
+        s.sigv4_revoked.push(access_key.to_owned());
     }
 
     /// Also accepts the temporary keys a moto server at `endpoint` issued through STS
@@ -1119,7 +1122,8 @@ async fn learn_sts_key(inner: &Inner, headers: &HeaderMap) {
         else {
             return;
         };
-        if s.sigv4_keys.iter().any(|k| k.access_key == key_id) {
+        if s.sigv4_keys.iter().any(|k| k.access_key == key_id) || s.sigv4_revoked.contains(&key_id)
+        {
             return;
         }
         (endpoint, key_id)

@@ -176,8 +176,13 @@ pub fn connection_config(record: &IntegrationRecord) -> CatalogConnectionConfig 
     }
 }
 
-/// The SPI authentication scheme of a record (no secrets involved).
-pub fn authentication(record: &IntegrationRecord) -> Result<CatalogAuthentication, AccessError> {
+/// The SPI authentication scheme of a record (no secrets involved). `default_region` is the
+/// deployment's own region, the signing region of an AWS integration that names none (as
+/// Iceberg's REST clients default `rest.signing-region` to the client's region).
+pub fn authentication(
+    record: &IntegrationRecord,
+    default_region: Option<&str>,
+) -> Result<CatalogAuthentication, AccessError> {
     match &record.authentication {
         AuthConfig::OauthClientCredentials { token_uri, client_id, scopes } => {
             let token_uri = match (token_uri, record.kind) {
@@ -202,7 +207,13 @@ pub fn authentication(record: &IntegrationRecord) -> Result<CatalogAuthenticatio
             let signing = aws_signing(&record.authentication, &record.properties)
                 .map_err(AccessError::Credentials)?
                 .ok_or_else(|| AccessError::Credentials("AWS authentication needs signing parameters".into()))?;
-            Ok(CatalogAuthentication::AwsSigV4 { region: signing.region, signing_name: signing.signing_name })
+            let region = signing.region.or(default_region.map(str::to_owned)).ok_or_else(|| {
+                AccessError::Credentials(format!(
+                    "{} authentication needs a signing region: set the property {SIGNING_REGION_PROPERTY} (the deployment has no AWS region)",
+                    record.authentication.type_name()
+                ))
+            })?;
+            Ok(CatalogAuthentication::AwsSigV4 { region, signing_name: signing.signing_name })
         }
     }
 }
@@ -214,10 +225,11 @@ pub const SIGNING_REGION_PROPERTY: &str = "rest.signing-region";
 /// The signing name when neither the properties nor the authentication name one.
 pub const DEFAULT_SIGNING_NAME: &str = "execute-api";
 
-/// Where and as what service AWS requests are signed.
+/// Where and as what service AWS requests are signed. Without a region the deployment's
+/// own applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AwsSigning {
-    pub region: String,
+    pub region: Option<String>,
     pub signing_name: String,
 }
 
@@ -231,8 +243,7 @@ fn signing_token_ok(v: &str) -> bool {
 /// The SigV4 signing parameters of an authentication with its connection properties:
 /// `None` for non-AWS authentication (which must not carry signing properties). Properties
 /// win; a property that contradicts an explicit authentication field is refused, as is a
-/// malformed value or an AWS authentication with no region anywhere. Also checks the
-/// assume-role fields STS constrains. Messages name properties and fields, never values.
+/// malformed value. Also checks the assume-role fields STS constrains. Messages name properties and fields, never values.
 pub fn aws_signing(
     auth: &AuthConfig,
     properties: &std::collections::BTreeMap<String, String>,
@@ -308,12 +319,7 @@ pub fn aws_signing(
             "property {SIGNING_NAME_PROPERTY} contradicts authentication.signing_name"
         ));
     }
-    let region = prop_region.or(auth_region.map(str::to_owned)).ok_or_else(|| {
-        format!(
-            "{} authentication needs a signing region: set the property {SIGNING_REGION_PROPERTY}",
-            auth.type_name()
-        )
-    })?;
+    let region = prop_region.or(auth_region.map(str::to_owned));
     let signing_name = prop_name
         .or(auth_name.map(str::to_owned))
         .unwrap_or_else(|| DEFAULT_SIGNING_NAME.to_owned());
@@ -477,7 +483,16 @@ async fn connect_new(
     record: &IntegrationRecord,
 ) -> Result<Box<dyn CatalogClient>, AccessError> {
     let protocol = protocol_of(record.kind);
-    let auth = authentication(record)?;
+    let is_aws = matches!(
+        record.authentication,
+        AuthConfig::AwsAssumeRole { .. } | AuthConfig::AwsAccessKeys { .. } | AuthConfig::AwsSigv4 { .. }
+    );
+    let default_region = if is_aws {
+        state.aws.sdk_config().await.region().map(|r| r.to_string())
+    } else {
+        None
+    };
+    let auth = authentication(record, default_region.as_deref())?;
     let config = connection_config(record);
     // Refuse a bad configuration before any secret is read.
     config.validate().map_err(AccessError::Catalog)?;
@@ -742,14 +757,14 @@ mod tests {
             client_id: "c".into(),
             scopes: vec![],
         };
-        match authentication(&record(IntegrationType::IcebergRest, auth.clone())) {
+        match authentication(&record(IntegrationType::IcebergRest, auth.clone()), None) {
             Ok(CatalogAuthentication::OauthClientCredentials { token_uri, .. }) => {
                 assert_eq!(token_uri, "https://catalog.example.com/v1/oauth/tokens");
             }
             other => panic!("unexpected {other:?}"),
         }
         assert!(matches!(
-            authentication(&record(IntegrationType::Unity, auth)),
+            authentication(&record(IntegrationType::Unity, auth), None),
             Err(AccessError::Credentials(_))
         ));
     }
@@ -767,11 +782,18 @@ mod tests {
             },
         );
         // No region anywhere.
-        assert!(matches!(authentication(&r), Err(AccessError::Credentials(_))));
+        assert!(matches!(authentication(&r, None), Err(AccessError::Credentials(_))));
+        assert_eq!(
+            authentication(&r, Some("ap-south-1")).unwrap(),
+            CatalogAuthentication::AwsSigV4 {
+                region: "ap-south-1".into(),
+                signing_name: DEFAULT_SIGNING_NAME.into()
+            }
+        );
         r.properties.insert(SIGNING_REGION_PROPERTY.into(), "eu-west-1".into());
         r.properties.insert(SIGNING_NAME_PROPERTY.into(), "glue".into());
         assert_eq!(
-            authentication(&r).unwrap(),
+            authentication(&r, Some("ap-south-1")).unwrap(),
             CatalogAuthentication::AwsSigV4 {
                 region: "eu-west-1".into(),
                 signing_name: "glue".into()
@@ -783,7 +805,7 @@ mod tests {
         };
         let r2 = record(IntegrationType::IcebergRest, keys.clone());
         assert_eq!(
-            authentication(&r2).unwrap(),
+            authentication(&r2, None).unwrap(),
             CatalogAuthentication::AwsSigV4 {
                 region: "us-east-1".into(),
                 signing_name: DEFAULT_SIGNING_NAME.into()
