@@ -358,17 +358,36 @@ pub fn is_sts_refusal(e: &CatalogAccessError) -> bool {
 /// An STS failure as a catalog-access error: refusals are `Authentication` with STS's own
 /// code and message (bounded and scrubbed), transport failures `Connection`, throttling and
 /// 5xx `Retryable`.
-fn sts_error<E, R>(e: &aws_sdk_sts::error::SdkError<E, R>) -> CatalogAccessError
+fn sts_error<E>(
+    e: &aws_sdk_sts::error::SdkError<E, aws_sdk_sts::config::http::HttpResponse>,
+) -> CatalogAccessError
 where
     E: aws_sdk_sts::error::ProvideErrorMetadata + std::error::Error,
-    R: fmt::Debug,
 {
     use aws_sdk_sts::error::SdkError;
     match e {
         SdkError::ServiceError(se) => {
             let err = se.err();
-            let code = err.code().unwrap_or("error");
-            let message = err.message().unwrap_or("");
+            // The SDK reads `ErrorResponse/Error/Code`; some STS implementations (moto) nest
+            // it one level deeper, so fall back to the error-type header and a tolerant scan.
+            let raw = se.raw();
+            let body = raw
+                .body()
+                .bytes()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            let code = err
+                .code()
+                .map(str::to_owned)
+                .or_else(|| raw.headers().get("x-amzn-errortype").map(str::to_owned))
+                .or_else(|| xml_element(&body, "Code"))
+                .unwrap_or_else(|| format!("HTTP{}", raw.status().as_u16()));
+            let message = err
+                .message()
+                .map(str::to_owned)
+                .or_else(|| xml_element(&body, "Message"))
+                .unwrap_or_default();
+            let message = message.as_str();
             // The code is an identifier; the message is STS's text and goes through the
             // scrubber on its own, so the prefix survives even when the message is withheld.
             let code: String = code
@@ -412,6 +431,15 @@ where
         },
         _ => CatalogAccessError::protocol("<sts>", "AWS STS answered something unreadable"),
     }
+}
+
+/// The text of the first `<name>` element of an XML error body (no entity decoding needed
+/// for codes; messages are shown as STS wrote them, bounded and scrubbed).
+fn xml_element(body: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let start = body.find(&open)? + open.len();
+    let len = body[start..].find(&format!("</{name}>"))?;
+    Some(body[start..start + len].trim().to_owned()).filter(|s| !s.is_empty())
 }
 
 #[async_trait]
