@@ -508,3 +508,60 @@ async fn rotation_skips_past_any_number_of_leftover_generations() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["credential_generation"], 152);
 }
+
+#[tokio::test]
+async fn the_scheduler_sweeps_accounts_with_integrations_within_its_budget() {
+    use flotilla_core::service::integrations::{SCHEDULED_SWEEP_MIN_AGE_MS, sweep_scheduled};
+    use flotilla_secrets::{CredentialStore, SecretBytes, SecretRef};
+    let (store, dir) = support::redb_store();
+    let creds = support::Creds::new();
+    let h = Harness::with_store(store, Some(dir), true).with_credentials(creds.dyn_store());
+    let clock = h.clock.clone().expect("manual clock");
+    for account in ["acme", "beta", "gamma"] {
+        h.account(account).await;
+    }
+    let a = h.integration("acme", ACME, "a").await;
+    let b = h.integration("beta", support::BETA, "b").await;
+    // A stray secret no record explains (an interrupted sweep), in each account with an
+    // integration, and a young leftover generation record with its secret in acme.
+    let stray = |account: &str, id: &str, generation: u64| {
+        SecretRef::new(account, id, generation).expect("ref")
+    };
+    let bytes = SecretBytes::new(br#"{"token":"stray"}"#.to_vec()).unwrap();
+    for (account, id) in [("acme", &a), ("beta", &b)] {
+        creds.store.inner().put_if_absent(&stray(account, id, 9), &bytes).await.unwrap();
+    }
+    let rec = CredentialGenerationRecord {
+        integration_id: a.clone(),
+        generation: 5,
+        state: "prepared".into(),
+        created_ms: h.state.clock.now_ms(),
+    };
+    let (pk, sk) = keys::credential_generation("acme", &a, 5);
+    h.state
+        .store
+        .transact(Transaction::new().with(Op::create(
+            Key::new(pk, sk),
+            serde_json::to_vec(&rec).unwrap(),
+        )))
+        .await
+        .unwrap();
+    creds.store.inner().put_if_absent(&stray("acme", &a, 5), &bytes).await.unwrap();
+
+    // Budget one account per pass: acme, then beta, then gamma (holds nothing), then acme.
+    let r = sweep_scheduled(&h.state, 1).await.unwrap();
+    assert_eq!((r.accounts_visited, r.accounts_swept, r.orphans_deleted), (1, 1, 1));
+    assert_eq!(creds.generations("acme", &a).await, vec![1, 5], "young leftover kept");
+    assert_eq!(creds.generations("beta", &b).await, vec![1, 9], "not yet visited");
+    let r = sweep_scheduled(&h.state, 1).await.unwrap();
+    assert_eq!((r.accounts_swept, r.orphans_deleted), (1, 1));
+    assert_eq!(creds.generations("beta", &b).await, vec![1]);
+    let r = sweep_scheduled(&h.state, 1).await.unwrap();
+    assert_eq!((r.accounts_visited, r.accounts_swept), (1, 0), "gamma holds nothing");
+    // An hour later the leftover is old enough; the pass wrapped around to acme.
+    clock.advance_ms(SCHEDULED_SWEEP_MIN_AGE_MS + 1);
+    let r = sweep_scheduled(&h.state, 1).await.unwrap();
+    assert_eq!((r.accounts_swept, r.generations_deleted), (1, 1));
+    assert_eq!(creds.generations("acme", &a).await, vec![1], "only the referenced generation");
+    assert_eq!(creds.generations("beta", &b).await, vec![1]);
+}
