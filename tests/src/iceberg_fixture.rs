@@ -1134,7 +1134,10 @@ async fn learn_sts_key(inner: &Inner, headers: &HeaderMap) {
     let Ok(data) = response.json::<Value>().await else {
         return;
     };
-    let roles = data["sts"]["AssumedRole"].as_array().cloned().unwrap_or_default();
+    let roles = data["sts"]["AssumedRole"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     for role in roles {
         if role["access_key_id"].as_str() == Some(key_id.as_str())
             && let (Some(secret), Some(token)) = (

@@ -110,7 +110,11 @@ impl PrivateMoto {
             .send()
             .await
             .expect("reset-auth");
-        assert!(r.status().is_success(), "reset-auth answered {}", r.status());
+        assert!(
+            r.status().is_success(),
+            "reset-auth answered {}",
+            r.status()
+        );
     }
 }
 

@@ -97,7 +97,11 @@ fn is_refusal(e: &CatalogAccessError) -> bool {
 async fn access_keys_sign_and_a_wrong_key_is_rejected() {
     let fx = fixture().await;
     fx.set_sigv4_keys("AKIDSTATIC", "static/secret");
-    let c = connect(&fx, keys("AKIDSTATIC", "static/secret", None), TestClock::new());
+    let c = connect(
+        &fx,
+        keys("AKIDSTATIC", "static/secret", None),
+        TestClock::new(),
+    );
     c.list_namespaces(None, None, None).await.unwrap();
     c.load_table(&NamespacePath::new(["sales"]), "orders", None)
         .await
@@ -129,10 +133,17 @@ async fn temporary_access_keys_sign_their_session_token() {
         TestClock::new(),
     );
     c.list_namespaces(None, None, None).await.unwrap();
-    assert_eq!(fx.sigv4_keys_used().last().map(String::as_str), Some("ASIATEMP"));
+    assert_eq!(
+        fx.sigv4_keys_used().last().map(String::as_str),
+        Some("ASIATEMP")
+    );
     // Without the token, or with another one, the temporary key is refused.
     for token in [None, Some("another-token")] {
-        let c = connect(&fx, keys("ASIATEMP", "temp/secret", token), TestClock::new());
+        let c = connect(
+            &fx,
+            keys("ASIATEMP", "temp/secret", token),
+            TestClock::new(),
+        );
         let e = c.list_namespaces(None, None, None).await.unwrap_err();
         assert!(is_refusal(&e), "{e:?}");
     }
@@ -187,7 +198,10 @@ async fn assume_role_signs_with_the_session_and_renews_before_expiry() {
     c.list_namespaces(None, None, None).await.unwrap();
     assert_eq!(source.sts_calls(), 2, "renewed ahead of expiry");
     let last = fx.sigv4_keys_used().last().cloned().unwrap();
-    assert!(last.starts_with("ASIA") && last != first, "{last} vs {first}");
+    assert!(
+        last.starts_with("ASIA") && last != first,
+        "{last} vs {first}"
+    );
 }
 
 #[tokio::test]
@@ -256,7 +270,10 @@ async fn ambient_signs_with_the_deployment_chain() {
     );
     c.list_namespaces(None, None, None).await.unwrap();
     let used = fx.sigv4_keys_used();
-    assert!(!used.is_empty() && used.iter().all(|k| k == "AKIDAMBIENT"), "{used:?}");
+    assert!(
+        !used.is_empty() && used.iter().all(|k| k == "AKIDAMBIENT"),
+        "{used:?}"
+    );
 }
 
 #[tokio::test]

@@ -1068,7 +1068,11 @@ async fn sigv4_with_session_token_signs_the_token_header() {
         service: "execute-api".to_owned(),
     });
     // The verifier holds temporary keys to their own session token.
-    fx.add_sigv4_key("ASIATEMPORARY", DEFAULT_SIGV4_SECRET, Some("temporary-session"));
+    fx.add_sigv4_key(
+        "ASIATEMPORARY",
+        DEFAULT_SIGV4_SECRET,
+        Some("temporary-session"),
+    );
     let c = connect_with(
         &fx,
         sigv4_auth(),

@@ -184,11 +184,17 @@ pub fn authentication(
     default_region: Option<&str>,
 ) -> Result<CatalogAuthentication, AccessError> {
     match &record.authentication {
-        AuthConfig::OauthClientCredentials { token_uri, client_id, scopes } => {
+        AuthConfig::OauthClientCredentials {
+            token_uri,
+            client_id,
+            scopes,
+        } => {
             let token_uri = match (token_uri, record.kind) {
                 (Some(u), _) => u.clone(),
                 // The Iceberg REST spec's (deprecated) catalog-hosted token endpoint.
-                (None, IntegrationType::IcebergRest) => format!("{}/v1/oauth/tokens", record.uri.trim_end_matches('/')),
+                (None, IntegrationType::IcebergRest) => {
+                    format!("{}/v1/oauth/tokens", record.uri.trim_end_matches('/'))
+                }
                 (None, _) => {
                     return Err(AccessError::Credentials(format!(
                         "{} OAuth client credentials need authentication.token_uri",
@@ -203,17 +209,24 @@ pub fn authentication(
             })
         }
         AuthConfig::Bearer {} => Ok(CatalogAuthentication::Bearer),
-        AuthConfig::AwsAssumeRole { .. } | AuthConfig::AwsAccessKeys { .. } | AuthConfig::AwsSigv4 { .. } => {
+        AuthConfig::AwsAssumeRole { .. }
+        | AuthConfig::AwsAccessKeys { .. }
+        | AuthConfig::AwsSigv4 { .. } => {
             let signing = aws_signing(&record.authentication, &record.properties)
                 .map_err(AccessError::Credentials)?
-                .ok_or_else(|| AccessError::Credentials("AWS authentication needs signing parameters".into()))?;
+                .ok_or_else(|| {
+                    AccessError::Credentials("AWS authentication needs signing parameters".into())
+                })?;
             let region = signing.region.or(default_region.map(str::to_owned)).ok_or_else(|| {
                 AccessError::Credentials(format!(
                     "{} authentication needs a signing region: set the property {SIGNING_REGION_PROPERTY} (the deployment has no AWS region)",
                     record.authentication.type_name()
                 ))
             })?;
-            Ok(CatalogAuthentication::AwsSigV4 { region, signing_name: signing.signing_name })
+            Ok(CatalogAuthentication::AwsSigV4 {
+                region,
+                signing_name: signing.signing_name,
+            })
         }
     }
 }
@@ -235,7 +248,8 @@ pub struct AwsSigning {
 
 fn signing_token_ok(v: &str) -> bool {
     (2..=64).contains(&v.len())
-        && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !v.starts_with('-')
         && !v.ends_with('-')
 }
@@ -248,8 +262,12 @@ pub fn aws_signing(
     auth: &AuthConfig,
     properties: &std::collections::BTreeMap<String, String>,
 ) -> Result<Option<AwsSigning>, String> {
-    let prop_name = properties.get(SIGNING_NAME_PROPERTY).map(|s| s.trim().to_owned());
-    let prop_region = properties.get(SIGNING_REGION_PROPERTY).map(|s| s.trim().to_owned());
+    let prop_name = properties
+        .get(SIGNING_NAME_PROPERTY)
+        .map(|s| s.trim().to_owned());
+    let prop_region = properties
+        .get(SIGNING_REGION_PROPERTY)
+        .map(|s| s.trim().to_owned());
     if let Some(n) = &prop_name
         && !signing_token_ok(n)
     {
@@ -273,12 +291,20 @@ pub fn aws_signing(
             }
             return Ok(None);
         }
-        AuthConfig::AwsAssumeRole { role_arn, external_id, session_name, duration_secs, region } => {
+        AuthConfig::AwsAssumeRole {
+            role_arn,
+            external_id,
+            session_name,
+            duration_secs,
+            region,
+        } => {
             if !role_arn.starts_with("arn:") || !role_arn.contains(":role/") {
                 return Err("authentication.role_arn must be an IAM role ARN".into());
             }
             let sts_chars = |v: &str, extra: &str| {
-                v.chars().all(|c| c.is_ascii_alphanumeric() || "+=,.@-_".contains(c) || extra.contains(c))
+                v.chars().all(|c| {
+                    c.is_ascii_alphanumeric() || "+=,.@-_".contains(c) || extra.contains(c)
+                })
             };
             if let Some(e) = external_id
                 && (!(2..=1224).contains(&e.len()) || !sts_chars(e, ":/"))
@@ -298,7 +324,11 @@ pub fn aws_signing(
             (region.as_deref(), None)
         }
         AuthConfig::AwsAccessKeys { region, .. } => (region.as_deref(), None),
-        AuthConfig::AwsSigv4 { region, signing_name, .. } => (
+        AuthConfig::AwsSigv4 {
+            region,
+            signing_name,
+            ..
+        } => (
             Some(region.as_str()),
             // The serde default is not an explicit choice.
             Some(signing_name.as_str()).filter(|n| *n != DEFAULT_SIGNING_NAME),
@@ -323,7 +353,10 @@ pub fn aws_signing(
     let signing_name = prop_name
         .or(auth_name.map(str::to_owned))
         .unwrap_or_else(|| DEFAULT_SIGNING_NAME.to_owned());
-    Ok(Some(AwsSigning { region, signing_name }))
+    Ok(Some(AwsSigning {
+        region,
+        signing_name,
+    }))
 }
 
 /// The STS session name of an integration without one: `flotilla-<id>`, cut to STS's limit.
@@ -485,7 +518,9 @@ async fn connect_new(
     let protocol = protocol_of(record.kind);
     let is_aws = matches!(
         record.authentication,
-        AuthConfig::AwsAssumeRole { .. } | AuthConfig::AwsAccessKeys { .. } | AuthConfig::AwsSigv4 { .. }
+        AuthConfig::AwsAssumeRole { .. }
+            | AuthConfig::AwsAccessKeys { .. }
+            | AuthConfig::AwsSigv4 { .. }
     );
     let default_region = if is_aws {
         state.aws.sdk_config().await.region().map(|r| r.to_string())
@@ -782,7 +817,10 @@ mod tests {
             },
         );
         // No region anywhere.
-        assert!(matches!(authentication(&r, None), Err(AccessError::Credentials(_))));
+        assert!(matches!(
+            authentication(&r, None),
+            Err(AccessError::Credentials(_))
+        ));
         assert_eq!(
             authentication(&r, Some("ap-south-1")).unwrap(),
             CatalogAuthentication::AwsSigV4 {
@@ -790,8 +828,10 @@ mod tests {
                 signing_name: DEFAULT_SIGNING_NAME.into()
             }
         );
-        r.properties.insert(SIGNING_REGION_PROPERTY.into(), "eu-west-1".into());
-        r.properties.insert(SIGNING_NAME_PROPERTY.into(), "glue".into());
+        r.properties
+            .insert(SIGNING_REGION_PROPERTY.into(), "eu-west-1".into());
+        r.properties
+            .insert(SIGNING_NAME_PROPERTY.into(), "glue".into());
         assert_eq!(
             authentication(&r, Some("ap-south-1")).unwrap(),
             CatalogAuthentication::AwsSigV4 {
@@ -813,7 +853,11 @@ mod tests {
         );
         let mut props = std::collections::BTreeMap::new();
         props.insert(SIGNING_REGION_PROPERTY.to_owned(), "eu-west-1".to_owned());
-        assert!(aws_signing(&keys, &props).unwrap_err().contains("contradicts"));
+        assert!(
+            aws_signing(&keys, &props)
+                .unwrap_err()
+                .contains("contradicts")
+        );
         props.insert(SIGNING_REGION_PROPERTY.to_owned(), "US EAST".to_owned());
         assert!(aws_signing(&keys, &props).is_err());
         let ambient = AuthConfig::AwsSigv4 {

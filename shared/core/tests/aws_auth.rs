@@ -139,7 +139,11 @@ async fn access_keys_sign_with_the_signing_properties_and_a_wrong_key_fails_its_
                "credentials": creds})
     };
     let good = env
-        .integration(body("k1", "AKIDKEYS", json!({"secret_access_key": "keys/secret"})))
+        .integration(body(
+            "k1",
+            "AKIDKEYS",
+            json!({"secret_access_key": "keys/secret"}),
+        ))
         .await;
     let r = env.namespaces(&good).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
@@ -158,7 +162,11 @@ async fn access_keys_sign_with_the_signing_properties_and_a_wrong_key_fails_its_
     );
 
     let bad = env
-        .integration(body("k3", "AKIDKEYS", json!({"secret_access_key": "wrong"})))
+        .integration(body(
+            "k3",
+            "AKIDKEYS",
+            json!({"secret_access_key": "wrong"}),
+        ))
         .await;
     let r = env.validate(&bad).await;
     assert_eq!(r.body["valid"], false);
@@ -166,7 +174,10 @@ async fn access_keys_sign_with_the_signing_properties_and_a_wrong_key_fails_its_
     assert_eq!(c["status"], "FAILED", "{:?}", r.body);
     assert_eq!(c["issue"], "AWS_AUTHENTICATION_FAILED", "{:?}", r.body);
     let text = r.body.to_string();
-    assert!(!text.contains("keys/secret") && !text.contains("wrong\""), "{text}");
+    assert!(
+        !text.contains("keys/secret") && !text.contains("wrong\""),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -189,9 +200,11 @@ async fn ambient_is_an_explicit_choice_signed_by_the_deployment_chain() {
     let fx = sigv4_fixture("execute-api").await;
     fx.set_sigv4_keys("AKIDDEPLOY", "deploy/secret");
     let id = env
-        .integration(json!({"display_name": "amb", "type": "ICEBERG_REST", "uri": fx.uri(),
+        .integration(
+            json!({"display_name": "amb", "type": "ICEBERG_REST", "uri": fx.uri(),
             "authentication": {"type": "AWS_SIGV4", "region": "us-east-1",
-                               "credential_source": "AMBIENT"}}))
+                               "credential_source": "AMBIENT"}}),
+        )
         .await;
     let r = env.namespaces(&id).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
@@ -204,9 +217,24 @@ async fn signing_properties_are_validated_at_create() {
     let keys = json!({"type": "AWS_ACCESS_KEYS", "access_key_id": "AKID", "region": "us-east-1"});
     let sak = json!({"secret_access_key": "s"});
     for (props, auth, creds, needle) in [
-        (json!({"rest.signing-name": "Glue Service"}), &keys, &sak, "rest.signing-name"),
-        (json!({"rest.signing-region": "us_east_1!"}), &keys, &sak, "rest.signing-region"),
-        (json!({"rest.signing-region": "eu-west-1"}), &keys, &sak, "contradicts"),
+        (
+            json!({"rest.signing-name": "Glue Service"}),
+            &keys,
+            &sak,
+            "rest.signing-name",
+        ),
+        (
+            json!({"rest.signing-region": "us_east_1!"}),
+            &keys,
+            &sak,
+            "rest.signing-region",
+        ),
+        (
+            json!({"rest.signing-region": "eu-west-1"}),
+            &keys,
+            &sak,
+            "contradicts",
+        ),
         (
             json!({"rest.signing-name": "glue"}),
             &json!({"type": "BEARER"}),
@@ -231,7 +259,12 @@ async fn signing_properties_are_validated_at_create() {
                            "uri": "https://glue.us-east-1.amazonaws.com/iceberg",
                            "properties": props, "authentication": auth, "credentials": creds}))
             .await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{props} {auth}: {:?}", r.body);
+        assert_eq!(
+            r.status,
+            StatusCode::BAD_REQUEST,
+            "{props} {auth}: {:?}",
+            r.body
+        );
         let msg = r.body["error"]["message"].as_str().unwrap_or_default();
         assert!(msg.contains(needle), "{needle}: {msg}");
     }
@@ -260,11 +293,19 @@ async fn assume_role_signs_with_its_session_and_a_rotation_stops_using_it() {
         assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     }
     let r = env.validate(&id).await;
-    assert_eq!(check(&r, "CATALOG_AUTHENTICATION")["status"], "PASSED", "{:?}", r.body);
+    assert_eq!(
+        check(&r, "CATALOG_AUTHENTICATION")["status"],
+        "PASSED",
+        "{:?}",
+        r.body
+    );
     let used = fx.sigv4_keys_used();
     let old = used[0].clone();
     assert!(old.starts_with("ASIA"), "{old}");
-    assert!(used.iter().all(|k| *k == old), "one session for every call: {used:?}");
+    assert!(
+        used.iter().all(|k| *k == old),
+        "one session for every call: {used:?}"
+    );
 
     // Rotation (another external id): a new session; the old one is never used again.
     let r = env
@@ -282,10 +323,16 @@ async fn assume_role_signs_with_its_session_and_a_rotation_stops_using_it() {
     }
     let after = fx.sigv4_keys_used()[seen..].to_vec();
     assert!(!after.is_empty());
-    assert!(after.iter().all(|k| *k != old && k.starts_with("ASIA")), "{after:?}");
+    assert!(
+        after.iter().all(|k| *k != old && k.starts_with("ASIA")),
+        "{after:?}"
+    );
     // Nothing of the session reached an answer.
     let listing = env.namespaces(&id).await.body.to_string();
-    assert!(!listing.contains(&old) && !listing.contains("ASIA"), "{listing}");
+    assert!(
+        !listing.contains(&old) && !listing.contains("ASIA"),
+        "{listing}"
+    );
 }
 
 /// A deployment identity that may assume `allowed` only: a private moto server with IAM
@@ -316,7 +363,11 @@ async fn restricted_deployment(moto: &PrivateMoto) -> AwsDeployment {
             r.text().await.unwrap()
         }
     };
-    iam(vec![("Action", "CreateUser".into()), ("UserName", "deployer".into())]).await;
+    iam(vec![
+        ("Action", "CreateUser".into()),
+        ("UserName", "deployer".into()),
+    ])
+    .await;
     let key = iam(vec![
         ("Action", "CreateAccessKey".into()),
         ("UserName", "deployer".into()),
@@ -380,10 +431,7 @@ async fn a_denied_assume_role_fails_validation_with_its_own_entry_and_publishes_
 
     // A reconciliation of an overlay on it publishes nothing.
     let catalog = env.h.catalog("acme", ACME, "analytics").await;
-    let overlay = env
-        .h
-        .overlay("acme", ACME, "imp", &denied, &catalog)
-        .await;
+    let overlay = env.h.overlay("acme", ACME, "imp", &denied, &catalog).await;
     let r = env
         .h
         .call(
@@ -452,7 +500,11 @@ async fn upstream_sessions_are_reused_and_dropped_on_rotation_uri_change_and_del
     assert_eq!(fx.token_requests(), 3);
 
     // A URI change (same server, another spelling): a new client and token.
-    let etag = env.h.get(&format!("{A}/integrations/{id}"), ACME).await.etag();
+    let etag = env
+        .h
+        .get(&format!("{A}/integrations/{id}"), ACME)
+        .await
+        .etag();
     let r = env
         .h
         .call(
@@ -480,8 +532,10 @@ async fn rotation_skips_past_any_number_of_leftover_generations() {
     let env = Env::new(None).await;
     let fx = IcebergFixture::start_with_sample().await;
     let id = env
-        .integration(json!({"display_name": "b", "type": "ICEBERG_REST", "uri": fx.uri(),
-            "authentication": {"type": "BEARER"}, "credentials": {"token": "t1"}}))
+        .integration(
+            json!({"display_name": "b", "type": "ICEBERG_REST", "uri": fx.uri(),
+            "authentication": {"type": "BEARER"}, "credentials": {"token": "t1"}}),
+        )
         .await;
     // 150 leftovers awaiting the sweep, far more than one prepare could ever step over one
     // by one (the old fixed window was 64).
@@ -529,7 +583,12 @@ async fn the_scheduler_sweeps_accounts_with_integrations_within_its_budget() {
     };
     let bytes = SecretBytes::new(br#"{"token":"stray"}"#.to_vec()).unwrap();
     for (account, id) in [("acme", &a), ("beta", &b)] {
-        creds.store.inner().put_if_absent(&stray(account, id, 9), &bytes).await.unwrap();
+        creds
+            .store
+            .inner()
+            .put_if_absent(&stray(account, id, 9), &bytes)
+            .await
+            .unwrap();
     }
     let rec = CredentialGenerationRecord {
         integration_id: a.clone(),
@@ -546,22 +605,46 @@ async fn the_scheduler_sweeps_accounts_with_integrations_within_its_budget() {
         )))
         .await
         .unwrap();
-    creds.store.inner().put_if_absent(&stray("acme", &a, 5), &bytes).await.unwrap();
+    creds
+        .store
+        .inner()
+        .put_if_absent(&stray("acme", &a, 5), &bytes)
+        .await
+        .unwrap();
 
     // Budget one account per pass: acme, then beta, then gamma (holds nothing), then acme.
     let r = sweep_scheduled(&h.state, 1).await.unwrap();
-    assert_eq!((r.accounts_visited, r.accounts_swept, r.orphans_deleted), (1, 1, 1));
-    assert_eq!(creds.generations("acme", &a).await, vec![1, 5], "young leftover kept");
-    assert_eq!(creds.generations("beta", &b).await, vec![1, 9], "not yet visited");
+    assert_eq!(
+        (r.accounts_visited, r.accounts_swept, r.orphans_deleted),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        creds.generations("acme", &a).await,
+        vec![1, 5],
+        "young leftover kept"
+    );
+    assert_eq!(
+        creds.generations("beta", &b).await,
+        vec![1, 9],
+        "not yet visited"
+    );
     let r = sweep_scheduled(&h.state, 1).await.unwrap();
     assert_eq!((r.accounts_swept, r.orphans_deleted), (1, 1));
     assert_eq!(creds.generations("beta", &b).await, vec![1]);
     let r = sweep_scheduled(&h.state, 1).await.unwrap();
-    assert_eq!((r.accounts_visited, r.accounts_swept), (1, 0), "gamma holds nothing");
+    assert_eq!(
+        (r.accounts_visited, r.accounts_swept),
+        (1, 0),
+        "gamma holds nothing"
+    );
     // An hour later the leftover is old enough; the pass wrapped around to acme.
     clock.advance_ms(SCHEDULED_SWEEP_MIN_AGE_MS + 1);
     let r = sweep_scheduled(&h.state, 1).await.unwrap();
     assert_eq!((r.accounts_swept, r.generations_deleted), (1, 1));
-    assert_eq!(creds.generations("acme", &a).await, vec![1], "only the referenced generation");
+    assert_eq!(
+        creds.generations("acme", &a).await,
+        vec![1],
+        "only the referenced generation"
+    );
     assert_eq!(creds.generations("beta", &b).await, vec![1]);
 }

@@ -1517,7 +1517,11 @@ pub async fn sweep_scheduled(state: &AppState, max_accounts: usize) -> ApiResult
             .await?
             > 0
             || store
-                .count(&pk, keys::CREDENTIAL_GENERATION_PREFIX, Consistency::Eventual)
+                .count(
+                    &pk,
+                    keys::CREDENTIAL_GENERATION_PREFIX,
+                    Consistency::Eventual,
+                )
                 .await?
                 > 0;
         if !holds {
@@ -1542,4 +1546,3 @@ pub async fn sweep_scheduled(state: &AppState, max_accounts: usize) -> ApiResult
     }
     Ok(report)
 }
-
