@@ -123,6 +123,11 @@ export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 # Keep the developer's own AWS configuration and the instance metadata service out of tests.
 export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true
 unset AWS_PROFILE
+# The deployment's own AWS identity (assume-role, ambient) in tests: STS is moto, reached
+# through the standard SDK variable, exactly as a deployment configures it.
+export AWS_ENDPOINT_URL_STS="$FLOTILLA_MOTO_ENDPOINT"
+# Tests that need moto state of their own (IAM enforcement is server-wide) start a private one.
+export FLOTILLA_MOTO_SERVER="$VENV/bin/moto_server"
 
 # ---- 3. Rust checks and tests ------------------------------------------------------------
 log "cargo fmt --all --check"

@@ -14,7 +14,9 @@
 //! `next-page-token` (lakana), `metadataLocation` instead of `metadata-location`, namespaces
 //! listed as objects, remote signing instead of vended keys. Authentication: none, static
 //! bearer tokens, OAuth2-issued tokens (revocable with [`IcebergFixture::expire_issued_tokens`]),
-//! or SigV4 verified against an independent recomputation of the signature. Faults
+//! or SigV4 verified against an independent recomputation of the signature, for any number of
+//! configured keys, temporary keys with their signed session token, and (optionally) the
+//! sessions a moto server's STS issued. Faults
 //! ([`IcebergFault`]) are injected per request; "slow" responses are held until
 //! [`IcebergFixture::release_held`] rather than slept. Every request is logged
 //! ([`RequestLog`]).
@@ -181,8 +183,9 @@ struct Settings {
     client_id: String,
     client_secret: String,
     token_lifetime_secs: Option<u64>,
-    sigv4_access_key: String,
-    sigv4_secret: String,
+    sigv4_keys: Vec<SigV4Key>,
+    sigv4_revoked: Vec<String>,
+    sigv4_sts_lookup: Option<String>,
     vending: VendingMode,
     vended_expires_at_ms: Option<i64>,
     camel_case_metadata_location: bool,
@@ -231,6 +234,7 @@ struct Inner {
     vend_counter: AtomicU64,
     scopes_seen: Mutex<Vec<String>>,
     sigv4_verified: AtomicUsize,
+    sigv4_keys_used: Mutex<Vec<String>>,
     log: RequestLog,
     hold: HoldGate,
 }
@@ -310,8 +314,13 @@ impl IcebergFixture {
                 client_id: DEFAULT_CLIENT_ID.to_owned(),
                 client_secret: DEFAULT_CLIENT_SECRET.to_owned(),
                 token_lifetime_secs: Some(3600),
-                sigv4_access_key: DEFAULT_SIGV4_ACCESS_KEY.to_owned(),
-                sigv4_secret: DEFAULT_SIGV4_SECRET.to_owned(),
+                sigv4_keys: vec![SigV4Key {
+                    access_key: DEFAULT_SIGV4_ACCESS_KEY.to_owned(),
+                    secret: DEFAULT_SIGV4_SECRET.to_owned(),
+                    session_token: None,
+                }],
+                sigv4_revoked: Vec::new(),
+                sigv4_sts_lookup: None,
                 vending: VendingMode::ConfigAndStorageCredentials,
                 vended_expires_at_ms: Some(now_ms() + 3_600_000),
                 camel_case_metadata_location: false,
@@ -325,6 +334,7 @@ impl IcebergFixture {
             vend_counter: AtomicU64::new(0),
             scopes_seen: Mutex::new(Vec::new()),
             sigv4_verified: AtomicUsize::new(0),
+            sigv4_keys_used: Mutex::new(Vec::new()),
             log: RequestLog::new(),
             hold: HoldGate {
                 tx,
@@ -453,11 +463,43 @@ impl IcebergFixture {
         lock(&self.inner.settings).token_lifetime_secs = secs;
     }
 
-    /// Accepted SigV4 keys.
+    /// Accepted SigV4 keys: exactly this one (no session token).
     pub fn set_sigv4_keys(&self, access_key: &str, secret: &str) {
+        lock(&self.inner.settings).sigv4_keys = vec![SigV4Key {
+            access_key: access_key.to_owned(),
+            secret: secret.to_owned(),
+            session_token: None,
+        }];
+    }
+
+    /// Accepts one more SigV4 key. With a session token, a request must carry it in a signed
+    /// `x-amz-security-token`; without one, a request carrying a token is refused.
+    pub fn add_sigv4_key(&self, access_key: &str, secret: &str, session_token: Option<&str>) {
+        lock(&self.inner.settings).sigv4_keys.push(SigV4Key {
+            access_key: access_key.to_owned(),
+            secret: secret.to_owned(),
+            session_token: session_token.map(str::to_owned),
+        });
+    }
+
+    /// Stops accepting `access_key` for good (an expired or revoked session; the STS lookup
+    /// does not learn it again).
+    pub fn revoke_sigv4_key(&self, access_key: &str) {
         let mut s = lock(&self.inner.settings);
-        s.sigv4_access_key = access_key.to_owned();
-        s.sigv4_secret = secret.to_owned();
+        s.sigv4_keys.retain(|k| k.access_key != access_key);
+        s.sigv4_revoked.push(access_key.to_owned());
+    }
+
+    /// Also accepts the temporary keys a moto server at `endpoint` issued through STS
+    /// `AssumeRole` (looked up in its `/moto-api/data.json` on first sight of the key id),
+    /// so a test can verify signatures made with assumed-role sessions it never saw.
+    pub fn set_sigv4_sts_lookup(&self, endpoint: Option<&str>) {
+        lock(&self.inner.settings).sigv4_sts_lookup = endpoint.map(str::to_owned);
+    }
+
+    /// Access key ids of the SigV4 requests verified so far, in order.
+    pub fn sigv4_keys_used(&self) -> Vec<String> {
+        lock(&self.inner.sigv4_keys_used).clone()
     }
 
     /// Vending behaviour.
@@ -883,6 +925,7 @@ async fn handle(
     if method != Method::GET {
         return error(405, "MethodNotAllowed", "the fixture serves reads only");
     }
+    learn_sts_key(&inner, &headers).await;
     if let Err(resp) = authenticate(&inner, &method, &uri, &headers, &body) {
         return *resp;
     }
@@ -989,9 +1032,44 @@ fn authenticate(
                         .map(|v| (k.as_str().to_ascii_lowercase(), v.to_owned()))
                 })
                 .collect();
+            let key_id = credential_key(&auth).unwrap_or_default();
+            let Some(key) = s.sigv4_keys.iter().find(|k| k.access_key == key_id) else {
+                return Err(Box::new(error(
+                    403,
+                    "UnrecognizedClientException",
+                    "unknown access key",
+                )));
+            };
+            let sent_token = header_map.get("x-amz-security-token");
+            match (&key.session_token, sent_token) {
+                (None, None) => {}
+                (Some(expected), Some(sent)) if expected == sent => {
+                    if !signed_headers_of(&auth).contains(&"x-amz-security-token") {
+                        return Err(Box::new(error(
+                            403,
+                            "IncompleteSignatureException",
+                            "the session token is not signed",
+                        )));
+                    }
+                }
+                (Some(_), None) => {
+                    return Err(Box::new(error(
+                        403,
+                        "InvalidClientTokenId",
+                        "temporary keys need their session token",
+                    )));
+                }
+                _ => {
+                    return Err(Box::new(error(
+                        403,
+                        "InvalidClientTokenId",
+                        "the session token does not belong to the key",
+                    )));
+                }
+            }
             let expect = SigV4Expectation {
-                access_key: &s.sigv4_access_key,
-                secret: &s.sigv4_secret,
+                access_key: &key.access_key,
+                secret: &key.secret,
                 region,
                 service,
             };
@@ -1006,12 +1084,82 @@ fn authenticate(
             ) {
                 Ok(()) => {
                     inner.sigv4_verified.fetch_add(1, Ordering::SeqCst);
+                    lock(&inner.sigv4_keys_used).push(key_id);
                     Ok(())
                 }
                 Err(why) => Err(Box::new(error(403, "SignatureDoesNotMatch", &why))),
             }
         }
     }
+}
+
+/// The access key id named by a SigV4 `Authorization` header.
+fn credential_key(authorization: &str) -> Option<String> {
+    let (_, rest) = authorization.split_once("Credential=")?;
+    Some(rest.split('/').next()?.to_owned())
+}
+
+/// The `SignedHeaders` of a SigV4 `Authorization` header.
+fn signed_headers_of(authorization: &str) -> Vec<&str> {
+    authorization
+        .split_once("SignedHeaders=")
+        .map(|(_, rest)| rest.split(',').next().unwrap_or("").split(';').collect())
+        .unwrap_or_default()
+}
+
+/// With an STS lookup configured, learns a key id the fixture has not seen from moto's
+/// record of the sessions its STS issued.
+async fn learn_sts_key(inner: &Inner, headers: &HeaderMap) {
+    let (endpoint, key_id) = {
+        let s = lock(&inner.settings);
+        let Some(endpoint) = s.sigv4_sts_lookup.clone() else {
+            return;
+        };
+        let Some(key_id) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(credential_key)
+        else {
+            return;
+        };
+        if s.sigv4_keys.iter().any(|k| k.access_key == key_id) || s.sigv4_revoked.contains(&key_id)
+        {
+            return;
+        }
+        (endpoint, key_id)
+    };
+    let Ok(response) = reqwest::get(format!("{endpoint}/moto-api/data.json")).await else {
+        return;
+    };
+    let Ok(data) = response.json::<Value>().await else {
+        return;
+    };
+    let roles = data["sts"]["AssumedRole"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for role in roles {
+        if role["access_key_id"].as_str() == Some(key_id.as_str())
+            && let (Some(secret), Some(token)) = (
+                role["secret_access_key"].as_str(),
+                role["session_token"].as_str(),
+            )
+        {
+            lock(&inner.settings).sigv4_keys.push(SigV4Key {
+                access_key: key_id.clone(),
+                secret: secret.to_owned(),
+                session_token: Some(token.to_owned()),
+            });
+        }
+    }
+}
+
+/// A key the SigV4 verifier accepts.
+#[derive(Debug, Clone)]
+struct SigV4Key {
+    access_key: String,
+    secret: String,
+    session_token: Option<String>,
 }
 
 fn token(inner: &Inner, body: &[u8]) -> Response {

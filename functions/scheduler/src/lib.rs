@@ -1,14 +1,17 @@
 #![forbid(unsafe_code)]
 //! The scheduler Lambda's handler: on each EventBridge schedule event, one reconcile message
-//! per active overlay whose refresh interval elapsed, across all accounts.
+//! per active overlay whose refresh interval elapsed, across all accounts, then one bounded
+//! pass of the credential sweep (orphaned credential generations are reclaimed without an
+//! operator; `docs/integrations.md`, "Sweep").
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use flotilla_core::AppState;
 use flotilla_runtime::queue::{QueueError, ReconcileQueue, schedule_once};
 use serde_json::{Value, json};
 
-/// Handles one schedule event; answers `{"enqueued": n}`. A queue failure fails the
-/// invocation (EventBridge retries it; the next schedule also catches up).
+/// Handles one schedule event; answers `{"enqueued": n, "sweep": {...}}`. A queue failure
+/// fails the invocation (EventBridge retries it; the next schedule also catches up); a sweep
+/// failure is logged and left to the next pass.
 pub async fn handle_schedule(
     state: &AppState,
     queue: &dyn ReconcileQueue,
@@ -20,5 +23,9 @@ pub async fn handle_schedule(
         event_id = event.id.as_deref().unwrap_or(""),
         "scheduled overlay reconciliations"
     );
-    Ok(json!({"enqueued": enqueued}))
+    let sweep = match flotilla_runtime::queue::sweep_once(state).await {
+        Some(report) => json!(report),
+        None => Value::Null,
+    };
+    Ok(json!({"enqueued": enqueued, "sweep": sweep}))
 }

@@ -30,4 +30,6 @@ async fn sample_schedule_event_runs_a_scheduler_pass() {
     let out = handle_schedule(&state, &queue, event).await.expect("pass");
     assert_eq!(out["enqueued"], 0, "an empty deployment has nothing due");
     assert!(rx.try_recv().is_err());
+    // The credential sweep ran too (nothing to visit).
+    assert_eq!(out["sweep"]["accounts_visited"], 0, "{out}");
 }

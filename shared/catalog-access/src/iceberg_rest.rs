@@ -30,7 +30,7 @@ use url::Url;
 
 use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
 use crate::http::{HttpClient, HttpResponse, RetryMode, classify_status};
-use crate::sigv4::SigV4Signer;
+use crate::sigv4::{AwsCredentialSource, AwsCredentials, SigV4Signer, StaticAwsCredentials};
 use crate::spi::{
     CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogClientProvider,
     CatalogConnectionConfig, CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome,
@@ -208,7 +208,9 @@ impl IcebergRestClient {
     }
 
     /// Sends an authenticated GET; on 401/419 with OAuth, refreshes the token once and
-    /// retries once (another task may already have refreshed it).
+    /// retries once (another task may already have refreshed it). With SigV4 keys from a
+    /// renewable source (an assumed role, the ambient chain), a 401/403 renews the keys once
+    /// and retries once; static keys are not retried.
     async fn get(&self, url: Url, headers: &[(&'static str, String)]) -> Result<HttpResponse> {
         let mut retried_auth = false;
         loop {
@@ -235,8 +237,9 @@ impl IcebergRestClient {
             let mut request = builder.build().map_err(|e| {
                 CatalogAccessError::config(format!("cannot build request: {}", e.without_url()))
             })?;
+            let mut used_keys: Option<AwsCredentials> = None;
             if let AuthScheme::SigV4(signer) = &self.auth {
-                signer.sign(&mut request, self.clock.now())?;
+                used_keys = Some(signer.sign(&mut request, self.clock.now()).await?);
             }
             let response = self
                 .http
@@ -248,6 +251,14 @@ impl IcebergRestClient {
             {
                 retried_auth = true;
                 self.oauth_token(o, Some(&stale)).await?;
+                continue;
+            }
+            if matches!(response.status, 401 | 403)
+                && !retried_auth
+                && let (AuthScheme::SigV4(signer), Some(keys)) = (&self.auth, used_keys)
+                && signer.source().invalidate(&keys).await
+            {
+                retried_auth = true;
                 continue;
             }
             return Ok(response);
@@ -610,28 +621,31 @@ fn build_auth(
                 region,
                 signing_name,
             },
-            ResolvedCatalogCredentials::AwsAccessKeys {
-                access_key_id,
-                secret_access_key,
-                session_token,
-            },
+            creds @ (ResolvedCatalogCredentials::AwsAccessKeys { .. }
+            | ResolvedCatalogCredentials::AwsSource(_)),
         ) => {
             if region.trim().is_empty() || signing_name.trim().is_empty() {
                 return Err(CatalogAccessError::config(
                     "SigV4 needs a region and a signing name",
                 ));
             }
-            if access_key_id.is_empty() || secret_access_key.is_empty() {
-                return Err(CatalogAccessError::config(
-                    "SigV4 needs an access key id and a secret access key",
-                ));
-            }
-            Ok(AuthScheme::SigV4(SigV4Signer::new(
+            let source: Arc<dyn AwsCredentialSource> = match creds {
+                ResolvedCatalogCredentials::AwsAccessKeys {
+                    access_key_id,
+                    secret_access_key,
+                    session_token,
+                } => Arc::new(StaticAwsCredentials::new(
+                    access_key_id,
+                    secret_access_key,
+                    session_token,
+                )?),
+                ResolvedCatalogCredentials::AwsSource(handle) => handle.0,
+                _ => unreachable!("matched above"),
+            };
+            Ok(AuthScheme::SigV4(SigV4Signer::with_source(
                 region.clone(),
                 signing_name.clone(),
-                access_key_id,
-                secret_access_key,
-                session_token,
+                source,
             )))
         }
         (

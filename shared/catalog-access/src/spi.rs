@@ -263,15 +263,19 @@ pub enum CatalogAuthentication {
     },
     /// A static bearer token; the token is resolved.
     Bearer,
-    /// AWS SigV4 request signing with static access keys (resolved).
+    /// AWS SigV4 request signing. The keys are resolved: static access keys
+    /// ([`ResolvedCatalogCredentials::AwsAccessKeys`]) or a renewable source
+    /// ([`ResolvedCatalogCredentials::AwsSource`]: an assumed role, the deployment's ambient
+    /// chain). The service maps every AWS authentication type onto this scheme.
     AwsSigV4 {
         /// Signing region, e.g. `us-east-1`.
         region: String,
         /// Signing service name, e.g. `glue`, `s3tables`, `execute-api`.
         signing_name: String,
     },
-    /// Assume an IAM role for signing. Modeled but not wired: providers refuse it with
-    /// [`CatalogAccessError::Unsupported`] rather than silently using ambient credentials.
+    /// Legacy shape of role assumption, refused by providers with
+    /// [`CatalogAccessError::Unsupported`]: an assumed role is expressed as
+    /// [`CatalogAuthentication::AwsSigV4`] with a [`ResolvedCatalogCredentials::AwsSource`].
     AwsAssumeRole {
         /// Role to assume.
         role_arn: String,
@@ -281,7 +285,8 @@ pub enum CatalogAuthentication {
         /// Signing region.
         region: String,
     },
-    /// Plain AWS access keys without a signing service. Modeled but not wired.
+    /// Legacy shape of access keys without a signing service, refused by providers: access
+    /// keys are expressed as [`CatalogAuthentication::AwsSigV4`] with resolved keys.
     AwsAccessKeys {
         /// Region.
         region: String,
@@ -348,7 +353,8 @@ impl From<String> for SecretString {
 }
 
 /// The secret half of the integration authentication, resolved from the credential store
-/// for the duration of a client. Never persisted by this crate.
+/// (or, for AWS sources, from the deployment's own identity) for the duration of a client.
+/// Never persisted by this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResolvedCatalogCredentials {
     /// No secret (only valid for schemes that need none).
@@ -366,6 +372,9 @@ pub enum ResolvedCatalogCredentials {
         /// Session token for temporary keys.
         session_token: Option<SecretString>,
     },
+    /// A renewable AWS key source for SigV4: STS `AssumeRole` with the deployment's identity,
+    /// or the deployment's ambient chain (explicitly chosen). Its keys stay in process memory.
+    AwsSource(crate::sigv4::AwsCredentialHandle),
 }
 
 impl ResolvedCatalogCredentials {
@@ -376,6 +385,7 @@ impl ResolvedCatalogCredentials {
             Self::ClientSecret(_) => "CLIENT_SECRET",
             Self::Token(_) => "TOKEN",
             Self::AwsAccessKeys { .. } => "AWS_ACCESS_KEYS",
+            Self::AwsSource(_) => "AWS_CREDENTIAL_SOURCE",
         }
     }
 }

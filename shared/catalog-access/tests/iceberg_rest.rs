@@ -1067,11 +1067,17 @@ async fn sigv4_with_session_token_signs_the_token_header() {
         region: "eu-west-1".to_owned(),
         service: "execute-api".to_owned(),
     });
+    // The verifier holds temporary keys to their own session token.
+    fx.add_sigv4_key(
+        "ASIATEMPORARY",
+        DEFAULT_SIGV4_SECRET,
+        Some("temporary-session"),
+    );
     let c = connect_with(
         &fx,
         sigv4_auth(),
         ResolvedCatalogCredentials::AwsAccessKeys {
-            access_key_id: DEFAULT_SIGV4_ACCESS_KEY.into(),
+            access_key_id: "ASIATEMPORARY".into(),
             secret_access_key: DEFAULT_SIGV4_SECRET.into(),
             session_token: Some("temporary-session".into()),
         },

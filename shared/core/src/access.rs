@@ -1,8 +1,18 @@
 //! The adapter from a persisted CatalogIntegration to a connected catalog-access client
-//! (seed 004, "Catalog access boundary": "The service adapter translates OAuth client
-//! credentials, bearer tokens, and explicit static AWS SigV4 credentials ... onto the SPI's
-//! authentication schemes. Ambient and assume-role AWS resolution are not yet wired into this
-//! adapter and fail explicitly.").
+//! (`docs/catalog-access.md`, "Service adapter"). OAuth client credentials and bearer tokens
+//! map onto their SPI schemes; every AWS type maps onto SigV4 with its key source: static
+//! keys from the credential store (`AWS_ACCESS_KEYS`, `AWS_SIGV4` `STATIC`), STS
+//! `AssumeRole` signed by the deployment's own identity (`AWS_ASSUME_ROLE`), or the
+//! deployment's default chain when chosen explicitly (`AWS_SIGV4` `AMBIENT`). The signing
+//! region and name come from the connection properties `rest.signing-region` and
+//! `rest.signing-name` (the names Iceberg's own REST clients use), else from the
+//! authentication configuration.
+//!
+//! Connected clients are kept in a process-wide [`SessionCache`] per integration and
+//! generation: their OAuth tokens, assumed-role sessions and vended credentials are reused
+//! across requests (a warm Lambda container, `flotilla serve`) and renewed by the client
+//! before expiry; a rotation, URI or property change (all advance the integration's
+//! `generation`) or a delete drops them.
 //!
 //! This is the only module that reads secret bytes from the credential store. It resolves
 //! exactly the generation the integration record references, turns the JSON fields into the
@@ -16,13 +26,19 @@
 pub mod upstream;
 pub mod validation;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use async_trait::async_trait;
 use flotilla_catalog_access::http::HttpPolicy;
+use flotilla_catalog_access::sigv4::{
+    AmbientAwsCredentials, AssumeRoleParams, AssumedRoleCredentials, AwsCredentialHandle,
+};
 use flotilla_catalog_access::{
-    CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogConnectionConfig,
-    CatalogProtocol, ConnectOptions, ResolvedCatalogCredentials, SecretString,
+    CatalogAccessError, CatalogAuthentication, CatalogCapabilities, CatalogClient,
+    CatalogConnectionConfig, CatalogProtocol, ConnectOptions, LoadTableOutcome, NamespacePath,
+    Page, ResolvedCatalogCredentials, SecretString, TableIdent, VendedCredentials, ViewMetadata,
 };
 use flotilla_domain::model::{AuthConfig, IntegrationRecord, IntegrationType};
 use flotilla_secrets::{SecretRef, SecretStoreError};
@@ -35,8 +51,8 @@ use crate::state::AppState;
 /// most a field or an authentication type.
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {
-    /// The authentication type is modeled but not wired to the SPI (assume-role, ambient AWS,
-    /// access keys): refused explicitly, never resolved from ambient credentials.
+    /// The authentication type cannot be used for this integration: refused explicitly,
+    /// never resolved from other credentials.
     #[error("{0}")]
     Unsupported(String),
     /// The record and its stored credentials do not fit together (a field is missing, the
@@ -160,14 +176,25 @@ pub fn connection_config(record: &IntegrationRecord) -> CatalogConnectionConfig 
     }
 }
 
-/// The SPI authentication scheme of a record (no secrets involved).
-pub fn authentication(record: &IntegrationRecord) -> Result<CatalogAuthentication, AccessError> {
+/// The SPI authentication scheme of a record (no secrets involved). `default_region` is the
+/// deployment's own region, the signing region of an AWS integration that names none (as
+/// Iceberg's REST clients default `rest.signing-region` to the client's region).
+pub fn authentication(
+    record: &IntegrationRecord,
+    default_region: Option<&str>,
+) -> Result<CatalogAuthentication, AccessError> {
     match &record.authentication {
-        AuthConfig::OauthClientCredentials { token_uri, client_id, scopes } => {
+        AuthConfig::OauthClientCredentials {
+            token_uri,
+            client_id,
+            scopes,
+        } => {
             let token_uri = match (token_uri, record.kind) {
                 (Some(u), _) => u.clone(),
                 // The Iceberg REST spec's (deprecated) catalog-hosted token endpoint.
-                (None, IntegrationType::IcebergRest) => format!("{}/v1/oauth/tokens", record.uri.trim_end_matches('/')),
+                (None, IntegrationType::IcebergRest) => {
+                    format!("{}/v1/oauth/tokens", record.uri.trim_end_matches('/'))
+                }
                 (None, _) => {
                     return Err(AccessError::Credentials(format!(
                         "{} OAuth client credentials need authentication.token_uri",
@@ -182,19 +209,166 @@ pub fn authentication(record: &IntegrationRecord) -> Result<CatalogAuthenticatio
             })
         }
         AuthConfig::Bearer {} => Ok(CatalogAuthentication::Bearer),
-        AuthConfig::AwsSigv4 { region, signing_name, credential_source, .. } if credential_source == "STATIC" => {
-            Ok(CatalogAuthentication::AwsSigV4 { region: region.clone(), signing_name: signing_name.clone() })
+        AuthConfig::AwsAssumeRole { .. }
+        | AuthConfig::AwsAccessKeys { .. }
+        | AuthConfig::AwsSigv4 { .. } => {
+            let signing = aws_signing(&record.authentication, &record.properties)
+                .map_err(AccessError::Credentials)?
+                .ok_or_else(|| {
+                    AccessError::Credentials("AWS authentication needs signing parameters".into())
+                })?;
+            let region = signing.region.or(default_region.map(str::to_owned)).ok_or_else(|| {
+                AccessError::Credentials(format!(
+                    "{} authentication needs a signing region: set the property {SIGNING_REGION_PROPERTY} (the deployment has no AWS region)",
+                    record.authentication.type_name()
+                ))
+            })?;
+            Ok(CatalogAuthentication::AwsSigV4 {
+                region,
+                signing_name: signing.signing_name,
+            })
         }
-        AuthConfig::AwsSigv4 { .. } => Err(AccessError::Unsupported(
-            "AWS_SIGV4 with credential_source AMBIENT is not supported yet; use STATIC keys".into(),
-        )),
-        AuthConfig::AwsAssumeRole { .. } => {
-            Err(AccessError::Unsupported("AWS_ASSUME_ROLE authentication is not supported yet".into()))
-        }
-        AuthConfig::AwsAccessKeys { .. } => Err(AccessError::Unsupported(
-            "AWS_ACCESS_KEYS authentication is not supported for catalog access yet; use AWS_SIGV4 with STATIC keys".into(),
-        )),
     }
+}
+
+/// Connection property naming the SigV4 signing service (`glue`, `s3tables`, `execute-api`).
+pub const SIGNING_NAME_PROPERTY: &str = "rest.signing-name";
+/// Connection property naming the SigV4 signing region.
+pub const SIGNING_REGION_PROPERTY: &str = "rest.signing-region";
+/// The signing name when neither the properties nor the authentication name one.
+pub const DEFAULT_SIGNING_NAME: &str = "execute-api";
+
+/// Where and as what service AWS requests are signed. Without a region the deployment's
+/// own applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsSigning {
+    pub region: Option<String>,
+    pub signing_name: String,
+}
+
+fn signing_token_ok(v: &str) -> bool {
+    (2..=64).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !v.starts_with('-')
+        && !v.ends_with('-')
+}
+
+/// The SigV4 signing parameters of an authentication with its connection properties:
+/// `None` for non-AWS authentication (which must not carry signing properties). Properties
+/// win; a property that contradicts an explicit authentication field is refused, as is a
+/// malformed value. Also checks the assume-role fields STS constrains. Messages name properties and fields, never values.
+pub fn aws_signing(
+    auth: &AuthConfig,
+    properties: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<AwsSigning>, String> {
+    let prop_name = properties
+        .get(SIGNING_NAME_PROPERTY)
+        .map(|s| s.trim().to_owned());
+    let prop_region = properties
+        .get(SIGNING_REGION_PROPERTY)
+        .map(|s| s.trim().to_owned());
+    if let Some(n) = &prop_name
+        && !signing_token_ok(n)
+    {
+        return Err(format!(
+            "property {SIGNING_NAME_PROPERTY} must be an AWS service signing name such as glue, s3tables or execute-api"
+        ));
+    }
+    if let Some(r) = &prop_region
+        && !signing_token_ok(r)
+    {
+        return Err(format!(
+            "property {SIGNING_REGION_PROPERTY} must be an AWS region such as us-east-1"
+        ));
+    }
+    let (auth_region, auth_name): (Option<&str>, Option<&str>) = match auth {
+        AuthConfig::OauthClientCredentials { .. } | AuthConfig::Bearer {} => {
+            if prop_name.is_some() || prop_region.is_some() {
+                return Err(format!(
+                    "properties {SIGNING_NAME_PROPERTY} and {SIGNING_REGION_PROPERTY} apply to AWS authentication only"
+                ));
+            }
+            return Ok(None);
+        }
+        AuthConfig::AwsAssumeRole {
+            role_arn,
+            external_id,
+            session_name,
+            duration_secs,
+            region,
+        } => {
+            if !role_arn.starts_with("arn:") || !role_arn.contains(":role/") {
+                return Err("authentication.role_arn must be an IAM role ARN".into());
+            }
+            let sts_chars = |v: &str, extra: &str| {
+                v.chars().all(|c| {
+                    c.is_ascii_alphanumeric() || "+=,.@-_".contains(c) || extra.contains(c)
+                })
+            };
+            if let Some(e) = external_id
+                && (!(2..=1224).contains(&e.len()) || !sts_chars(e, ":/"))
+            {
+                return Err("authentication.external_id must be 2 to 1224 characters of letters, digits and +=,.@:/-_".into());
+            }
+            if let Some(n) = session_name
+                && (!(2..=64).contains(&n.len()) || !sts_chars(n, ""))
+            {
+                return Err("authentication.session_name must be 2 to 64 characters of letters, digits and +=,.@-_".into());
+            }
+            if let Some(d) = duration_secs
+                && !(900..=43_200).contains(d)
+            {
+                return Err("authentication.duration_secs must be between 900 and 43200".into());
+            }
+            (region.as_deref(), None)
+        }
+        AuthConfig::AwsAccessKeys { region, .. } => (region.as_deref(), None),
+        AuthConfig::AwsSigv4 {
+            region,
+            signing_name,
+            ..
+        } => (
+            Some(region.as_str()),
+            // The serde default is not an explicit choice.
+            Some(signing_name.as_str()).filter(|n| *n != DEFAULT_SIGNING_NAME),
+        ),
+    };
+    let auth_region = auth_region.map(str::trim).filter(|r| !r.is_empty());
+    if let (Some(p), Some(a)) = (&prop_region, auth_region)
+        && p != a
+    {
+        return Err(format!(
+            "property {SIGNING_REGION_PROPERTY} contradicts authentication.region"
+        ));
+    }
+    if let (Some(p), Some(a)) = (&prop_name, auth_name)
+        && p != a
+    {
+        return Err(format!(
+            "property {SIGNING_NAME_PROPERTY} contradicts authentication.signing_name"
+        ));
+    }
+    let region = prop_region.or(auth_region.map(str::to_owned));
+    let signing_name = prop_name
+        .or(auth_name.map(str::to_owned))
+        .unwrap_or_else(|| DEFAULT_SIGNING_NAME.to_owned());
+    Ok(Some(AwsSigning {
+        region,
+        signing_name,
+    }))
+}
+
+/// The STS session name of an integration without one: `flotilla-<id>`, cut to STS's limit.
+fn default_session_name(record: &IntegrationRecord) -> String {
+    let id: String = record
+        .id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "+=,.@-_".contains(*c))
+        .collect();
+    let mut name = format!("flotilla-{id}");
+    name.truncate(64);
+    name
 }
 
 fn field(fields: &Map<String, Value>, name: &str, auth: &str) -> Result<SecretString, AccessError> {
@@ -247,31 +421,120 @@ async fn resolve_credentials(
             secret_access_key: field(&fields, "secret_access_key", auth)?,
             session_token: optional_field(&fields, "session_token"),
         }),
+        AuthConfig::AwsAccessKeys { access_key_id, .. } if !access_key_id.trim().is_empty() => {
+            Ok(ResolvedCatalogCredentials::AwsAccessKeys {
+                access_key_id: SecretString::new(access_key_id.clone()),
+                secret_access_key: field(&fields, "secret_access_key", auth)?,
+                session_token: optional_field(&fields, "session_token"),
+            })
+        }
+        AuthConfig::AwsAccessKeys { .. } => Err(AccessError::Credentials(
+            "AWS_ACCESS_KEYS authentication needs authentication.access_key_id".into(),
+        )),
         AuthConfig::AwsSigv4 { .. } => Err(AccessError::Credentials(
             "AWS_SIGV4 STATIC authentication needs authentication.access_key_id".into(),
         )),
-        // `authentication` refused these already.
-        AuthConfig::AwsAssumeRole { .. } | AuthConfig::AwsAccessKeys { .. } => Err(
-            AccessError::Unsupported(format!("{auth} authentication is not supported yet")),
-        ),
+        // Handled before any secret is read.
+        AuthConfig::AwsAssumeRole { .. } => Err(AccessError::Credentials(
+            "AWS_ASSUME_ROLE authentication reads no stored credentials".into(),
+        )),
+    }
+}
+
+/// The key source of authentication types that sign with the deployment's own identity
+/// (`AWS_ASSUME_ROLE`, `AWS_SIGV4` `AMBIENT`); `None` for types whose secret is stored.
+fn deployment_source(
+    state: &AppState,
+    record: &IntegrationRecord,
+    signing: &CatalogAuthentication,
+) -> Result<Option<ResolvedCatalogCredentials>, AccessError> {
+    let region = match signing {
+        CatalogAuthentication::AwsSigV4 { region, .. } => region.clone(),
+        _ => return Ok(None),
+    };
+    match &record.authentication {
+        AuthConfig::AwsAssumeRole {
+            role_arn,
+            external_id,
+            session_name,
+            duration_secs,
+            ..
+        } => {
+            let params = AssumeRoleParams {
+                role_arn: role_arn.clone(),
+                external_id: external_id.clone(),
+                session_name: session_name
+                    .clone()
+                    .unwrap_or_else(|| default_session_name(record)),
+                duration_secs: *duration_secs,
+                fallback_region: region,
+            };
+            let source = AssumedRoleCredentials::new(state.aws.clone(), params)
+                .map_err(AccessError::Catalog)?;
+            Ok(Some(ResolvedCatalogCredentials::AwsSource(
+                AwsCredentialHandle(Arc::new(source)),
+            )))
+        }
+        AuthConfig::AwsSigv4 {
+            credential_source, ..
+        } if credential_source == "AMBIENT" => Ok(Some(ResolvedCatalogCredentials::AwsSource(
+            AwsCredentialHandle(Arc::new(AmbientAwsCredentials::new(state.aws.clone()))),
+        ))),
+        _ => Ok(None),
     }
 }
 
 /// Connects a client for a persisted integration: protocol from its type, authentication
-/// from its configuration plus the credential generation it references, the HTTP policy of
-/// this deployment. No upstream I/O happens here (`connect` only validates); the first call
-/// on the client does the network work. A client is bound to the credential generation read
-/// here: after a rotation, connect again.
+/// from its configuration plus the credential generation it references (or the deployment's
+/// identity), the HTTP policy of this deployment. A client for the same integration,
+/// generation and credential generation is reused from [`AppState::sessions`]; otherwise no
+/// upstream I/O happens here (`connect` only validates) and the first call on the client does
+/// the network work.
 pub async fn connect(
     state: &AppState,
     record: &IntegrationRecord,
 ) -> Result<Box<dyn CatalogClient>, AccessError> {
+    Ok(Box::new(SharedClient(connect_shared(state, record).await?)))
+}
+
+/// [`connect`], answering the shared client itself.
+pub async fn connect_shared(
+    state: &AppState,
+    record: &IntegrationRecord,
+) -> Result<Arc<dyn CatalogClient>, AccessError> {
+    let now = state.clock.now_ms();
+    if let Some(client) = state.sessions.get(record, now) {
+        return Ok(client);
+    }
+    let client: Arc<dyn CatalogClient> = Arc::from(connect_new(state, record).await?);
+    Ok(state.sessions.insert(record, client, now))
+}
+
+/// Builds a new client (reads the credential generation; no upstream I/O).
+async fn connect_new(
+    state: &AppState,
+    record: &IntegrationRecord,
+) -> Result<Box<dyn CatalogClient>, AccessError> {
     let protocol = protocol_of(record.kind);
-    let auth = authentication(record)?;
+    let is_aws = matches!(
+        record.authentication,
+        AuthConfig::AwsAssumeRole { .. }
+            | AuthConfig::AwsAccessKeys { .. }
+            | AuthConfig::AwsSigv4 { .. }
+    );
+    let default_region = if is_aws {
+        state.aws.sdk_config().await.region().map(|r| r.to_string())
+    } else {
+        None
+    };
+    let auth = authentication(record, default_region.as_deref())?;
     let config = connection_config(record);
     // Refuse a bad configuration before any secret is read.
     config.validate().map_err(AccessError::Catalog)?;
-    let credentials = resolve_credentials(state, record).await?;
+    let credentials = match deployment_source(state, record, &auth)? {
+        Some(source) => source,
+        None => resolve_credentials(state, record).await?,
+    };
     state
         .catalog_access
         .connect(
@@ -282,6 +545,208 @@ pub async fn connect(
             &connect_options(state),
         )
         .map_err(AccessError::Catalog)
+}
+
+// ---- session cache ---------------------------------------------------------------------
+
+/// Most integrations whose clients one process keeps (least recently used go first).
+pub const SESSION_CAPACITY: usize = 512;
+/// A client is rebuilt after this long even when nothing changed, so upstream configuration
+/// (`GET /v1/config`) is re-read now and then.
+pub const SESSION_MAX_AGE_MS: i64 = 3_600_000;
+
+/// What a cached client was built from: any difference makes it unusable.
+#[derive(Clone, PartialEq)]
+struct SessionStamp {
+    generation: u64,
+    credential_generation: u64,
+    uri: String,
+    properties: std::collections::BTreeMap<String, String>,
+    authentication: AuthConfig,
+}
+
+impl SessionStamp {
+    fn of(record: &IntegrationRecord) -> Self {
+        Self {
+            generation: record.generation,
+            credential_generation: record.credential_generation,
+            uri: record.uri.clone(),
+            properties: record.properties.clone(),
+            authentication: record.authentication.clone(),
+        }
+    }
+}
+
+struct Session {
+    stamp: SessionStamp,
+    client: Arc<dyn CatalogClient>,
+    created_ms: i64,
+    used_ms: i64,
+}
+
+/// Connected clients per integration, for the life of the process. One entry per
+/// integration: the newest generation seen replaces older ones (dropping their tokens and
+/// sessions); a caller holding an older record gets a client of its own, never cached.
+#[derive(Default)]
+pub struct SessionCache {
+    entries: Mutex<HashMap<(String, String), Session>>,
+}
+
+impl std::fmt::Debug for SessionCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCache")
+            .field("entries", &self.len())
+            .finish()
+    }
+}
+
+impl SessionCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Session>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn key(record: &IntegrationRecord) -> (String, String) {
+        (record.account_id.clone(), record.id.clone())
+    }
+
+    /// The cached client for exactly this record's configuration, if fresh.
+    fn get(&self, record: &IntegrationRecord, now_ms: i64) -> Option<Arc<dyn CatalogClient>> {
+        let mut entries = self.lock();
+        let session = entries.get_mut(&Self::key(record))?;
+        if session.stamp != SessionStamp::of(record)
+            || now_ms.saturating_sub(session.created_ms) >= SESSION_MAX_AGE_MS
+        {
+            return None;
+        }
+        session.used_ms = now_ms;
+        Some(session.client.clone())
+    }
+
+    /// Caches `client` unless a newer generation is cached; answers the client to use (the
+    /// cached one when a concurrent caller got there first with the same configuration).
+    fn insert(
+        &self,
+        record: &IntegrationRecord,
+        client: Arc<dyn CatalogClient>,
+        now_ms: i64,
+    ) -> Arc<dyn CatalogClient> {
+        let stamp = SessionStamp::of(record);
+        let mut entries = self.lock();
+        if let Some(existing) = entries.get(&Self::key(record)) {
+            if existing.stamp == stamp
+                && now_ms.saturating_sub(existing.created_ms) < SESSION_MAX_AGE_MS
+            {
+                return existing.client.clone();
+            }
+            if existing.stamp.generation > stamp.generation {
+                return client;
+            }
+        }
+        if entries.len() >= SESSION_CAPACITY
+            && !entries.contains_key(&Self::key(record))
+            && let Some(oldest) = entries
+                .iter()
+                .min_by_key(|(_, s)| s.used_ms)
+                .map(|(k, _)| k.clone())
+        {
+            entries.remove(&oldest);
+        }
+        entries.insert(
+            Self::key(record),
+            Session {
+                stamp,
+                client: client.clone(),
+                created_ms: now_ms,
+                used_ms: now_ms,
+            },
+        );
+        client
+    }
+
+    /// Drops the cached client of an integration (delete).
+    pub fn forget(&self, account: &str, integration: &str) {
+        self.lock()
+            .remove(&(account.to_owned(), integration.to_owned()));
+    }
+
+    /// Drops every cached client of an account (account delete).
+    pub fn forget_account(&self, account: &str) {
+        self.lock().retain(|(a, _), _| a != account);
+    }
+
+    /// How many integrations have a cached client.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A cached client handed out as the `Box<dyn CatalogClient>` callers hold.
+struct SharedClient(Arc<dyn CatalogClient>);
+
+#[async_trait]
+impl CatalogClient for SharedClient {
+    fn protocol(&self) -> CatalogProtocol {
+        self.0.protocol()
+    }
+    async fn capabilities(&self) -> flotilla_catalog_access::Result<CatalogCapabilities> {
+        self.0.capabilities().await
+    }
+    async fn check_connection(&self) -> flotilla_catalog_access::Result<()> {
+        self.0.check_connection().await
+    }
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespacePath>,
+        page_token: Option<&str>,
+        page_size: Option<u32>,
+    ) -> flotilla_catalog_access::Result<Page<NamespacePath>> {
+        self.0.list_namespaces(parent, page_token, page_size).await
+    }
+    async fn list_tables(
+        &self,
+        namespace: &NamespacePath,
+        page_token: Option<&str>,
+        page_size: Option<u32>,
+    ) -> flotilla_catalog_access::Result<Page<TableIdent>> {
+        self.0.list_tables(namespace, page_token, page_size).await
+    }
+    async fn list_views(
+        &self,
+        namespace: &NamespacePath,
+        page_token: Option<&str>,
+        page_size: Option<u32>,
+    ) -> flotilla_catalog_access::Result<Page<TableIdent>> {
+        self.0.list_views(namespace, page_token, page_size).await
+    }
+    async fn load_table(
+        &self,
+        namespace: &NamespacePath,
+        name: &str,
+        if_none_match: Option<&str>,
+    ) -> flotilla_catalog_access::Result<LoadTableOutcome> {
+        self.0.load_table(namespace, name, if_none_match).await
+    }
+    async fn load_view(
+        &self,
+        namespace: &NamespacePath,
+        name: &str,
+    ) -> flotilla_catalog_access::Result<ViewMetadata> {
+        self.0.load_view(namespace, name).await
+    }
+    async fn vend_storage_credentials(
+        &self,
+        namespace: &NamespacePath,
+        name: &str,
+    ) -> flotilla_catalog_access::Result<VendedCredentials> {
+        self.0.vend_storage_credentials(namespace, name).await
+    }
 }
 
 /// Loads the integration `id` of `account` and connects it (`404` when absent).
@@ -327,43 +792,94 @@ mod tests {
             client_id: "c".into(),
             scopes: vec![],
         };
-        match authentication(&record(IntegrationType::IcebergRest, auth.clone())) {
+        match authentication(&record(IntegrationType::IcebergRest, auth.clone()), None) {
             Ok(CatalogAuthentication::OauthClientCredentials { token_uri, .. }) => {
                 assert_eq!(token_uri, "https://catalog.example.com/v1/oauth/tokens");
             }
             other => panic!("unexpected {other:?}"),
         }
         assert!(matches!(
-            authentication(&record(IntegrationType::Unity, auth)),
+            authentication(&record(IntegrationType::Unity, auth), None),
             Err(AccessError::Credentials(_))
         ));
     }
 
     #[test]
-    fn assume_role_access_keys_and_ambient_sigv4_are_refused_explicitly() {
-        for auth in [
+    fn every_aws_type_signs_with_properties_winning_and_contradictions_refused() {
+        let mut r = record(
+            IntegrationType::IcebergRest,
             AuthConfig::AwsAssumeRole {
                 role_arn: "arn:aws:iam::1:role/r".into(),
                 external_id: None,
                 session_name: None,
+                duration_secs: None,
                 region: None,
             },
-            AuthConfig::AwsAccessKeys {
-                access_key_id: "AKIA".into(),
-                region: None,
-            },
-            AuthConfig::AwsSigv4 {
+        );
+        // No region anywhere.
+        assert!(matches!(
+            authentication(&r, None),
+            Err(AccessError::Credentials(_))
+        ));
+        assert_eq!(
+            authentication(&r, Some("ap-south-1")).unwrap(),
+            CatalogAuthentication::AwsSigV4 {
+                region: "ap-south-1".into(),
+                signing_name: DEFAULT_SIGNING_NAME.into()
+            }
+        );
+        r.properties
+            .insert(SIGNING_REGION_PROPERTY.into(), "eu-west-1".into());
+        r.properties
+            .insert(SIGNING_NAME_PROPERTY.into(), "glue".into());
+        assert_eq!(
+            authentication(&r, Some("ap-south-1")).unwrap(),
+            CatalogAuthentication::AwsSigV4 {
+                region: "eu-west-1".into(),
+                signing_name: "glue".into()
+            }
+        );
+        let keys = AuthConfig::AwsAccessKeys {
+            access_key_id: "AKIA".into(),
+            region: Some("us-east-1".into()),
+        };
+        let r2 = record(IntegrationType::IcebergRest, keys.clone());
+        assert_eq!(
+            authentication(&r2, None).unwrap(),
+            CatalogAuthentication::AwsSigV4 {
                 region: "us-east-1".into(),
-                signing_name: "glue".into(),
-                credential_source: "AMBIENT".into(),
-                access_key_id: None,
-            },
-        ] {
-            let r = record(IntegrationType::IcebergRest, auth);
-            assert!(matches!(
-                authentication(&r),
-                Err(AccessError::Unsupported(_))
-            ));
-        }
+                signing_name: DEFAULT_SIGNING_NAME.into()
+            }
+        );
+        let mut props = std::collections::BTreeMap::new();
+        props.insert(SIGNING_REGION_PROPERTY.to_owned(), "eu-west-1".to_owned());
+        assert!(
+            aws_signing(&keys, &props)
+                .unwrap_err()
+                .contains("contradicts")
+        );
+        props.insert(SIGNING_REGION_PROPERTY.to_owned(), "US EAST".to_owned());
+        assert!(aws_signing(&keys, &props).is_err());
+        let ambient = AuthConfig::AwsSigv4 {
+            region: "us-east-1".into(),
+            signing_name: "execute-api".into(),
+            credential_source: "AMBIENT".into(),
+            access_key_id: None,
+        };
+        let mut props = std::collections::BTreeMap::new();
+        props.insert(SIGNING_NAME_PROPERTY.to_owned(), "s3tables".to_owned());
+        assert_eq!(
+            aws_signing(&ambient, &props).unwrap().unwrap().signing_name,
+            "s3tables"
+        );
+        assert!(aws_signing(&AuthConfig::Bearer {}, &props).is_err());
+        let bad_duration = AuthConfig::AwsAssumeRole {
+            role_arn: "arn:aws:iam::1:role/r".into(),
+            external_id: None,
+            session_name: None,
+            duration_secs: Some(60),
+            region: Some("us-east-1".into()),
+        };
+        assert!(aws_signing(&bad_duration, &Default::default()).is_err());
     }
 }

@@ -62,6 +62,12 @@ pub struct AppState {
     /// Catalog-access providers by protocol (`crate::access` connects integrations through
     /// it); tests swap in decorated providers with [`AppState::with_catalog_access`].
     pub catalog_access: Arc<flotilla_catalog_access::CatalogClientFactory>,
+    /// Connected upstream clients (with their OAuth tokens, assumed-role sessions and vended
+    /// credentials) per integration and generation, for the life of the process.
+    pub sessions: Arc<crate::access::SessionCache>,
+    /// The deployment's own AWS identity and endpoints (the standard SDK configuration),
+    /// which assume-role and ambient integrations sign with.
+    pub aws: Arc<flotilla_catalog_access::sigv4::AwsDeployment>,
 }
 
 impl AppState {
@@ -93,7 +99,17 @@ impl AppState {
             catalog_access: Arc::new(
                 flotilla_catalog_access::CatalogClientFactory::with_builtin_providers(),
             ),
+            sessions: Arc::new(crate::access::SessionCache::default()),
+            aws: Arc::new(flotilla_catalog_access::sigv4::AwsDeployment::from_environment()),
         }
+    }
+
+    /// Another AWS configuration for the deployment's own identity (tests that need a second
+    /// identity); drops every cached session.
+    pub fn with_aws(mut self, aws: Arc<flotilla_catalog_access::sigv4::AwsDeployment>) -> Self {
+        self.aws = aws;
+        self.sessions = Arc::new(crate::access::SessionCache::default());
+        self
     }
 
     pub fn with_catalog_access(
@@ -101,6 +117,7 @@ impl AppState {
         factory: Arc<flotilla_catalog_access::CatalogClientFactory>,
     ) -> Self {
         self.catalog_access = factory;
+        self.sessions = Arc::new(crate::access::SessionCache::default());
         self
     }
 

@@ -62,7 +62,7 @@ async fn authentication_is_typed_per_integration_type(h: Harness) {
     let bearer = json!({"type": "BEARER"});
     let sigv4 = json!({"type": "AWS_SIGV4", "region": "us-east-1", "signing_name": "glue", "credential_source": "STATIC", "access_key_id": "AKIAEXAMPLE"});
     let keys = json!({"type": "AWS_ACCESS_KEYS", "access_key_id": "AKIAEXAMPLE"});
-    let role = json!({"type": "AWS_ASSUME_ROLE", "role_arn": "arn:aws:iam::123456789012:role/reader", "external_id": "x", "session_name": "flotilla"});
+    let role = json!({"type": "AWS_ASSUME_ROLE", "role_arn": "arn:aws:iam::123456789012:role/reader", "external_id": "ext-1", "session_name": "flotilla"});
     let secret = json!({"client_secret": "s3cr3t"});
     let token = json!({"token": "t0k3n"});
     let sak = json!({"secret_access_key": "wJalr"});

@@ -445,26 +445,7 @@ async fn a_catalog_without_tables_reports_no_tables() {
     assert_check(&r, "CREDENTIAL_VENDING", "NOT_RUN", None);
 }
 
-#[tokio::test]
-async fn assume_role_authentication_fails_explicitly() {
-    let env = Env::new().await;
-    let id = env
-        .integration(
-            "role",
-            json!({"type": "ICEBERG_REST", "uri": "http://127.0.0.1:9",
-                   "authentication": {"type": "AWS_ASSUME_ROLE", "role_arn": "arn:aws:iam::123456789012:role/r"}}),
-        )
-        .await;
-    let r = env.validate(&id).await;
-    assert_eq!(r.body["valid"], false);
-    assert_check(&r, "CATALOG_CONNECTION", "NOT_RUN", None);
-    assert_check(
-        &r,
-        "CATALOG_AUTHENTICATION",
-        "FAILED",
-        Some("AUTHENTICATION_FAILED"),
-    );
-}
+// AWS authentication (assume-role, access keys, ambient) is proven in `tests/aws_auth.rs`.
 
 /// A provider decorator that narrows every vended prefix below the table location, so the
 /// metadata object is outside the credential's scope.

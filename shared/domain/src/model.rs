@@ -257,6 +257,9 @@ pub enum AuthConfig {
         external_id: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session_name: Option<String>,
+        /// Requested session lifetime (900..=43200 seconds; STS's default when absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_secs: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         region: Option<String>,
     },
@@ -270,7 +273,7 @@ pub enum AuthConfig {
         #[serde(default = "default_signing_name")]
         signing_name: String,
         /// `STATIC` (access key id here, secret in credentials) or `AMBIENT` (the service's
-        /// own AWS identity; not yet wired to the catalog-access adapter).
+        /// own AWS identity, from the standard SDK credential chain).
         #[serde(default = "default_credential_source")]
         credential_source: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]

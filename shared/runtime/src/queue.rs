@@ -236,6 +236,32 @@ pub async fn schedule_once(
     Ok(due.len())
 }
 
+/// One bounded credential-sweep pass (the scheduler runs it after every scheduling pass);
+/// answers its report, or `None` after logging a failure.
+pub async fn sweep_once(
+    state: &AppState,
+) -> Option<flotilla_core::service::integrations::ScheduledSweep> {
+    use flotilla_core::service::integrations::{SCHEDULED_SWEEP_ACCOUNTS, sweep_scheduled};
+    match sweep_scheduled(state, SCHEDULED_SWEEP_ACCOUNTS).await {
+        Ok(report) => {
+            if report.generations_deleted + report.orphans_deleted > 0 || report.failures > 0 {
+                tracing::info!(
+                    accounts = report.accounts_swept,
+                    generations_deleted = report.generations_deleted,
+                    orphans_deleted = report.orphans_deleted,
+                    failures = report.failures,
+                    "scheduled credential sweep"
+                );
+            }
+            Some(report)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "scheduled credential sweep failed");
+            None
+        }
+    }
+}
+
 /// The scheduler loop of `flotilla serve` (EventBridge's role on AWS).
 pub async fn run_scheduler_loop(state: AppState, queue: Arc<dyn ReconcileQueue>, every: Duration) {
     let mut tick = tokio::time::interval(every);
@@ -247,6 +273,7 @@ pub async fn run_scheduler_loop(state: AppState, queue: Arc<dyn ReconcileQueue>,
             Ok(n) => tracing::info!(enqueued = n, "scheduled overlay reconciliations"),
             Err(e) => tracing::warn!(error = %e, "scheduler pass failed"),
         }
+        sweep_once(&state).await;
     }
 }
 

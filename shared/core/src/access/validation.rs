@@ -30,7 +30,7 @@ use flotilla_catalog_access::{
     CatalogAccessError, CatalogCapabilities, CatalogClient, LoadTableOutcome, NamespacePath,
     StorageCredential, TableFormat, TableMetadata, VendedCredentials, VendingErrorKind,
 };
-use flotilla_domain::model::IntegrationRecord;
+use flotilla_domain::model::{AuthConfig, IntegrationRecord};
 use object_store::aws::{AmazonS3Builder, AwsCredential};
 use object_store::path::Path as ObjectPath;
 use object_store::{
@@ -74,6 +74,10 @@ pub enum CheckStatus {
 pub enum Issue {
     ConnectionFailed,
     AuthenticationFailed,
+    /// AWS refused the integration's AWS identity: STS refused `AssumeRole` (access denied,
+    /// wrong external id), or the catalog refused the SigV4 signature (bad keys, expired
+    /// session). The summary carries STS's or the upstream's bounded, secret-free message.
+    AwsAuthenticationFailed,
     DiscoveryFailed,
     DiscoveryUnsupported,
     NoTables,
@@ -206,15 +210,30 @@ pub async fn validate(
             );
         }
         Err(e @ CatalogAccessError::Authentication { .. }) => {
-            checks.pass(
-                CheckType::CatalogConnection,
-                &format!("the {protocol} catalog endpoint answered"),
+            let aws = matches!(
+                record.authentication,
+                AuthConfig::AwsAssumeRole { .. }
+                    | AuthConfig::AwsAccessKeys { .. }
+                    | AuthConfig::AwsSigv4 { .. }
             );
-            checks.fail(
-                CheckType::CatalogAuthentication,
-                Issue::AuthenticationFailed,
-                &e.to_string(),
-            );
+            if flotilla_catalog_access::sigv4::is_sts_refusal(&e) {
+                // STS refused before the catalog was asked: its endpoint is not proven.
+                checks.not_run(
+                    CheckType::CatalogConnection,
+                    "not run: AWS refused the integration's AWS identity",
+                );
+            } else {
+                checks.pass(
+                    CheckType::CatalogConnection,
+                    &format!("the {protocol} catalog endpoint answered"),
+                );
+            }
+            let issue = if aws {
+                Issue::AwsAuthenticationFailed
+            } else {
+                Issue::AuthenticationFailed
+            };
+            checks.fail(CheckType::CatalogAuthentication, issue, &e.to_string());
             return Ok(checks.report());
         }
         Err(e) => {

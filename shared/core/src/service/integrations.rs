@@ -220,6 +220,15 @@ fn validate_auth_for_type(
     Ok(())
 }
 
+/// AWS signing parameters (`rest.signing-name`, `rest.signing-region`) against the
+/// authentication: well-formed, not contradicting it, a region somewhere for AWS types, none
+/// for other types; assume-role fields within STS's limits.
+fn validate_signing(auth: &AuthConfig, properties: &BTreeMap<String, String>) -> ApiResult<()> {
+    crate::access::aws_signing(auth, properties)
+        .map(|_| ())
+        .map_err(ApiError::invalid)
+}
+
 /// Which credential fields an authentication type needs and accepts.
 fn credential_rules(auth: &AuthConfig) -> (&'static [&'static str], &'static [&'static str]) {
     match auth {
@@ -412,9 +421,10 @@ fn secret_error(e: SecretStoreError) -> ApiError {
     }
 }
 
-/// How many generation numbers one prepare tries. Each number another writer holds (or a
-/// leftover the sweep has not reclaimed yet) costs one conditional write.
-const GENERATION_SEARCH: u64 = 64;
+/// How many generation numbers one prepare tries. A taken number makes the next attempt jump
+/// past every generation a record or stored secret holds ([`next_candidate`]), so leftovers
+/// awaiting the sweep cost one attempt in all; only concurrent writers can use up the rest.
+const GENERATION_ATTEMPTS: u32 = 64;
 
 /// The version of a generation record created from absence. The operation that created it
 /// owns it: publication asserts the record at exactly this version, so a sweep that claims
@@ -445,7 +455,11 @@ async fn prepare_generation(
     secret: &SecretBytes,
 ) -> ApiResult<u64> {
     let store = state.store.as_ref();
-    for generation in first..first.saturating_add(GENERATION_SEARCH) {
+    let mut generation = first;
+    for attempt in 0..GENERATION_ATTEMPTS {
+        if attempt > 0 {
+            generation = next_candidate(state, account, integration, generation).await;
+        }
         let rec = CredentialGenerationRecord {
             integration_id: integration.to_owned(),
             generation,
@@ -486,8 +500,33 @@ async fn prepare_generation(
         }
     }
     Err(ApiError::unavailable(
-        "no free credential generation; run sweep-credentials",
+        "no free credential generation after repeated concurrent rotations; retry",
     ))
+}
+
+/// The next generation to try after `taken` was taken: past every generation a record or a
+/// stored secret of the integration holds (best effort: a failed listing only skips one).
+async fn next_candidate(state: &AppState, account: &str, integration: &str, taken: u64) -> u64 {
+    let mut next = taken.saturating_add(1);
+    if let Ok(items) = strong_scan(
+        state.store.as_ref(),
+        &keys::account_pk(account),
+        &keys::credential_generations_prefix(integration),
+    )
+    .await
+    {
+        for item in items {
+            if let Ok(rec) = item.json::<CredentialGenerationRecord>() {
+                next = next.max(rec.generation.saturating_add(1));
+            }
+        }
+    }
+    if let Ok(stored) = state.credentials.list(account, integration).await {
+        for g in stored {
+            next = next.max(g.saturating_add(1));
+        }
+    }
+    next
 }
 
 /// Whether this operation still owns the record of `generation` (no sweep claimed it).
@@ -695,6 +734,7 @@ pub async fn create(
     validate_display_name(&req.display_name)?;
     validate_auth_for_type(state, req.kind, &req.authentication)?;
     validate_connection(state, &req.uri, &req.properties)?;
+    validate_signing(&req.authentication, &req.properties)?;
     let secret = validate_credentials(&req.authentication, &req.credentials)?;
     let store = state.store.as_ref();
     // The generation this request prepared (integration id, generation), reused when
@@ -939,6 +979,7 @@ pub async fn patch(
         }
         if req.uri.is_some() || req.properties.is_some() {
             validate_connection(state, &next.uri, &next.properties)?;
+            validate_signing(&next.authentication, &next.properties)?;
         }
         let fences_work = next.uri != cur.value.uri
             || next.properties != cur.value.properties
@@ -1013,6 +1054,7 @@ pub async fn rotate(
             .clone()
             .unwrap_or_else(|| cur.value.authentication.clone());
         validate_auth_for_type(state, cur.value.kind, &auth)?;
+        validate_signing(&auth, &cur.value.properties)?;
         let secret = validate_credentials(&auth, &req.credentials)?;
         let new_generation = match &secret {
             Some(s) => Some(
@@ -1072,6 +1114,8 @@ pub async fn rotate(
 
 /// Deletes every credential generation of an integration and their records (idempotent).
 pub async fn purge_credentials(state: &AppState, account: &str, id: &str) -> ApiResult<()> {
+    // Every delete path ends here: the integration's upstream session goes first.
+    state.sessions.forget(account, id);
     for g in state
         .credentials
         .list(account, id)
@@ -1414,6 +1458,106 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> ApiResul
             state.credentials.delete(&r).await.map_err(secret_error)?;
             report.orphans_deleted += 1;
         }
+    }
+    Ok(report)
+}
+
+// ---- scheduled sweep -------------------------------------------------------------------
+
+/// Accounts one scheduled sweep pass visits at most; the next pass resumes after them.
+pub const SCHEDULED_SWEEP_ACCOUNTS: usize = 16;
+/// Generations younger than this are left to the operation that may still own them.
+pub const SCHEDULED_SWEEP_MIN_AGE_MS: i64 = 3_600_000;
+/// Where the scheduled sweep resumes: the last account a pass visited.
+const SWEEP_CURSOR_SK: &str = "SWEEPCURSOR";
+
+/// What one scheduled sweep pass did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct ScheduledSweep {
+    /// Accounts with integrations or generation records that were swept.
+    pub accounts_swept: u64,
+    /// Accounts the pass looked at (swept or skipped for holding none).
+    pub accounts_visited: u64,
+    pub generations_deleted: u64,
+    pub orphans_deleted: u64,
+    /// Accounts whose sweep failed (logged; the next round visits them again).
+    pub failures: u64,
+}
+
+/// One bounded pass of the credential sweep the scheduler runs, no operator needed: resumes
+/// after the account where the previous pass stopped (a cursor in the metastore), visits at
+/// most `max_accounts` accounts in key order (wrapping around at the end), sweeps each that
+/// holds integrations or generation records with [`sweep`] at
+/// [`SCHEDULED_SWEEP_MIN_AGE_MS`], and saves where it stopped. Every account is visited
+/// again within `ceil(accounts / max_accounts)` passes.
+pub async fn sweep_scheduled(state: &AppState, max_accounts: usize) -> ApiResult<ScheduledSweep> {
+    let store = state.store.as_ref();
+    let cursor_key = key((keys::SYSTEM_PK.to_owned(), SWEEP_CURSOR_SK.to_owned()));
+    let cursor: Option<String> = store
+        .get(&cursor_key, Consistency::Eventual)
+        .await?
+        .and_then(|i| i.json::<String>().ok());
+    let accounts: Vec<String> = flotilla_metastore::query_all(
+        store,
+        flotilla_metastore::Query::new(
+            keys::SYSTEM_PK,
+            keys::ACCOUNT_LISTING_PREFIX,
+            Consistency::Eventual,
+        ),
+    )
+    .await?
+    .into_iter()
+    .filter_map(|i| {
+        i.key
+            .sk
+            .strip_prefix(keys::ACCOUNT_LISTING_PREFIX)
+            .map(str::to_owned)
+    })
+    .collect();
+    let mut report = ScheduledSweep::default();
+    if accounts.is_empty() || max_accounts == 0 {
+        return Ok(report);
+    }
+    let start = cursor
+        .as_deref()
+        .map_or(0, |c| accounts.partition_point(|a| a.as_str() <= c));
+    let mut last = None;
+    for i in 0..max_accounts.min(accounts.len()) {
+        let account = &accounts[(start + i) % accounts.len()];
+        report.accounts_visited += 1;
+        last = Some(account.clone());
+        let pk = keys::account_pk(account);
+        let holds = store
+            .count(&pk, keys::INTEGRATION_PREFIX, Consistency::Eventual)
+            .await?
+            > 0
+            || store
+                .count(
+                    &pk,
+                    keys::CREDENTIAL_GENERATION_PREFIX,
+                    Consistency::Eventual,
+                )
+                .await?
+                > 0;
+        if !holds {
+            continue;
+        }
+        match sweep(state, account, SCHEDULED_SWEEP_MIN_AGE_MS).await {
+            Ok(r) => {
+                report.accounts_swept += 1;
+                report.generations_deleted += r.generations_deleted;
+                report.orphans_deleted += r.orphans_deleted;
+            }
+            Err(e) => {
+                report.failures += 1;
+                tracing::warn!(account = %account, error = %e, "scheduled credential sweep failed");
+            }
+        }
+    }
+    if let Some(last) = last {
+        store
+            .transact(Transaction::new().with(Op::put(cursor_key, to_body(&last)?)))
+            .await?;
     }
     Ok(report)
 }
