@@ -89,7 +89,7 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         Arc::new(tokens),
         config,
     )
-    .with_metrics(Arc::new(move || counters.render_prometheus()))
+    .with_metric_source(counters)
     // `file://` index warehouses; `s3://` ones too, sent to `FLOTILLA_S3_ENDPOINT` if set.
     .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env())
     .with_credentials(Arc::new(credentials));

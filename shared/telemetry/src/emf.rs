@@ -151,6 +151,82 @@ impl EmfFlusher {
     }
 }
 
+/// Checks one EMF line against the catalogue: the `_aws` block (namespace, dimension sets,
+/// metric names and units exactly as defined), the dimension values (a known function, closed
+/// labels inside their sets) and that no dimension value contains any of `forbidden` (account
+/// ids, tokens, generations, request ids of the test). Answers the parsed line. Used by the
+/// tests of every function's output.
+pub fn check_line(line: &str, forbidden: &[&str]) -> Result<Json, String> {
+    use crate::catalog::ALL;
+    let doc: Json = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}: {line}"))?;
+    let obj = doc.as_object().ok_or("not an object")?;
+    let directives = doc["_aws"]["CloudWatchMetrics"]
+        .as_array()
+        .filter(|d| d.len() == 1)
+        .ok_or("one CloudWatchMetrics directive expected")?;
+    let d = &directives[0];
+    if d["Namespace"] != NAMESPACE {
+        return Err(format!("namespace {}", d["Namespace"]));
+    }
+    if !doc["_aws"]["Timestamp"].is_i64() {
+        return Err("Timestamp missing".into());
+    }
+    let mut dimension_names: Vec<&str> = Vec::new();
+    let metrics = d["Metrics"].as_array().ok_or("Metrics missing")?;
+    if metrics.is_empty() || metrics.len() > 100 {
+        return Err(format!("{} metrics in one line", metrics.len()));
+    }
+    for m in metrics {
+        let name = m["Name"].as_str().ok_or("metric without a name")?;
+        let def = ALL
+            .iter()
+            .find(|x| x.cloudwatch == name)
+            .ok_or_else(|| format!("{name} is not in the catalogue"))?;
+        if m["Unit"] != def.unit.as_str() {
+            return Err(format!("{name}: unit {}", m["Unit"]));
+        }
+        if d["Dimensions"] != json!(def.dimension_sets()) {
+            return Err(format!("{name}: dimension sets {}", d["Dimensions"]));
+        }
+        let value = &doc[name];
+        let numbers = match value {
+            Json::Array(v) => v.len() <= MAX_VALUES && v.iter().all(Json::is_number),
+            v => v.is_number(),
+        };
+        if !numbers {
+            return Err(format!("{name}: value {value}"));
+        }
+        for l in def.labels {
+            let v = doc[l.dimension]
+                .as_str()
+                .ok_or_else(|| format!("{name}: dimension {} missing", l.dimension))?;
+            if l.is_closed() && v != OTHER && !l.values.contains(&v) {
+                return Err(format!("{name}: {}={v} is outside its set", l.dimension));
+            }
+            dimension_names.push(l.dimension);
+        }
+    }
+    let function = doc[FUNCTION].as_str().unwrap_or("");
+    if !FUNCTIONS.contains(&function) {
+        return Err(format!("Function={function}"));
+    }
+    dimension_names.extend([STAGE, FUNCTION]);
+    for (key, value) in obj {
+        let is_metric = metrics.iter().any(|m| m["Name"] == key.as_str());
+        if key == "_aws" || is_metric {
+            continue;
+        }
+        if !dimension_names.contains(&key.as_str()) {
+            return Err(format!("unexpected member {key}"));
+        }
+        let text = value.as_str().ok_or_else(|| format!("{key} is not a string"))?;
+        if let Some(bad) = forbidden.iter().find(|f| !f.is_empty() && text.contains(*f)) {
+            return Err(format!("{key}={text} contains forbidden value {bad}"));
+        }
+    }
+    Ok(doc)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +258,11 @@ mod tests {
             json!([["Stage", "Function", "Outcome"], ["Stage", "Outcome"]])
         );
         assert!(f.lines(&[&r], 2).is_empty());
+        assert!(check_line(&json!(d).to_string(), &["acme"]).is_ok());
+        assert!(check_line(&json!(d).to_string(), &["reconciled"]).is_err());
+        let mut tampered = d.clone();
+        tampered["AccountId"] = json!("acme");
+        assert!(check_line(&tampered.to_string(), &[]).is_err());
         r.add(&RECONCILE_RUNS, &["reconciled"], 1);
         assert_eq!(parse(&f.lines(&[&r], 3))[0]["ReconcileRuns"], 1);
     }

@@ -12,4 +12,4 @@ pub mod prometheus;
 pub mod registry;
 pub mod trace;
 
-pub use registry::{Sample, Source, Value, global, intern_route, status_class};
+pub use registry::{Global, Only, Sample, Source, Value, global, intern_route, status_class};

@@ -186,6 +186,36 @@ impl Source for Registry {
     }
 }
 
+/// The process-wide registry as a [`Source`] (for a state's list of sources).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Global;
+
+impl Source for Global {
+    fn families(&self) -> Vec<&'static MetricDef> {
+        global().families()
+    }
+    fn collect(&self, out: &mut Vec<Sample>, drain: bool) {
+        global().collect(out, drain);
+    }
+}
+
+/// One family of the process-wide registry (a component rendering only its own family).
+#[derive(Clone, Copy, Debug)]
+pub struct Only(pub &'static MetricDef);
+
+impl Source for Only {
+    fn families(&self) -> Vec<&'static MetricDef> {
+        vec![self.0]
+    }
+    fn collect(&self, out: &mut Vec<Sample>, drain: bool) {
+        let mut all = Vec::new();
+        // Never drains: the EMF flusher reads the whole registry through `Global`.
+        let _ = drain;
+        global().collect(&mut all, false);
+        out.extend(all.into_iter().filter(|s| s.def.name == self.0.name));
+    }
+}
+
 /// Families counted by a state's own components (the metastore decorator and the directory
 /// replica); every other family, including any added later, lives in the process-wide
 /// registry.

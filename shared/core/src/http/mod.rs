@@ -4,6 +4,7 @@
 mod directory_routes;
 pub mod extract;
 mod index_routes;
+mod metrics_layer;
 mod integration_routes;
 mod openapi_routes;
 mod reconcile_routes;
