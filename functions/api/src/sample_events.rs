@@ -54,7 +54,12 @@ fn state() -> (AppState, tempfile::TempDir) {
 /// What `lambda_http::run` does with one invocation payload, then one router call.
 async fn invoke(state: &AppState, payload: &str) -> (StatusCode, Value) {
     let (telemetry, _lines) = LambdaTelemetry::capturing(state, "api", "test");
-    call(handler::app(state.clone(), Arc::new(telemetry)), payload, None).await
+    call(
+        handler::app(state.clone(), Arc::new(telemetry)),
+        payload,
+        None,
+    )
+    .await
 }
 
 /// One invocation of `app`, with the Lambda context `lambda_http::run` would attach.
@@ -64,10 +69,7 @@ async fn call(app: axum::Router, payload: &str, ctx: Option<Context>) -> (Status
     if let Some(ctx) = ctx {
         request.extensions_mut().insert(ctx);
     }
-    let response = app
-        .oneshot(request)
-        .await
-        .expect("infallible router");
+    let response = app.oneshot(request).await.expect("infallible router");
     let status = response.status();
     let bytes = response
         .into_body()
@@ -168,7 +170,8 @@ async fn the_principal_comes_only_from_the_authorizer_claims() {
 #[tokio::test]
 async fn samples_write_emf_lines_with_catalogue_names_and_safe_dimensions() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = CountingMetastore::new(RedbMetastore::open(dir.path().join("m.redb")).expect("redb"));
+    let store =
+        CountingMetastore::new(RedbMetastore::open(dir.path().join("m.redb")).expect("redb"));
     let counters = store.counters();
     let state = AppState::new(
         Arc::new(store),
@@ -190,9 +193,18 @@ async fn samples_write_emf_lines_with_catalogue_names_and_safe_dimensions() {
         per_invocation.push(lines.take());
     }
     // Every invocation flushed its own lines.
-    assert!(per_invocation.iter().all(|l| !l.is_empty()), "{per_invocation:?}");
+    assert!(
+        per_invocation.iter().all(|l| !l.is_empty()),
+        "{per_invocation:?}"
+    );
     let forbidden = [
-        "acme", "svc-acme", "operator", "req-", "6650e0a1", "Bearer", "lakehouse",
+        "acme",
+        "svc-acme",
+        "operator",
+        "req-",
+        "6650e0a1",
+        "Bearer",
+        "lakehouse",
     ];
     let mut seen = Vec::new();
     for line in per_invocation.concat() {
@@ -210,8 +222,17 @@ async fn samples_write_emf_lines_with_catalogue_names_and_safe_dimensions() {
     assert!(has("ApiRequests", "Route", "GET /v1/health"), "{seen:?}");
     assert!(has("ApiRequests", "StatusClass", "2xx"), "{seen:?}");
     assert!(has("ApiLatency", "", ""), "{seen:?}");
-    assert!(has("MetastoreRequests", "Operation", "transact"), "{seen:?}");
+    assert!(
+        has("MetastoreRequests", "Operation", "transact"),
+        "{seen:?}"
+    );
     assert!(has("MetastoreItemsWritten", "", ""), "{seen:?}");
-    let latency = seen.iter().find(|d| d.get("ApiLatency").is_some()).expect("latency");
-    assert_eq!(latency["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"], "Milliseconds");
+    let latency = seen
+        .iter()
+        .find(|d| d.get("ApiLatency").is_some())
+        .expect("latency");
+    assert_eq!(
+        latency["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"],
+        "Milliseconds"
+    );
 }

@@ -16,8 +16,14 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let meta = Invocation::new(event.context.request_id, event.context.xray_trace_id);
         Ok::<_, Error>(
-            flotilla_fn_reconciler::invoke(state, &AdapterConnector, telemetry, meta, event.payload)
-                .await,
+            flotilla_fn_reconciler::invoke(
+                state,
+                &AdapterConnector,
+                telemetry,
+                meta,
+                event.payload,
+            )
+            .await,
         )
     }))
     .await

@@ -436,15 +436,22 @@ async fn scheduler_messages_carry_the_trace_header_to_sqs() {
     let env = env().await;
     let sent = SentBodies::default();
     let client = aws_sdk_sqs::Client::from_conf(
-        sqs().config().to_builder().interceptor(sent.clone()).build(),
+        sqs()
+            .config()
+            .to_builder()
+            .interceptor(sent.clone())
+            .build(),
     );
     let (url, _dlq) = queues(&client, 3).await;
     sent.0.lock().expect("lock").clear();
     let header = "Root=1-6650e0a1-dddddddddddddddddddddddd;Parent=4444444444444444;Sampled=1";
     let queue = SqsQueue::new(client.clone(), url.clone());
-    let n = scope(TraceContext::from_header(Some(header)), schedule_once(&env.state, &queue))
-        .await
-        .expect("pass");
+    let n = scope(
+        TraceContext::from_header(Some(header)),
+        schedule_once(&env.state, &queue),
+    )
+    .await
+    .expect("pass");
     assert_eq!(n, 1);
     let bodies = sent.0.lock().expect("lock").clone();
     assert_eq!(bodies.len(), 1, "{bodies:?}");

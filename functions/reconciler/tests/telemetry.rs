@@ -16,15 +16,20 @@ use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use serde_json::Value;
 
-const RECORD_TRACE: &str = "Root=1-6650e0a1-aaaaaaaaaaaaaaaaaaaaaaaa;Parent=1111111111111111;Sampled=1";
-const LAMBDA_TRACE: &str = "Root=1-6650e0a1-bbbbbbbbbbbbbbbbbbbbbbbb;Parent=2222222222222222;Sampled=1";
+const RECORD_TRACE: &str =
+    "Root=1-6650e0a1-aaaaaaaaaaaaaaaaaaaaaaaa;Parent=1111111111111111;Sampled=1";
+const LAMBDA_TRACE: &str =
+    "Root=1-6650e0a1-bbbbbbbbbbbbbbbbbbbbbbbb;Parent=2222222222222222;Sampled=1";
 
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Logs {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(b);
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -60,7 +65,8 @@ fn sample_batch() -> SqsEvent {
 #[tokio::test]
 async fn sample_batch_writes_catalogue_emf_lines_and_logs_with_ids() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = CountingMetastore::new(RedbMetastore::open(dir.path().join("m.redb")).expect("redb"));
+    let store =
+        CountingMetastore::new(RedbMetastore::open(dir.path().join("m.redb")).expect("redb"));
     let counters = store.counters();
     let state = AppState::new(
         Arc::new(store),
@@ -93,20 +99,34 @@ async fn sample_batch_writes_catalogue_emf_lines_and_logs_with_ids() {
     let emitted = lines.take();
     assert!(!emitted.is_empty());
     let forbidden = [
-        "acme", "globex", "ovl-", "0f6a2c1e", "lambda-req", "6650e0a1", "t0ken", "123456789012",
+        "acme",
+        "globex",
+        "ovl-",
+        "0f6a2c1e",
+        "lambda-req",
+        "6650e0a1",
+        "t0ken",
+        "123456789012",
     ];
     let docs: Vec<Value> = emitted
         .iter()
         .map(|l| {
-            flotilla_telemetry::emf::check_line(l, &forbidden).unwrap_or_else(|e| panic!("{e}\n{l}"))
+            flotilla_telemetry::emf::check_line(l, &forbidden)
+                .unwrap_or_else(|e| panic!("{e}\n{l}"))
         })
         .collect();
     for d in &docs {
-        assert_eq!((d["Stage"].as_str(), d["Function"].as_str()), (Some("prod-eu"), Some("reconciler")));
+        assert_eq!(
+            (d["Stage"].as_str(), d["Function"].as_str()),
+            (Some("prod-eu"), Some("reconciler"))
+        );
         // No dimension is a bare number (a generation would be).
         for (k, v) in d.as_object().expect("object") {
             if k != "_aws" && v.is_string() {
-                assert!(v.as_str().is_some_and(|s| s.parse::<u64>().is_err()), "{k}={v}");
+                assert!(
+                    v.as_str().is_some_and(|s| s.parse::<u64>().is_err()),
+                    "{k}={v}"
+                );
             }
         }
     }
@@ -119,8 +139,14 @@ async fn sample_batch_writes_catalogue_emf_lines_and_logs_with_ids() {
     // Other tests of this binary may count too (the registry is process-wide): at least.
     assert!(value("ReconcileRuns", "Outcome", "gone") >= 3, "{docs:?}");
     assert!(value("ReconcileRuns", "Outcome", "poison") >= 1, "{docs:?}");
-    assert!(value("ReconcileFailures", "Reason", "poison") >= 1, "{docs:?}");
-    assert!(value("MetastoreRequests", "Operation", "get") >= 3, "{docs:?}");
+    assert!(
+        value("ReconcileFailures", "Reason", "poison") >= 1,
+        "{docs:?}"
+    );
+    assert!(
+        value("MetastoreRequests", "Operation", "get") >= 3,
+        "{docs:?}"
+    );
     let failures = docs
         .iter()
         .find(|d| d.get("ReconcileFailures").is_some())
@@ -150,11 +176,21 @@ async fn sample_batch_writes_catalogue_emf_lines_and_logs_with_ids() {
     }
     let first = of(&lines, "0f6a2c1e-0000-4000-8000-000000000001");
     assert!(!first.is_empty(), "{text}");
-    assert!(first.iter().all(|l| l["trace_id"] == "1-6650e0a1-aaaaaaaaaaaaaaaaaaaaaaaa"), "{text}");
+    assert!(
+        first
+            .iter()
+            .all(|l| l["trace_id"] == "1-6650e0a1-aaaaaaaaaaaaaaaaaaaaaaaa"),
+        "{text}"
+    );
     // A record without a header continues the invocation's trace.
     let second = of(&lines, "0f6a2c1e-0000-4000-8000-000000000002");
     assert!(!second.is_empty(), "{text}");
-    assert!(second.iter().all(|l| l["trace_id"] == "1-6650e0a1-bbbbbbbbbbbbbbbbbbbbbbbb"), "{text}");
+    assert!(
+        second
+            .iter()
+            .all(|l| l["trace_id"] == "1-6650e0a1-bbbbbbbbbbbbbbbbbbbbbbbb"),
+        "{text}"
+    );
     assert!(
         of(&lines, "0f6a2c1e-0000-4000-8000-00000000dead")
             .iter()

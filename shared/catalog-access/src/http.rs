@@ -495,13 +495,16 @@ impl UpstreamRequestCounters {
 
     /// Requests sent so far to upstreams of `protocol`.
     pub fn get(&self, protocol: CatalogProtocol) -> u64 {
-        flotilla_telemetry::global().counter(&catalog::UPSTREAM_REQUESTS, &[protocol_label(protocol)])
+        flotilla_telemetry::global()
+            .counter(&catalog::UPSTREAM_REQUESTS, &[protocol_label(protocol)])
     }
 
     /// Prometheus text for the counter family; every protocol appears, even at 0, so a
     /// scrape can tell "no traffic" from "not wired".
     pub fn render_prometheus(&self) -> String {
-        flotilla_telemetry::prometheus::render(&[&flotilla_telemetry::Only(&catalog::UPSTREAM_REQUESTS)])
+        flotilla_telemetry::prometheus::render(&[&flotilla_telemetry::Only(
+            &catalog::UPSTREAM_REQUESTS,
+        )])
     }
 }
 
@@ -604,7 +607,10 @@ impl HttpClient {
             method = %request.method(),
             status = tracing::field::Empty,
         );
-        let result = self.execute_attempts(request, mode).instrument(span.clone()).await;
+        let result = self
+            .execute_attempts(request, mode)
+            .instrument(span.clone())
+            .await;
         if let Ok(r) = &result {
             span.record("status", r.status);
         }

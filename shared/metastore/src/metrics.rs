@@ -198,8 +198,8 @@ impl<M: Metastore> Metastore for CountingMetastore<M> {
         let result = self.inner.get(key, consistency).await;
         self.counters
             .record(&self.counters.get, "get", started, &result, |item| {
-            usize::from(item.is_some())
-        });
+                usize::from(item.is_some())
+            });
         result
     }
 

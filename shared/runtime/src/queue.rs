@@ -98,7 +98,8 @@ impl ReconcileQueue for SqsQueue {
 }
 
 /// The `AWSTraceHeader` system attribute of the current trace context, if there is one.
-fn trace_attribute() -> Result<Option<aws_sdk_sqs::types::MessageSystemAttributeValue>, QueueError> {
+fn trace_attribute() -> Result<Option<aws_sdk_sqs::types::MessageSystemAttributeValue>, QueueError>
+{
     let Some(header) = flotilla_telemetry::trace::current_header() else {
         return Ok(None);
     };

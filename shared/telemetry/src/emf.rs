@@ -35,7 +35,11 @@ fn clean_stage(stage: &str) -> String {
         && stage
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if ok { stage.to_owned() } else { OTHER.to_owned() }
+    if ok {
+        stage.to_owned()
+    } else {
+        OTHER.to_owned()
+    }
 }
 
 impl EmfFlusher {
@@ -87,13 +91,7 @@ impl EmfFlusher {
                 }
                 Value::Timing { recent, .. } => recent
                     .chunks(MAX_VALUES)
-                    .map(|c| {
-                        if c.len() == 1 {
-                            json!(c[0])
-                        } else {
-                            json!(c)
-                        }
-                    })
+                    .map(|c| if c.len() == 1 { json!(c[0]) } else { json!(c) })
                     .collect(),
             };
             let dims: Vec<(&'static str, String)> = def
@@ -219,8 +217,13 @@ pub fn check_line(line: &str, forbidden: &[&str]) -> Result<Json, String> {
         if !dimension_names.contains(&key.as_str()) {
             return Err(format!("unexpected member {key}"));
         }
-        let text = value.as_str().ok_or_else(|| format!("{key} is not a string"))?;
-        if let Some(bad) = forbidden.iter().find(|f| !f.is_empty() && text.contains(*f)) {
+        let text = value
+            .as_str()
+            .ok_or_else(|| format!("{key} is not a string"))?;
+        if let Some(bad) = forbidden
+            .iter()
+            .find(|f| !f.is_empty() && text.contains(*f))
+        {
             return Err(format!("{key}={text} contains forbidden value {bad}"));
         }
     }
@@ -281,7 +284,10 @@ mod tests {
             .filter_map(|d| d["UpstreamLatency"].as_array().map(Vec::len))
             .collect();
         assert_eq!(lens, [100, 50]);
-        assert!(docs.iter().all(|d| d["Stage"] == OTHER && d["Function"] == OTHER));
+        assert!(
+            docs.iter()
+                .all(|d| d["Stage"] == OTHER && d["Function"] == OTHER)
+        );
         assert!(docs.iter().any(|d| d["DirectoryStaleCatalogs"] == 2));
         assert!(f.lines(&[&r], 2).is_empty());
     }

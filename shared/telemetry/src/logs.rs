@@ -7,10 +7,10 @@ use std::fmt;
 use serde_json::{Map, Value as Json};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::EnvFilter;
 
 /// Formats events as flat JSON objects (span fields are stored as JSON by [`JsonFields`]).
 pub struct FlatJson;

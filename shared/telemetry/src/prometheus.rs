@@ -144,6 +144,9 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line:?} missing:\n{text}");
         }
         // Families another source owns are not shown by this one.
-        assert!(!text.contains("flotilla_metastore_requests_total"), "{text}");
+        assert!(
+            !text.contains("flotilla_metastore_requests_total"),
+            "{text}"
+        );
     }
 }

@@ -80,7 +80,10 @@ impl Registry {
 
     fn update(&self, def: &'static MetricDef, labels: &[&'static str], f: impl FnOnce(&mut Value)) {
         let Some(labels) = def.normalize(labels) else {
-            tracing::debug!(metric = def.name, "metric recorded with the wrong label count");
+            tracing::debug!(
+                metric = def.name,
+                "metric recorded with the wrong label count"
+            );
             return;
         };
         let mut map = self.lock();
@@ -137,7 +140,9 @@ impl Registry {
     /// The current value of one series (tests, benches).
     pub fn value(&self, def: &'static MetricDef, labels: &[&'static str]) -> Option<Value> {
         let labels = def.normalize(labels)?;
-        self.lock().get(&(def.name, labels)).map(|c| c.value.clone())
+        self.lock()
+            .get(&(def.name, labels))
+            .map(|c| c.value.clone())
     }
 
     /// The counter value of one series, 0 when never counted.
@@ -312,7 +317,10 @@ mod tests {
 
     #[test]
     fn routes_are_bounded_and_template_shaped() {
-        assert_eq!(intern_route("GET /v1/accounts/{account_id}"), "GET /v1/accounts/{account_id}");
+        assert_eq!(
+            intern_route("GET /v1/accounts/{account_id}"),
+            "GET /v1/accounts/{account_id}"
+        );
         assert_eq!(intern_route("GET /v1/x?token=abc"), OTHER);
         assert_eq!(intern_route("GET /v1/a%2Fb"), OTHER);
         assert_eq!(intern_route(""), OTHER);

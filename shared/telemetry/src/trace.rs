@@ -50,8 +50,7 @@ fn valid_header(h: &str) -> bool {
     !h.is_empty()
         && h.len() <= MAX_HEADER
         && h.contains("Root=")
-        && h
-            .chars()
+        && h.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '=' | ';' | '-' | '_' | '.'))
 }
 
@@ -75,15 +74,28 @@ mod tests {
     fn parses_the_root_and_refuses_junk() {
         let c = TraceContext::from_header(Some(H));
         assert_eq!(c.trace_id(), Some("1-5759e988-bd862e3fe1be46a994272793"));
-        for bad in ["", "Sampled=1", "Root=1-a b", &"Root=x".repeat(100), "Root=1\nInjected"] {
-            assert_eq!(TraceContext::from_header(Some(bad)), TraceContext::default(), "{bad}");
+        for bad in [
+            "",
+            "Sampled=1",
+            "Root=1-a b",
+            &"Root=x".repeat(100),
+            "Root=1\nInjected",
+        ] {
+            assert_eq!(
+                TraceContext::from_header(Some(bad)),
+                TraceContext::default(),
+                "{bad}"
+            );
         }
     }
 
     #[tokio::test]
     async fn the_header_is_visible_inside_the_scope_only() {
         assert_eq!(current_header(), None);
-        let inner = scope(TraceContext::from_header(Some(H)), async { current_header() }).await;
+        let inner = scope(TraceContext::from_header(Some(H)), async {
+            current_header()
+        })
+        .await;
         assert_eq!(inner.as_deref(), Some(H));
         assert_eq!(current_header(), None);
     }

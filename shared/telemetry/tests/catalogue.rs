@@ -35,14 +35,29 @@ fn names_are_unique_and_dimension_sets_are_declared_dimensions() {
             .collect();
         for set in m.dimension_sets() {
             assert!(set.len() <= 30, "{}: EMF allows 30 dimensions", m.name);
-            assert!(set.contains(&catalog::STAGE), "{}: every set has Stage", m.name);
+            assert!(
+                set.contains(&catalog::STAGE),
+                "{}: every set has Stage",
+                m.name
+            );
             for d in set {
-                assert!(declared.contains(&d), "{}: undeclared dimension {d}", m.name);
+                assert!(
+                    declared.contains(&d),
+                    "{}: undeclared dimension {d}",
+                    m.name
+                );
             }
         }
         // Nothing that names a tenant, a secret or a generation is a label.
         for l in m.labels {
-            for bad in ["account", "token", "secret", "generation", "integration_id", "catalog"] {
+            for bad in [
+                "account",
+                "token",
+                "secret",
+                "generation",
+                "integration_id",
+                "catalog",
+            ] {
                 assert!(!l.key.contains(bad), "{}: label {}", m.name, l.key);
             }
         }

@@ -4,8 +4,8 @@
 mod directory_routes;
 pub mod extract;
 mod index_routes;
-mod metrics_layer;
 mod integration_routes;
+mod metrics_layer;
 mod openapi_routes;
 mod reconcile_routes;
 mod routes;
