@@ -239,6 +239,7 @@ pub const FAILURE_REASON: Label = Label::closed(
         "poison",
     ],
 );
+pub const VALIDATION_OUTCOME: Label = Label::closed("outcome", "Outcome", &["valid", "invalid"]);
 /// The matched route template with its method (`GET /v1/accounts/{account_id}`), never the
 /// concrete path.
 pub const ROUTE: Label = Label::open("route", "Route");
@@ -357,9 +358,15 @@ pub static API_LATENCY: MetricDef = MetricDef::timing_ms(
 )
 .with_rollups(&[&[STAGE, FUNCTION]]);
 
-// Extension points. Capture and validation results, when they exist, get a counter here
-// (e.g. `flotilla_validation_runs_total{outcome}` / `ValidationRuns`) recorded where the
-// result is known. An Iceberg REST endpoint mounted on the shared router is counted by
+pub static VALIDATION_RUNS: MetricDef = MetricDef::counter(
+    "flotilla_validation_runs_total",
+    "ValidationRuns",
+    "Integration validations that ran, by outcome (invalid: a check failed).",
+    &[VALIDATION_OUTCOME],
+);
+
+// Extension points. Capture results, when they exist, get a counter here (like
+// `VALIDATION_RUNS`) recorded where the result is known. An Iceberg REST endpoint mounted on the shared router is counted by
 // `API_REQUESTS`/`API_LATENCY` under its route templates without any change; a metric of
 // its own is one more line below and in `ALL`.
 
@@ -382,6 +389,7 @@ pub static ALL: &[&MetricDef] = &[
     &RECONCILE_ENQUEUED,
     &API_REQUESTS,
     &API_LATENCY,
+    &VALIDATION_RUNS,
 ];
 
 /// The catalogue as JSON (`infra/metrics.json`): namespace, the fixed dimensions and
