@@ -506,10 +506,12 @@ async fn secret_canary_never_appears_in_responses_logs_items_or_errors() {
     // The EMF lines of everything this test did: catalogue-shaped, no secret anywhere, no
     // account or integration id as a dimension. The Prometheus page neither.
     let lines = emf.lines(&h.state.metric_source_refs(), 0);
-    assert!(
-        lines.iter().any(|l| l.contains("\"ApiRequests\"")),
-        "{lines:?}"
-    );
+    for metric in ["ApiRequests", "ValidationRuns", "UpstreamResponses"] {
+        assert!(
+            lines.iter().any(|l| l.contains(&format!("\"{metric}\""))),
+            "{metric}: {lines:?}"
+        );
+    }
     for line in &lines {
         flotilla_telemetry::emf::check_line(line, &[CANARY, CANARY2, "acme", &id])
             .unwrap_or_else(|e| panic!("{e}: {line}"));
