@@ -8,11 +8,32 @@ every route but the health check, IAM statements without wildcards beyond the tw
 cannot be scoped, and roles that grant at least what each function's code calls (and no
 more than the SYSTEM partition to finalize), with the environment its code reads.
 
+Operations (docs/operations.md): active tracing on every function, the alarms the runbook
+lists, a dashboard, and no alarm or dashboard graph on a metric nobody writes: a Flotilla
+metric must be in infra/metrics.json (the Rust metric catalogue exported; a Rust test keeps
+the file equal to the code) with one of its emitted dimension sets and, for a closed label,
+one of its values; an AWS metric must be one of the few AWS publishes with those dimensions.
+
 Usage: python check_template.py TRANSLATED.json
+       python check_template.py --self-test TRANSLATED.json   (proves the checks can fail)
 """
 
+import copy
 import json
+import os
 import sys
+
+CATALOGUE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "infra", "metrics.json")
+
+# AWS-published metrics an alarm or graph may use, with their dimension names.
+AWS_METRICS = {
+    ("AWS/SQS", "ApproximateNumberOfMessagesVisible"): {"QueueName"},
+    ("AWS/Lambda", "Errors"): {"FunctionName"},
+    ("AWS/Lambda", "Throttles"): {"FunctionName"},
+    ("AWS/DynamoDB", "ReadThrottleEvents"): {"TableName"},
+    ("AWS/DynamoDB", "WriteThrottleEvents"): {"TableName"},
+    ("AWS/DynamoDB", "SystemErrors"): {"TableName", "Operation"},
+}
 
 # Actions whose Resource may be "*": they cannot be scoped to a resource.
 UNSCOPABLE = {"secretsmanager:ListSecrets"}
@@ -69,11 +90,181 @@ def fail(errors, message):
     errors.append(message)
 
 
+def metric_errors(where, namespace, name, dims, catalogue):
+    """Why (namespace, name, dims) is not a metric the code or AWS writes; [] when it is.
+    `dims` maps dimension names to template values (strings, Ref/Fn::Sub objects)."""
+    if namespace == catalogue["namespace"]:
+        metric = next((m for m in catalogue["metrics"] if m["cloudwatch"] == name), None)
+        if metric is None:
+            return [f"{where}: {namespace}/{name} is not written by the code (infra/metrics.json)"]
+        if sorted(dims) not in [sorted(s) for s in metric["dimension_sets"]]:
+            return [f"{where}: {name} is not emitted with dimensions {sorted(dims)} "
+                    f"(emitted: {metric['dimension_sets']})"]
+        errors = []
+        labels = {l["dimension"]: l["values"] for l in metric["labels"]}
+        functions = catalogue["fixed_dimensions"]["Function"]
+        for dim, value in dims.items():
+            if dim == "Stage":
+                if value not in ({"Ref": "Stage"}, "${Stage}"):
+                    errors.append(f"{where}: {name} Stage must be the Stage parameter, not {value!r}")
+            elif dim == "Function":
+                if value not in functions:
+                    errors.append(f"{where}: {name} Function={value!r} is not a function")
+            elif labels.get(dim) is not None and value not in labels[dim]:
+                errors.append(f"{where}: {name} {dim}={value!r} is never emitted ({labels[dim]})")
+        return errors
+    allowed = AWS_METRICS.get((namespace, name))
+    if allowed is None:
+        return [f"{where}: {namespace}/{name} is not a metric this stack's alarms may use"]
+    if set(dims) != allowed:
+        return [f"{where}: {namespace}/{name} has dimensions {sorted(allowed)}, not {sorted(dims)}"]
+    return []
+
+
+def alarm_metrics(alarm):
+    """(namespace, name, {dim: value}) of every metric an alarm reads."""
+    p = alarm["Properties"]
+    if "MetricName" in p:
+        yield p.get("Namespace"), p["MetricName"], {d["Name"]: d["Value"] for d in p.get("Dimensions", [])}
+    for q in p.get("Metrics", []):
+        if "MetricStat" in q:
+            m = q["MetricStat"]["Metric"]
+            yield m.get("Namespace"), m["MetricName"], {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
+
+
+def dashboard_metrics(dashboard):
+    body = dashboard["Properties"]["DashboardBody"]
+    text = body["Fn::Sub"] if isinstance(body, dict) else body
+    if isinstance(text, list):
+        text = text[0]
+    for widget in json.loads(text)["widgets"]:
+        for row in widget.get("properties", {}).get("metrics", []):
+            values = [v for v in row if not isinstance(v, dict)]
+            ns, name, rest = values[0], values[1], values[2:]
+            yield widget["properties"].get("title", "?"), ns, name, dict(zip(rest[::2], rest[1::2]))
+
+
+def check_operations(resources, catalogue, errors):
+    def of_type(t):
+        return {k: v for k, v in resources.items() if v["Type"] == t}
+
+    functions = of_type("AWS::Lambda::Function")
+    for name, fn in functions.items():
+        if fn["Properties"].get("TracingConfig", {}).get("Mode") != "Active":
+            fail(errors, f"{name}: X-Ray active tracing (Tracing: Active) is required")
+
+    alarms = of_type("AWS::CloudWatch::Alarm")
+    read = []
+    for name, alarm in alarms.items():
+        for ns, metric, dims in alarm_metrics(alarm):
+            errors.extend(metric_errors(name, ns, metric, dims, catalogue))
+            read.append((ns, metric, dims))
+        actions = json.dumps(alarm["Properties"].get("AlarmActions"))
+        if "HasAlarmTopic" not in actions or "AlarmTopicArn" not in actions:
+            fail(errors, f"{name}: AlarmActions must notify the optional AlarmTopicArn")
+
+    def alarmed(ns, metric, **want):
+        return any(n == ns and m == metric and all(d.get(k) == v for k, v in want.items())
+                   for n, m, d in read)
+
+    failures = next(m for m in catalogue["metrics"] if m["cloudwatch"] == "ReconcileFailures")
+    reasons = [v for l in failures["labels"] if l["dimension"] == "Reason" for v in l["values"] if v != "other"]
+    for reason in reasons:
+        if not alarmed("Flotilla", "ReconcileFailures", Reason=reason):
+            fail(errors, f"no alarm on failed reconciles with reason {reason}")
+    required = [
+        (("Flotilla", "ApiRequests"), {"StatusClass": "5xx"}, "API 5xx rate"),
+        (("Flotilla", "UpstreamResponses"), {"StatusClass": "5xx"}, "upstream error rate"),
+        (("Flotilla", "UpstreamResponses"), {"StatusClass": "error"}, "upstream error rate"),
+        (("Flotilla", "DirectoryRefreshes"), {"Outcome": "failed"}, "directory refresh failures"),
+        (("AWS/DynamoDB", "ReadThrottleEvents"), {}, "DynamoDB read throttles"),
+        (("AWS/DynamoDB", "WriteThrottleEvents"), {}, "DynamoDB write throttles"),
+        (("AWS/DynamoDB", "SystemErrors"), {"Operation": "TransactWriteItems"}, "DynamoDB system errors"),
+    ]
+    for (ns, metric), want, what in required:
+        if not alarmed(ns, metric, **want):
+            fail(errors, f"no alarm on {what} ({ns}/{metric} {want})")
+    for fn in functions:
+        for metric in ("Errors", "Throttles"):
+            if not alarmed("AWS/Lambda", metric, FunctionName={"Ref": fn}):
+                fail(errors, f"no alarm on {fn} {metric}")
+
+    dashboards = of_type("AWS::CloudWatch::Dashboard")
+    if len(dashboards) != 1:
+        fail(errors, f"expected one dashboard, found {sorted(dashboards)}")
+    for name, dashboard in dashboards.items():
+        try:
+            graphs = list(dashboard_metrics(dashboard))
+        except (KeyError, ValueError, IndexError, TypeError) as e:
+            fail(errors, f"{name}: unreadable dashboard body: {e}")
+            continue
+        for title, ns, metric, dims in graphs:
+            dims = {k: ({"Ref": "Stage"} if v == "${Stage}" else v) for k, v in dims.items()}
+            errors.extend(metric_errors(f"{name} '{title}'", ns, metric, dims, catalogue))
+
+
 def main(argv):
+    if argv[1:2] == ["--self-test"]:
+        return self_test(argv[2])
     with open(argv[1], encoding="utf-8") as f:
         template = json.load(f)
+    errors = check(template)
+    for e in errors:
+        print(f"check-template: {e}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def self_test(path):
+    """Each mutation of a good template must be refused with the expected message."""
+    with open(path, encoding="utf-8") as f:
+        good = json.load(f)
+    if check(good):
+        print("check-template self-test: the template itself fails", file=sys.stderr)
+        return 1
+
+    def alarm(t, name):
+        return t["Resources"][name]["Properties"]
+
+    def rename(t):
+        alarm(t, "DirectoryRefreshFailuresAlarm")["MetricName"] = "DirectoryRefreshFailed"
+
+    def bad_value(t):
+        alarm(t, "ReconcileFailuresPoisonAlarm")["Dimensions"][1]["Value"] = "acme"
+
+    def extra_dim(t):
+        alarm(t, "MetastoreBackendFailuresAlarm")["Dimensions"].append({"Name": "AccountId", "Value": "acme"})
+
+    def untraced(t):
+        del t["Resources"]["QueryFunction"]["Properties"]["TracingConfig"]
+
+    def bad_graph(t):
+        body = t["Resources"]["OperationsDashboard"]["Properties"]["DashboardBody"]
+        body["Fn::Sub"] = body["Fn::Sub"].replace('"ReconcileRuns"', '"ReconcileRunz"', 1)
+
+    def no_alarm(t):
+        del t["Resources"]["ReconcilerThrottlesAlarm"]
+
+    cases = [(rename, "DirectoryRefreshFailed is not written"), (bad_value, "is never emitted"),
+             (extra_dim, "is not emitted with dimensions"), (untraced, "active tracing"),
+             (bad_graph, "ReconcileRunz is not written"), (no_alarm, "no alarm on ReconcilerFunction Throttles")]
+    failed = 0
+    for mutate, expected in cases:
+        t = copy.deepcopy(good)
+        mutate(t)
+        errors = check(t)
+        if not any(expected in e for e in errors):
+            print(f"check-template self-test: {mutate.__name__} was not refused ({errors})", file=sys.stderr)
+            failed = 1
+        else:
+            print(f"check-template self-test: ok {mutate.__name__} refused")
+    return failed
+
+
+def check(template):
     resources = template["Resources"]
     errors = []
+    with open(CATALOGUE, encoding="utf-8") as f:
+        check_operations(resources, json.load(f), errors)
 
     def of_type(t):
         return {k: v for k, v in resources.items() if v["Type"] == t}
@@ -174,9 +365,7 @@ def main(argv):
                     if "secret:flotilla/${Stage}/*" not in resource:
                         fail(errors, f"{name}: secrets access must be limited to flotilla/${{Stage}}/*")
 
-    for e in errors:
-        print(f"check-template: {e}", file=sys.stderr)
-    return 1 if errors else 0
+    return errors
 
 
 if __name__ == "__main__":

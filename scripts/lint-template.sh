@@ -7,7 +7,9 @@
 # no network) and runs cfn-lint on the translated JSON, failing on any cfn-lint error.
 # It then proves the check can fail: every negative fixture in infra/tests/*.yaml must be
 # rejected. The translated main template is also checked for the deployment invariants in
-# scripts/check_template.py (arm64, PITR, TTL, DLQ + alarm, JWT, IAM without wildcards).
+# scripts/check_template.py (arm64, PITR, TTL, DLQ + alarm, JWT, IAM without wildcards,
+# tracing, the runbook's alarms and dashboard on metrics the code writes), whose own
+# self-test proves those checks refuse a broken template.
 #
 # Usage: scripts/lint-template.sh [TEMPLATE...]   (default: infra/template.yaml + fixtures)
 # Python: $FLOTILLA_PYTHON, else .venv/bin/python (created by scripts/test.sh with
@@ -59,7 +61,8 @@ if [[ $# -gt 0 ]]; then
   exit "$failed"
 fi
 
-if lint infra/template.yaml && "$py" scripts/check_template.py "$work/template.json"; then
+if lint infra/template.yaml && "$py" scripts/check_template.py "$work/template.json" \
+  && "$py" scripts/check_template.py --self-test "$work/template.json"; then
   echo "lint-template: ok infra/template.yaml"
 else
   echo "lint-template: FAILED infra/template.yaml" >&2

@@ -259,7 +259,10 @@ fn payload(operator: bool, method: &str, path: &str, body: Option<Value>) -> Val
 async fn call(state: &AppState, event: &Value) -> (u16, Value) {
     let request = lambda_http::request::from_str(&event.to_string()).expect("HTTP API v2 payload");
     let request = request.map(|b| Body::from(b.to_vec()));
-    let response = handler::app(state.clone())
+    // The same app `main` runs; its EMF lines are captured and dropped here.
+    let (telemetry, _lines) =
+        flotilla_runtime::telemetry::LambdaTelemetry::capturing(state, "api", "bench");
+    let response = handler::app(state.clone(), Arc::new(telemetry))
         .oneshot(request)
         .await
         .expect("router");

@@ -17,6 +17,9 @@ use serde_json::Value;
 use tower::ServiceExt as _;
 
 use crate::handler;
+use flotilla_metastore::metrics::CountingMetastore;
+use flotilla_runtime::telemetry::LambdaTelemetry;
+use lambda_http::Context;
 
 /// The samples in the order a first session would send them, with the status each must get.
 /// A sample missing from this list (or listed but missing) fails the test.
@@ -50,12 +53,23 @@ fn state() -> (AppState, tempfile::TempDir) {
 
 /// What `lambda_http::run` does with one invocation payload, then one router call.
 async fn invoke(state: &AppState, payload: &str) -> (StatusCode, Value) {
+    let (telemetry, _lines) = LambdaTelemetry::capturing(state, "api", "test");
+    call(
+        handler::app(state.clone(), Arc::new(telemetry)),
+        payload,
+        None,
+    )
+    .await
+}
+
+/// One invocation of `app`, with the Lambda context `lambda_http::run` would attach.
+async fn call(app: axum::Router, payload: &str, ctx: Option<Context>) -> (StatusCode, Value) {
     let request = lambda_http::request::from_str(payload).expect("an HTTP API v2 payload");
-    let request = request.map(|body| Body::from(body.to_vec()));
-    let response = handler::app(state.clone())
-        .oneshot(request)
-        .await
-        .expect("infallible router");
+    let mut request = request.map(|body| Body::from(body.to_vec()));
+    if let Some(ctx) = ctx {
+        request.extensions_mut().insert(ctx);
+    }
+    let response = app.oneshot(request).await.expect("infallible router");
     let status = response.status();
     let bytes = response
         .into_body()
@@ -147,5 +161,78 @@ async fn the_principal_comes_only_from_the_authorizer_claims() {
     assert!(
         status == StatusCode::FORBIDDEN || status == StatusCode::NOT_FOUND,
         "{status}: {body}"
+    );
+}
+
+/// The EMF lines the api writes for the samples, through the same app `main` runs: every
+/// line matches the catalogue (names, units, dimension sets), dimensions are only stage,
+/// function and labels, and no account id, principal, request id or trace id is a dimension.
+#[tokio::test]
+async fn samples_write_emf_lines_with_catalogue_names_and_safe_dimensions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store =
+        CountingMetastore::new(RedbMetastore::open(dir.path().join("m.redb")).expect("redb"));
+    let counters = store.counters();
+    let state = AppState::new(
+        Arc::new(store),
+        Arc::new(SystemClock),
+        Arc::new(ClaimsOnly),
+        Config::default(),
+    )
+    .with_metric_source(counters);
+    let (telemetry, lines) = LambdaTelemetry::capturing(&state, "api", "test");
+    let app = handler::app(state.clone(), Arc::new(telemetry));
+    let trace = "Root=1-6650e0a1-0123456789abcdef01234567;Parent=53995c3f42cd8ad8;Sampled=1";
+    let mut per_invocation = Vec::new();
+    for (i, (name, want)) in EXPECTED.iter().enumerate() {
+        let mut ctx = Context::default();
+        ctx.request_id = format!("req-{i}-5f0c");
+        ctx.xray_trace_id = Some(trace.into());
+        let (status, body) = call(app.clone(), &read_sample(name), Some(ctx)).await;
+        assert_eq!(status.as_u16(), *want, "{name}: {body}");
+        per_invocation.push(lines.take());
+    }
+    // Every invocation flushed its own lines.
+    assert!(
+        per_invocation.iter().all(|l| !l.is_empty()),
+        "{per_invocation:?}"
+    );
+    let forbidden = [
+        "acme",
+        "svc-acme",
+        "operator",
+        "req-",
+        "6650e0a1",
+        "Bearer",
+        "lakehouse",
+    ];
+    let mut seen = Vec::new();
+    for line in per_invocation.concat() {
+        let doc = flotilla_telemetry::emf::check_line(&line, &forbidden)
+            .unwrap_or_else(|e| panic!("{e}\n{line}"));
+        assert_eq!(doc["Stage"], "test");
+        assert_eq!(doc["Function"], "api");
+        seen.push(doc);
+    }
+    let has = |metric: &str, dim: &str, value: &str| {
+        seen.iter()
+            .any(|d| d.get(metric).is_some() && (dim.is_empty() || d[dim] == value))
+    };
+    assert!(has("ApiRequests", "Route", "POST /v1/accounts"), "{seen:?}");
+    assert!(has("ApiRequests", "Route", "GET /v1/health"), "{seen:?}");
+    assert!(has("ApiRequests", "StatusClass", "2xx"), "{seen:?}");
+    assert!(has("ApiLatency", "", ""), "{seen:?}");
+    assert!(
+        has("MetastoreRequests", "Operation", "transact"),
+        "{seen:?}"
+    );
+    assert!(has("MetastoreItemsWritten", "", ""), "{seen:?}");
+    let latency = seen
+        .iter()
+        .find(|d| d.get("ApiLatency").is_some())
+        .expect("latency");
+    assert_eq!(
+        latency["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"],
+        "Milliseconds"
     );
 }

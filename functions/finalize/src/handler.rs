@@ -38,6 +38,16 @@ impl From<HandlerError> for lambda_runtime::Diagnostic {
     }
 }
 
+/// One invocation as `main` runs it: [`handle`] in the invocation span, then the EMF flush.
+pub async fn invoke(
+    state: &AppState,
+    telemetry: &flotilla_runtime::telemetry::LambdaTelemetry,
+    meta: flotilla_runtime::telemetry::Invocation,
+    event: FinalizeEvent,
+) -> Result<AuthorityStatus, HandlerError> {
+    telemetry.invocation(meta, handle(state, event)).await
+}
+
 pub async fn handle(
     state: &AppState,
     event: FinalizeEvent,

@@ -43,6 +43,16 @@ impl From<HandlerError> for lambda_runtime::Diagnostic {
     }
 }
 
+/// One invocation as `main` runs it: [`handle`] in the invocation span, then the EMF flush.
+pub async fn invoke(
+    state: &AppState,
+    telemetry: &flotilla_runtime::telemetry::LambdaTelemetry,
+    meta: flotilla_runtime::telemetry::Invocation,
+    event: QueryEvent,
+) -> Result<Value, HandlerError> {
+    telemetry.invocation(meta, handle(state, event)).await
+}
+
 pub async fn handle(state: &AppState, event: QueryEvent) -> Result<Value, HandlerError> {
     flotilla_domain::names::validate_account_id(&event.account_id)
         .map_err(|_| ApiError::not_found("account"))?;
@@ -181,7 +191,7 @@ mod tests {
         create_table(&f, "customers").await;
         let fourth = handle(&f.state, event(&f)).await.expect("directory");
         assert_eq!(names(&fourth), ["customers", "orders"]);
-        let text = f.state.metrics.iter().map(|r| r()).collect::<String>();
+        let text = f.state.render_metrics();
         assert!(
             text.contains("flotilla_directory_refresh_total{outcome=\"unchanged\"} 1"),
             "{text}"

@@ -17,10 +17,15 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     flotilla_runtime::telemetry::init(true);
     let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
     let state = flotilla_runtime::aws::build_state(&settings).await;
-    let state = &state;
+    let telemetry = flotilla_runtime::telemetry::LambdaTelemetry::new(&state, "query");
+    let (state, telemetry) = (&state, &telemetry);
     lambda_runtime::run(service_fn(
         move |event: LambdaEvent<handler::QueryEvent>| async move {
-            handler::handle(state, event.payload).await
+            let meta = flotilla_runtime::telemetry::Invocation::new(
+                event.context.request_id,
+                event.context.xray_trace_id,
+            );
+            handler::invoke(state, telemetry, meta, event.payload).await
         },
     ))
     .await

@@ -6,11 +6,30 @@
 //! a reconciliation that fails, and a body that is not a reconcile message, is reported as a
 //! batch item failure, so SQS makes it visible again and, after the queue's
 //! `maxReceiveCount`, moves it to the dead-letter queue. Nothing here panics on input.
+//!
+//! Each record runs in a `message` span (message id, trace id) and in the trace context of
+//! its `AWSTraceHeader` attribute; [`invoke`] wraps a batch in the invocation span and
+//! flushes the metrics as EMF lines afterwards.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use flotilla_core::AppState;
 use flotilla_core::reconcile::Connector;
 use flotilla_core::reconcile::work::{ReconcileMessage, handle_message};
+use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry, in_record};
+use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
+
+/// One invocation as `main` runs it: the batch, then the EMF flush.
+pub async fn invoke(
+    state: &AppState,
+    connector: &dyn Connector,
+    telemetry: &LambdaTelemetry,
+    meta: Invocation,
+    event: SqsEvent,
+) -> SqsBatchResponse {
+    telemetry
+        .invocation(meta, handle_batch(state, connector, event))
+        .await
+}
 
 /// Handles one batch; answers the records SQS must deliver again.
 pub async fn handle_batch(
@@ -26,24 +45,35 @@ pub async fn handle_batch(
             );
             continue;
         };
-        let parsed = record.body.as_deref().map(ReconcileMessage::parse);
-        let message = match parsed {
-            Some(Ok(m)) => m,
-            Some(Err(reason)) => {
-                tracing::warn!(message_id = %id, reason = %reason, "poison reconcile message");
-                response.add_failure(id);
-                continue;
-            }
-            None => {
-                tracing::warn!(message_id = %id, "reconcile message without a body");
-                response.add_failure(id);
-                continue;
-            }
-        };
-        let outcome = handle_message(state, connector, &message).await;
-        if outcome.redeliver() {
+        let trace_header = record.attributes.get("AWSTraceHeader").cloned();
+        let redeliver = in_record(&id, trace_header.as_deref(), async {
+            let parsed = record.body.as_deref().map(ReconcileMessage::parse);
+            let message = match parsed {
+                Some(Ok(m)) => m,
+                Some(Err(reason)) => {
+                    tracing::warn!(reason = %reason, "poison reconcile message");
+                    count_poison();
+                    return true;
+                }
+                None => {
+                    tracing::warn!("reconcile message without a body");
+                    count_poison();
+                    return true;
+                }
+            };
+            let outcome = handle_message(state, connector, &message).await;
+            tracing::info!(outcome = outcome.label(), "reconcile message handled");
+            outcome.redeliver()
+        })
+        .await;
+        if redeliver {
             response.add_failure(id);
         }
     }
     response
+}
+
+fn count_poison() {
+    RECONCILE_RUNS.inc(&["poison"]);
+    RECONCILE_FAILURES.inc(&["poison"]);
 }

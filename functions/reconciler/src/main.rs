@@ -3,6 +3,7 @@
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use flotilla_core::reconcile::AdapterConnector;
+use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
@@ -10,10 +11,19 @@ async fn main() -> Result<(), Error> {
     flotilla_runtime::telemetry::init(true);
     let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
     let state = flotilla_runtime::aws::build_state(&settings).await;
-    let state = &state;
+    let telemetry = LambdaTelemetry::new(&state, "reconciler");
+    let (state, telemetry) = (&state, &telemetry);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        let meta = Invocation::new(event.context.request_id, event.context.xray_trace_id);
         Ok::<_, Error>(
-            flotilla_fn_reconciler::handle_batch(state, &AdapterConnector, event.payload).await,
+            flotilla_fn_reconciler::invoke(
+                state,
+                &AdapterConnector,
+                telemetry,
+                meta,
+                event.payload,
+            )
+            .await,
         )
     }))
     .await

@@ -400,3 +400,84 @@ async fn local_worker_redelivers_failures_and_dead_letters_after_max_receives() 
         "ran just now"
     );
 }
+
+/// Captures the body of every request the SQS client transmits.
+#[derive(Debug, Default, Clone)]
+struct SentBodies(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl aws_sdk_sqs::config::Intercept for SentBodies {
+    fn name(&self) -> &'static str {
+        "sent-bodies"
+    }
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &aws_sdk_sqs::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), aws_sdk_sqs::error::BoxError> {
+        if let Some(b) = ctx.request().body().bytes() {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(String::from_utf8_lossy(b).into_owned());
+        }
+        Ok(())
+    }
+}
+
+/// Trace propagation through SQS: a scheduler pass inside a trace context sends each message
+/// with that header as its `AWSTraceHeader` system attribute, which the reconciler's event
+/// source mapping delivers as the record attribute `AWSTraceHeader`. The evidence is the
+/// `SendMessageBatch` request itself: moto accepts the attribute on a batch but does not
+/// store it (its batch path drops system attributes), so a receive from moto cannot show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduler_messages_carry_the_trace_header_to_sqs() {
+    use flotilla_telemetry::trace::{TraceContext, scope};
+    let env = env().await;
+    let sent = SentBodies::default();
+    let client = aws_sdk_sqs::Client::from_conf(
+        sqs()
+            .config()
+            .to_builder()
+            .interceptor(sent.clone())
+            .build(),
+    );
+    let (url, _dlq) = queues(&client, 3).await;
+    sent.0.lock().expect("lock").clear();
+    let header = "Root=1-6650e0a1-dddddddddddddddddddddddd;Parent=4444444444444444;Sampled=1";
+    let queue = SqsQueue::new(client.clone(), url.clone());
+    let n = scope(
+        TraceContext::from_header(Some(header)),
+        schedule_once(&env.state, &queue),
+    )
+    .await
+    .expect("pass");
+    assert_eq!(n, 1);
+    let bodies = sent.0.lock().expect("lock").clone();
+    assert_eq!(bodies.len(), 1, "{bodies:?}");
+    let request: Value = serde_json::from_str(&bodies[0]).expect("JSON protocol body");
+    let entries = request["Entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        entries[0]["MessageSystemAttributes"]["AWSTraceHeader"],
+        json!({"DataType": "String", "StringValue": header})
+    );
+    // The message is on the queue (moto accepted the request).
+    let got = client
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .expect("receive");
+    assert_eq!(got.messages().len(), 1);
+
+    // Without a trace context nothing is invented.
+    sent.0.lock().expect("lock").clear();
+    let (url2, _) = queues(&client, 3).await;
+    sent.0.lock().expect("lock").clear();
+    schedule_once(&env.state, &SqsQueue::new(client.clone(), url2))
+        .await
+        .expect("pass");
+    let bodies = sent.0.lock().expect("lock").clone();
+    assert!(!bodies[0].contains("AWSTraceHeader"), "{bodies:?}");
+}

@@ -3,11 +3,27 @@
 //! per active overlay whose refresh interval elapsed, across all accounts, then one bounded
 //! pass of the credential sweep (orphaned credential generations are reclaimed without an
 //! operator; `docs/integrations.md`, "Sweep").
+//! The messages carry the invocation's trace header (`AWSTraceHeader`), so the reconciler
+//! continues the trace.
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use flotilla_core::AppState;
 use flotilla_runtime::queue::{QueueError, ReconcileQueue, schedule_once};
+use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use serde_json::{Value, json};
+
+/// One invocation as `main` runs it: the schedule pass, then the EMF flush.
+pub async fn invoke(
+    state: &AppState,
+    queue: &dyn ReconcileQueue,
+    telemetry: &LambdaTelemetry,
+    meta: Invocation,
+    event: EventBridgeEvent,
+) -> Result<Value, QueueError> {
+    telemetry
+        .invocation(meta, handle_schedule(state, queue, event))
+        .await
+}
 
 /// Handles one schedule event; answers `{"enqueued": n, "sweep": {...}}`. A queue failure
 /// fails the invocation (EventBridge retries it; the next schedule also catches up); a sweep

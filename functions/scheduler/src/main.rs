@@ -3,6 +3,7 @@
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use flotilla_runtime::queue::{SqsQueue, sqs_client};
+use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
@@ -14,11 +15,13 @@ async fn main() -> Result<(), Error> {
         .clone()
         .ok_or("FLOTILLA_RECONCILE_QUEUE_URL is required")?;
     let state = flotilla_runtime::aws::build_state(&settings).await;
+    let telemetry = LambdaTelemetry::new(&state, "scheduler");
     let queue = SqsQueue::new(sqs_client(settings.endpoint.as_deref()).await, url);
-    let (state, queue) = (&state, &queue);
+    let (state, queue, telemetry) = (&state, &queue, &telemetry);
     lambda_runtime::run(service_fn(
         move |event: LambdaEvent<EventBridgeEvent>| async move {
-            flotilla_fn_scheduler::handle_schedule(state, queue, event.payload)
+            let meta = Invocation::new(event.context.request_id, event.context.xray_trace_id);
+            flotilla_fn_scheduler::invoke(state, queue, telemetry, meta, event.payload)
                 .await
                 .map_err(Error::from)
         },

@@ -27,7 +27,6 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -35,6 +34,9 @@ use rand::Rng;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::HeaderMap;
 use url::{Host, Url};
+
+use flotilla_telemetry::catalog;
+use tracing::Instrument as _;
 
 use crate::error::{BoundedText, CatalogAccessError, Result};
 use crate::spi::CatalogProtocol;
@@ -490,64 +492,57 @@ fn is_retryable_status(status: u16) -> bool {
 /// Every attempt that reaches the network counts (retries included); a request refused by
 /// the address policy before sending does not. The only label is the protocol, never an
 /// integration id or a URI.
+///
+/// The family is defined in `flotilla_telemetry::catalog` (with the per-status
+/// `flotilla_upstream_responses_total` and the latency timing recorded next to it), so it
+/// also reaches CloudWatch from the Lambda functions.
 #[derive(Debug, Default)]
-pub struct UpstreamRequestCounters {
-    iceberg_rest: AtomicU64,
-    unity: AtomicU64,
-    delta_sharing: AtomicU64,
-}
+pub struct UpstreamRequestCounters;
 
-static UPSTREAM_REQUESTS: UpstreamRequestCounters = UpstreamRequestCounters {
-    iceberg_rest: AtomicU64::new(0),
-    unity: AtomicU64::new(0),
-    delta_sharing: AtomicU64::new(0),
-};
+static UPSTREAM_REQUESTS: UpstreamRequestCounters = UpstreamRequestCounters;
 
 /// The process-wide upstream request counters.
 pub fn upstream_requests() -> &'static UpstreamRequestCounters {
     &UPSTREAM_REQUESTS
 }
 
-impl UpstreamRequestCounters {
-    fn slot(&self, protocol: CatalogProtocol) -> &AtomicU64 {
-        match protocol {
-            CatalogProtocol::IcebergRest => &self.iceberg_rest,
-            CatalogProtocol::Unity => &self.unity,
-            CatalogProtocol::DeltaSharing => &self.delta_sharing,
-        }
+/// The `protocol` label (and CloudWatch `IntegrationType`) of a protocol.
+pub fn protocol_label(protocol: CatalogProtocol) -> &'static str {
+    match protocol {
+        CatalogProtocol::IcebergRest => "iceberg_rest",
+        CatalogProtocol::Unity => "unity",
+        CatalogProtocol::DeltaSharing => "delta_sharing",
     }
+}
 
+impl UpstreamRequestCounters {
     /// Counts one request sent to an upstream of `protocol`.
     pub fn record(&self, protocol: CatalogProtocol) {
-        self.slot(protocol).fetch_add(1, Ordering::Relaxed);
+        catalog::UPSTREAM_REQUESTS.inc(&[protocol_label(protocol)]);
     }
 
     /// Requests sent so far to upstreams of `protocol`.
     pub fn get(&self, protocol: CatalogProtocol) -> u64 {
-        self.slot(protocol).load(Ordering::Relaxed)
+        flotilla_telemetry::global()
+            .counter(&catalog::UPSTREAM_REQUESTS, &[protocol_label(protocol)])
     }
 
     /// Prometheus text for the counter family; every protocol appears, even at 0, so a
     /// scrape can tell "no traffic" from "not wired".
     pub fn render_prometheus(&self) -> String {
-        use std::fmt::Write as _;
-        let mut out = String::from(
-            "# HELP flotilla_upstream_requests_total Upstream catalog HTTP requests sent, by protocol.\n\
-             # TYPE flotilla_upstream_requests_total counter\n",
-        );
-        for (label, protocol) in [
-            ("iceberg_rest", CatalogProtocol::IcebergRest),
-            ("unity", CatalogProtocol::Unity),
-            ("delta_sharing", CatalogProtocol::DeltaSharing),
-        ] {
-            let _ = writeln!(
-                out,
-                "flotilla_upstream_requests_total{{protocol=\"{label}\"}} {}",
-                self.get(protocol)
-            );
-        }
-        out
+        flotilla_telemetry::prometheus::render(&[&flotilla_telemetry::Only(
+            &catalog::UPSTREAM_REQUESTS,
+        )])
     }
+}
+
+/// Records the end of one attempt: its status class (`error` without an HTTP status) and
+/// latency, under the protocol's labels.
+fn record_attempt(protocol: CatalogProtocol, status: Option<u16>, started: std::time::Instant) {
+    let label = protocol_label(protocol);
+    let class = status.map_or("error", flotilla_telemetry::status_class);
+    catalog::UPSTREAM_RESPONSES.inc(&[label, class]);
+    catalog::UPSTREAM_LATENCY.observe(&[label], started.elapsed());
 }
 
 /// The hardened HTTP client. Cheap to clone.
@@ -643,6 +638,28 @@ impl HttpClient {
         request: reqwest::Request,
         mode: RetryMode,
     ) -> Result<HttpResponse> {
+        // One span per upstream call (retries inside it); no URL, host or credential.
+        let span = tracing::info_span!(
+            "upstream",
+            protocol = self.protocol.map_or("none", protocol_label),
+            method = %request.method(),
+            status = tracing::field::Empty,
+        );
+        let result = self
+            .execute_attempts(request, mode)
+            .instrument(span.clone())
+            .await;
+        if let Ok(r) = &result {
+            span.record("status", r.status);
+        }
+        result
+    }
+
+    async fn execute_attempts(
+        &self,
+        request: reqwest::Request,
+        mode: RetryMode,
+    ) -> Result<HttpResponse> {
         self.policy
             .address
             .check_url(request.url())
@@ -673,7 +690,13 @@ impl HttpClient {
             if let Some(protocol) = self.protocol {
                 UPSTREAM_REQUESTS.record(protocol);
             }
-            let outcome = match client.execute(current).await {
+            let started = std::time::Instant::now();
+            let sent = client.execute(current).await;
+            if let Some(protocol) = self.protocol {
+                let status = sent.as_ref().ok().map(|r| r.status().as_u16());
+                record_attempt(protocol, status, started);
+            }
+            let outcome = match sent {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
                     if mode == RetryMode::Once && resp.status().is_redirection() {

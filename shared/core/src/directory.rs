@@ -20,7 +20,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 
@@ -603,36 +602,43 @@ impl DirectoryCache {
     /// Refresh outcome counts and the number of stale catalogs, as Prometheus text. Labels
     /// carry only the outcome: never a catalog, a name or a generation.
     pub fn render_prometheus(&self) -> String {
-        let c = &self.counters;
-        let mut out = String::new();
-        out.push_str(
-            "# HELP flotilla_directory_refresh_total Directory replica refreshes by outcome.\n",
-        );
-        out.push_str("# TYPE flotilla_directory_refresh_total counter\n");
-        for (outcome, n) in [
-            ("unchanged", c.unchanged.load(Ordering::Relaxed)),
-            ("reloaded", c.reloaded.load(Ordering::Relaxed)),
-            ("failed", c.failed.load(Ordering::Relaxed)),
-        ] {
-            let _ = writeln!(
-                out,
-                "flotilla_directory_refresh_total{{outcome=\"{outcome}\"}} {n}"
-            );
-        }
-        out.push_str("# HELP flotilla_directory_stale_catalogs Catalog replicas serving a last-good snapshot after a failed refresh.\n");
-        out.push_str("# TYPE flotilla_directory_stale_catalogs gauge\n");
-        let _ = writeln!(
-            out,
-            "flotilla_directory_stale_catalogs {}",
-            c.stale_catalogs.load(Ordering::Relaxed).max(0)
-        );
-        out
+        flotilla_telemetry::prometheus::render(&[self])
     }
 
     /// A renderer for `AppState::with_metrics`.
     pub fn metrics_renderer(self: &Arc<Self>) -> MetricsRenderer {
         let me = Arc::clone(self);
         Arc::new(move || me.render_prometheus())
+    }
+}
+
+/// The replica's counters as catalogue metrics (Prometheus page and EMF lines).
+impl flotilla_telemetry::Source for DirectoryCache {
+    fn families(&self) -> Vec<&'static flotilla_telemetry::catalog::MetricDef> {
+        use flotilla_telemetry::catalog::{DIRECTORY_REFRESHES, DIRECTORY_STALE};
+        vec![&DIRECTORY_REFRESHES, &DIRECTORY_STALE]
+    }
+
+    fn collect(&self, out: &mut Vec<flotilla_telemetry::Sample>, _drain: bool) {
+        use flotilla_telemetry::catalog::{DIRECTORY_REFRESHES, DIRECTORY_STALE};
+        use flotilla_telemetry::{Sample, Value as V};
+        let c = &self.counters;
+        for (outcome, n) in [
+            ("unchanged", &c.unchanged),
+            ("reloaded", &c.reloaded),
+            ("failed", &c.failed),
+        ] {
+            out.push(Sample {
+                def: &DIRECTORY_REFRESHES,
+                labels: vec![outcome],
+                value: V::Counter(n.load(Ordering::Relaxed)),
+            });
+        }
+        out.push(Sample {
+            def: &DIRECTORY_STALE,
+            labels: vec![],
+            value: V::Gauge(c.stale_catalogs.load(Ordering::Relaxed).max(0)),
+        });
     }
 }
 

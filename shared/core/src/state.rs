@@ -35,9 +35,9 @@ impl Default for Config {
 /// Renders one block of Prometheus text for `/v1/admin/metrics`.
 pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 
-fn upstream_requests_renderer() -> String {
-    flotilla_catalog_access::http::upstream_requests().render_prometheus()
-}
+/// Holds catalogue metrics (`flotilla_telemetry::catalog`): rendered on `/v1/admin/metrics`
+/// and, on Lambda, flushed as CloudWatch EMF lines.
+pub type MetricSource = Arc<dyn flotilla_telemetry::Source>;
 
 /// Shared application state; cheap to clone.
 #[derive(Clone)]
@@ -46,7 +46,12 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     pub auth: Arc<dyn Authenticator>,
     pub config: Config,
+    /// Extra Prometheus text blocks (anything not in the metric catalogue).
     pub metrics: Vec<MetricsRenderer>,
+    /// The catalogue metrics of this state: the directory replica, the process-wide registry
+    /// (upstream calls, reconcile outcomes, API requests, latencies) and what the host adds
+    /// (the metastore decorator's counters).
+    pub metric_sources: Vec<MetricSource>,
     /// Cleanup of account-partition items owned by other modules, run by account delete.
     pub account_cleanups: Vec<Arc<dyn AccountCleanup>>,
     /// Where integration credentials live (Secrets Manager on AWS, the local encrypted store
@@ -87,10 +92,11 @@ impl AppState {
             clock,
             auth,
             config,
-            // Upstream request counts are process-wide in catalog-access; every host shows them.
-            metrics: vec![
-                directory.metrics_renderer(),
-                Arc::new(upstream_requests_renderer),
+            metrics: Vec::new(),
+            // Upstream, reconcile and API metrics are process-wide; every host shows them.
+            metric_sources: vec![
+                directory.clone() as MetricSource,
+                Arc::new(flotilla_telemetry::Global),
             ],
             account_cleanups: vec![index_catalogs],
             credentials: Arc::new(NoCredentialStore),
@@ -137,6 +143,28 @@ impl AppState {
     pub fn with_metrics(mut self, renderer: MetricsRenderer) -> Self {
         self.metrics.push(renderer);
         self
+    }
+
+    pub fn with_metric_source(mut self, source: MetricSource) -> Self {
+        self.metric_sources.push(source);
+        self
+    }
+
+    /// The sources as the borrowed list the renderers take.
+    pub fn metric_source_refs(&self) -> Vec<&dyn flotilla_telemetry::Source> {
+        self.metric_sources.iter().map(|s| s.as_ref()).collect()
+    }
+
+    /// The `/v1/admin/metrics` page: the catalogue metrics, then any extra blocks.
+    pub fn render_metrics(&self) -> String {
+        let mut text = flotilla_telemetry::prometheus::render(&self.metric_source_refs());
+        for render in &self.metrics {
+            text.push_str(&render());
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        text
     }
 }
 

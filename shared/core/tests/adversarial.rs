@@ -335,13 +335,15 @@ const CANARY2: &str = "CANARY-9e7f-rotated-value";
 
 #[tokio::test]
 async fn secret_canary_never_appears_in_responses_logs_items_or_errors() {
+    // The Lambda log format (flat JSON with every span field), at the most verbose level.
     let logs = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .finish();
+    let subscriber = flotilla_telemetry::logs::json_subscriber(
+        tracing_subscriber::EnvFilter::new("trace"),
+        logs.clone(),
+    );
     let _guard = tracing::subscriber::set_default(subscriber);
+    // And the metrics as a Lambda would flush them (CloudWatch EMF lines).
+    let emf = flotilla_telemetry::emf::EmfFlusher::new("canary", "api");
 
     let fx = IcebergFixture::start_with_sample().await;
     fx.set_auth(FixtureAuth::Bearer);
@@ -491,6 +493,32 @@ async fn secret_canary_never_appears_in_responses_logs_items_or_errors() {
     );
     for c in [CANARY, CANARY2] {
         assert!(!logged.contains(c), "a log line carries the secret");
+    }
+    // Every log line is one JSON object; the request lines carry their route template.
+    for line in logged.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["level"].is_string(), "{line}");
+    }
+    assert!(
+        logged.contains("\"route\":\"/v1/accounts/{account_id}/integrations\""),
+        "request lines carry the route"
+    );
+    // The EMF lines of everything this test did: catalogue-shaped, no secret anywhere, no
+    // account or integration id as a dimension. The Prometheus page neither.
+    let lines = emf.lines(&h.state.metric_source_refs(), 0);
+    for metric in ["ApiRequests", "ValidationRuns", "UpstreamResponses"] {
+        assert!(
+            lines.iter().any(|l| l.contains(&format!("\"{metric}\""))),
+            "{metric}: {lines:?}"
+        );
+    }
+    for line in &lines {
+        flotilla_telemetry::emf::check_line(line, &[CANARY, CANARY2, "acme", &id])
+            .unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+    let page = h.state.render_metrics();
+    for c in [CANARY, CANARY2] {
+        assert!(!page.contains(c), "the metrics page carries the secret");
     }
     // The secret did reach the only place it belongs.
     let g = creds.generations("acme", &id).await;

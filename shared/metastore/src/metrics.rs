@@ -4,12 +4,22 @@
 //! counters are how that promise (and the cost of every other path) is observed. The counters
 //! live behind an `Arc`, so the router's metrics endpoint can render them while the store is
 //! in use. Labels are only the operation name: never keys, tenants or generations.
+//!
+//! The families are defined once in `flotilla_telemetry::catalog`; the same counters feed the
+//! Prometheus page and, on Lambda, the CloudWatch EMF lines. Failure kinds and latencies go
+//! to the process-wide registry, and every transaction runs in a `metastore.transact` span.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use async_trait::async_trait;
+use flotilla_telemetry::catalog::{
+    METASTORE_ERRORS, METASTORE_FAILURES, METASTORE_ITEMS_READ, METASTORE_ITEMS_WRITTEN,
+    METASTORE_LATENCY, METASTORE_REQUESTS, MetricDef,
+};
+use flotilla_telemetry::{Sample, Source, Value};
+use tracing::Instrument as _;
 
 use crate::{Consistency, Item, Key, Metastore, MetastoreError, Op, Page, Query, Transaction};
 
@@ -66,10 +76,67 @@ impl MetastoreCounters {
 
     /// The counters in the Prometheus text exposition format.
     pub fn render_prometheus(&self) -> String {
+        flotilla_telemetry::prometheus::render(&[self])
+    }
+
+    fn record<T>(
+        &self,
+        request: &AtomicU64,
+        op: &'static str,
+        started: Instant,
+        result: &Result<T, MetastoreError>,
+        read: impl FnOnce(&T) -> usize,
+    ) {
+        request.fetch_add(1, Ordering::Relaxed);
+        METASTORE_LATENCY.observe(&[op], started.elapsed());
+        match result {
+            Ok(value) => {
+                self.items_read
+                    .fetch_add(read(value) as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                METASTORE_FAILURES.inc(&[failure_kind(e)]);
+            }
+        }
+    }
+}
+
+/// The `kind` label of a metastore error.
+pub fn failure_kind(e: &MetastoreError) -> &'static str {
+    match e {
+        MetastoreError::ConditionFailed { .. } => "condition_failed",
+        MetastoreError::Retryable { .. } => "retryable",
+        MetastoreError::OutcomeUnknown { .. } => "outcome_unknown",
+        MetastoreError::Corrupt { .. } => "corrupt",
+        MetastoreError::Backend(_) => "backend",
+        MetastoreError::TooManyOperations { .. }
+        | MetastoreError::ItemTooLarge { .. }
+        | MetastoreError::KeyTooLong { .. }
+        | MetastoreError::Invalid(_)
+        | MetastoreError::BadPageToken => "refused",
+    }
+}
+
+impl Source for MetastoreCounters {
+    fn families(&self) -> Vec<&'static MetricDef> {
+        vec![
+            &METASTORE_REQUESTS,
+            &METASTORE_ERRORS,
+            &METASTORE_ITEMS_READ,
+            &METASTORE_ITEMS_WRITTEN,
+        ]
+    }
+
+    fn collect(&self, out: &mut Vec<Sample>, _drain: bool) {
         let s = self.snapshot();
-        let mut out = String::new();
-        out.push_str("# HELP flotilla_metastore_requests_total Metastore requests by operation.\n");
-        out.push_str("# TYPE flotilla_metastore_requests_total counter\n");
+        let mut push = |def: &'static MetricDef, labels: Vec<&'static str>, n: u64| {
+            out.push(Sample {
+                def,
+                labels,
+                value: Value::Counter(n),
+            });
+        };
         for (op, n) in [
             ("get", s.get),
             ("batch_get", s.batch_get),
@@ -77,48 +144,11 @@ impl MetastoreCounters {
             ("count", s.count),
             ("transact", s.transact),
         ] {
-            let _ = writeln!(out, "flotilla_metastore_requests_total{{op=\"{op}\"}} {n}");
+            push(&METASTORE_REQUESTS, vec![op], n);
         }
-        let mut single = |name: &str, help: &str, n: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {n}"
-            );
-        };
-        single(
-            "flotilla_metastore_errors_total",
-            "Metastore requests that returned an error.",
-            s.errors,
-        );
-        single(
-            "flotilla_metastore_items_read_total",
-            "Items returned by metastore reads.",
-            s.items_read,
-        );
-        single(
-            "flotilla_metastore_items_written_total",
-            "Items put or deleted by committed transactions.",
-            s.items_written,
-        );
-        out
-    }
-
-    fn record<T>(
-        &self,
-        request: &AtomicU64,
-        result: &Result<T, MetastoreError>,
-        read: impl FnOnce(&T) -> usize,
-    ) {
-        request.fetch_add(1, Ordering::Relaxed);
-        match result {
-            Ok(value) => {
-                self.items_read
-                    .fetch_add(read(value) as u64, Ordering::Relaxed);
-            }
-            Err(_) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        push(&METASTORE_ERRORS, vec![], s.errors);
+        push(&METASTORE_ITEMS_READ, vec![], s.items_read);
+        push(&METASTORE_ITEMS_WRITTEN, vec![], s.items_written);
     }
 }
 
@@ -164,10 +194,12 @@ impl<M: Metastore> Metastore for CountingMetastore<M> {
         key: &Key,
         consistency: Consistency,
     ) -> Result<Option<Item>, MetastoreError> {
+        let started = Instant::now();
         let result = self.inner.get(key, consistency).await;
-        self.counters.record(&self.counters.get, &result, |item| {
-            usize::from(item.is_some())
-        });
+        self.counters
+            .record(&self.counters.get, "get", started, &result, |item| {
+                usize::from(item.is_some())
+            });
         result
     }
 
@@ -176,16 +208,25 @@ impl<M: Metastore> Metastore for CountingMetastore<M> {
         keys: &[Key],
         consistency: Consistency,
     ) -> Result<Vec<Item>, MetastoreError> {
+        let started = Instant::now();
         let result = self.inner.batch_get(keys, consistency).await;
-        self.counters
-            .record(&self.counters.batch_get, &result, Vec::len);
+        self.counters.record(
+            &self.counters.batch_get,
+            "batch_get",
+            started,
+            &result,
+            Vec::len,
+        );
         result
     }
 
     async fn query(&self, query: &Query) -> Result<Page, MetastoreError> {
+        let started = Instant::now();
         let result = self.inner.query(query).await;
         self.counters
-            .record(&self.counters.query, &result, |page| page.items.len());
+            .record(&self.counters.query, "query", started, &result, |page| {
+                page.items.len()
+            });
         result
     }
 
@@ -195,8 +236,10 @@ impl<M: Metastore> Metastore for CountingMetastore<M> {
         sk_prefix: &str,
         consistency: Consistency,
     ) -> Result<u64, MetastoreError> {
+        let started = Instant::now();
         let result = self.inner.count(pk, sk_prefix, consistency).await;
-        self.counters.record(&self.counters.count, &result, |_| 0);
+        self.counters
+            .record(&self.counters.count, "count", started, &result, |_| 0);
         result
     }
 
@@ -206,9 +249,20 @@ impl<M: Metastore> Metastore for CountingMetastore<M> {
             .iter()
             .filter(|op| !matches!(op, Op::Check { .. }))
             .count() as u64;
-        let result = self.inner.transact(tx).await;
+        let span = tracing::info_span!(
+            "metastore.transact",
+            ops = tx.ops.len(),
+            writes,
+            outcome = tracing::field::Empty
+        );
+        let started = Instant::now();
+        let result = self.inner.transact(tx).instrument(span.clone()).await;
+        span.record(
+            "outcome",
+            result.as_ref().map_or_else(failure_kind, |()| "committed"),
+        );
         self.counters
-            .record(&self.counters.transact, &result, |_| 0);
+            .record(&self.counters.transact, "transact", started, &result, |_| 0);
         if result.is_ok() {
             self.counters
                 .items_written

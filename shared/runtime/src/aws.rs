@@ -59,7 +59,7 @@ pub async fn build_state(settings: &AwsSettings) -> AppState {
         Arc::new(ClaimsOnly),
         Config::default(),
     )
-    .with_metrics(Arc::new(move || counters.render_prometheus()))
+    .with_metric_source(counters)
     // Index warehouses on S3 (`FLOTILLA_S3_ENDPOINT` only for emulators).
     .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env())
     .with_credentials(credentials)

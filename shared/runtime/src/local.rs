@@ -126,7 +126,7 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         Arc::new(tokens),
         config,
     )
-    .with_metrics(Arc::new(move || counters.render_prometheus()))
+    .with_metric_source(counters)
     // `file://` index warehouses below the warehouse root; `s3://` ones too, sent to
     // `FLOTILLA_S3_ENDPOINT` if set.
     .with_index_stores(

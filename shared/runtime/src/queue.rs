@@ -7,6 +7,10 @@
 //! `flotilla serve` it is an in-process channel ([`ChannelQueue`]) with the same contract: a
 //! failed message is redelivered (after a delay) until a receive limit, then dropped with an
 //! error log line standing in for the dead-letter queue.
+//!
+//! Trace context: [`SqsQueue`] sends the current trace header
+//! ([`flotilla_telemetry::trace::current_header`]) as each message's `AWSTraceHeader` system
+//! attribute, and the reconciler continues that trace for the record.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -33,7 +37,8 @@ pub trait ReconcileQueue: Send + Sync {
     async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError>;
 }
 
-/// SQS: `SendMessageBatch` in groups of ten (the API's limit).
+/// SQS: `SendMessageBatch` in groups of ten (the API's limit), each message carrying the
+/// sender's trace header as its `AWSTraceHeader` system attribute.
 pub struct SqsQueue {
     client: aws_sdk_sqs::Client,
     url: String,
@@ -52,15 +57,23 @@ impl SqsQueue {
 impl ReconcileQueue for SqsQueue {
     async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError> {
         let mut failed = 0;
+        let trace = trace_attribute()?;
         for group in msgs.chunks(10) {
             let mut entries = Vec::with_capacity(group.len());
             for (i, m) in group.iter().enumerate() {
-                let e = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                let mut e = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
-                    .message_body(m.to_body())
-                    .build()
-                    .map_err(|e| QueueError::Unavailable(e.to_string()))?;
-                entries.push(e);
+                    .message_body(m.to_body());
+                if let Some(t) = &trace {
+                    e = e.message_system_attributes(
+                        aws_sdk_sqs::types::MessageSystemAttributeNameForSends::AwsTraceHeader,
+                        t.clone(),
+                    );
+                }
+                entries.push(
+                    e.build()
+                        .map_err(|e| QueueError::Unavailable(e.to_string()))?,
+                );
             }
             let out = self
                 .client
@@ -82,6 +95,20 @@ impl ReconcileQueue for SqsQueue {
         }
         Ok(())
     }
+}
+
+/// The `AWSTraceHeader` system attribute of the current trace context, if there is one.
+fn trace_attribute() -> Result<Option<aws_sdk_sqs::types::MessageSystemAttributeValue>, QueueError>
+{
+    let Some(header) = flotilla_telemetry::trace::current_header() else {
+        return Ok(None);
+    };
+    aws_sdk_sqs::types::MessageSystemAttributeValue::builder()
+        .data_type("String")
+        .string_value(header)
+        .build()
+        .map(Some)
+        .map_err(|e| QueueError::Unavailable(e.to_string()))
 }
 
 /// One in-process delivery: the message and how often it was received.
@@ -233,6 +260,7 @@ pub async fn schedule_once(
         .await
         .map_err(|e| QueueError::Unavailable(e.to_string()))?;
     queue.send(&due).await?;
+    flotilla_telemetry::catalog::RECONCILE_ENQUEUED.add(&[], due.len() as u64);
     Ok(due.len())
 }
 

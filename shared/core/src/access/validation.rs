@@ -167,6 +167,11 @@ impl Checks {
 
     fn report(self) -> ValidationReport {
         let valid = self.0.iter().all(|c| c.status == CheckStatus::Passed);
+        flotilla_telemetry::catalog::VALIDATION_RUNS.inc(&[if valid {
+            "valid"
+        } else {
+            "invalid"
+        }]);
         ValidationReport {
             valid,
             checks: self.0,

@@ -5,6 +5,7 @@ mod directory_routes;
 pub mod extract;
 mod index_routes;
 mod integration_routes;
+mod metrics_layer;
 mod openapi_routes;
 mod reconcile_routes;
 mod routes;

@@ -75,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         // Our extractor enforces the limit with the API's error shape; this is a backstop.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES + 1))
         .layer(axum::middleware::from_fn(super::wire::request_limits))
+        .layer(axum::middleware::from_fn(super::metrics_layer::record))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
                 let route = req
@@ -94,13 +95,7 @@ async fn health() -> Response {
 
 async fn metrics(State(state): State<AppState>, Auth(p): Auth) -> ApiResult<Response> {
     p.require_operator()?;
-    let mut text = String::new();
-    for render in &state.metrics {
-        text.push_str(&render());
-        if !text.ends_with('\n') {
-            text.push('\n');
-        }
-    }
+    let text = state.render_metrics();
     let mut resp = (StatusCode::OK, text).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

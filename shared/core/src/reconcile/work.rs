@@ -62,6 +62,8 @@ pub enum MessageOutcome {
     Failed {
         retryable: bool,
         reason: String,
+        /// The `reason` label of `flotilla_reconcile_failures_total`.
+        kind: &'static str,
     },
 }
 
@@ -97,8 +99,39 @@ async fn current_generation(state: &AppState, m: &ReconcileMessage) -> ApiResult
     Ok(rec.map(|r| r.value.generation))
 }
 
-/// Handles one message: reconciles the overlay if the message is still current.
+/// The `reason` label of a failed run.
+fn failure_kind(e: &ReconcileError) -> &'static str {
+    match e {
+        ReconcileError::Upstream(_) => "upstream",
+        ReconcileError::FenceLost => "fence_lost",
+        ReconcileError::Incomplete { .. } => "incomplete",
+        ReconcileError::Deleting(_) => "deleting",
+        ReconcileError::Api(e) if e.code == crate::error::Code::Unavailable => "metastore",
+        _ => "internal",
+    }
+}
+
+/// Handles one message: reconciles the overlay if the message is still current. Counts the
+/// outcome (`flotilla_reconcile_runs_total`, `..._failures_total`, `..._duration_ms`).
 pub async fn handle_message(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &ReconcileMessage,
+) -> MessageOutcome {
+    use flotilla_telemetry::catalog::{RECONCILE_DURATION, RECONCILE_FAILURES, RECONCILE_RUNS};
+    let outcome = run_message(state, connector, m).await;
+    RECONCILE_RUNS.inc(&[outcome.label()]);
+    match &outcome {
+        MessageOutcome::Failed { kind, .. } => RECONCILE_FAILURES.inc(&[kind]),
+        MessageOutcome::Reconciled(s) => {
+            RECONCILE_DURATION.observe_ms(&[], s.duration_ms as f64);
+        }
+        _ => {}
+    }
+    outcome
+}
+
+async fn run_message(
     state: &AppState,
     connector: &dyn Connector,
     m: &ReconcileMessage,
@@ -116,6 +149,7 @@ pub async fn handle_message(
             return MessageOutcome::Failed {
                 retryable: true,
                 reason: e.to_string(),
+                kind: "metastore",
             };
         }
     }
@@ -134,10 +168,12 @@ pub async fn handle_message(
             _ => MessageOutcome::Failed {
                 retryable: true,
                 reason: ReconcileError::FenceLost.to_string(),
+                kind: "fence_lost",
             },
         },
         Err(e) => MessageOutcome::Failed {
             retryable: e.is_retryable(),
+            kind: failure_kind(&e),
             reason: e.to_string(),
         },
     };

@@ -1,0 +1,137 @@
+//! The log format of the Lambda functions: one flat JSON object per line, with the fields of
+//! every enclosing span (request id, function, trace id, route or message id) next to the
+//! event's own, so CloudWatch Logs Insights can filter on them directly.
+
+use std::fmt;
+
+use serde_json::{Map, Value as Json};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::{JsonFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields, MakeWriter};
+use tracing_subscriber::registry::LookupSpan;
+
+/// Formats events as flat JSON objects (span fields are stored as JSON by [`JsonFields`]).
+pub struct FlatJson;
+
+struct Fields<'a>(&'a mut Map<String, Json>);
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().into(), Json::from(value));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().into(), Json::from(value));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().into(), Json::from(value));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().into(), Json::from(value));
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.insert(field.name().into(), Json::from(value));
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0
+            .insert(field.name().into(), Json::from(format!("{value:?}")));
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for FlatJson
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut obj = Map::new();
+        obj.insert(
+            "level".into(),
+            Json::from(event.metadata().level().as_str()),
+        );
+        if let Some(scope) = ctx.event_scope() {
+            let mut innermost = None;
+            for span in scope.from_root() {
+                innermost = Some(span.name());
+                let ext = span.extensions();
+                if let Some(fields) = ext.get::<FormattedFields<N>>()
+                    && let Ok(Json::Object(m)) = serde_json::from_str::<Json>(fields.as_str())
+                {
+                    obj.extend(m);
+                }
+            }
+            if let Some(name) = innermost {
+                obj.insert("span".into(), Json::from(name));
+            }
+        }
+        event.record(&mut Fields(&mut obj));
+        writeln!(writer, "{}", Json::Object(obj))
+    }
+}
+
+/// A subscriber writing flat JSON lines to `writer`, filtered by `filter`.
+pub fn json_subscriber<W>(filter: EnvFilter, writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(false)
+        .fmt_fields(JsonFields::new())
+        .event_format(FlatJson)
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("buf").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl<'a> MakeWriter<'a> for Buf {
+        type Writer = Buf;
+        fn make_writer(&'a self) -> Buf {
+            self.clone()
+        }
+    }
+
+    #[test]
+    fn span_fields_are_flattened_into_each_line() {
+        let buf = Buf::default();
+        let sub = json_subscriber(EnvFilter::new("info"), buf.clone());
+        tracing::subscriber::with_default(sub, || {
+            let outer = tracing::info_span!("invocation", request_id = "r-1", function = "api");
+            let _o = outer.enter();
+            let inner = tracing::info_span!("message", message_id = "m-9");
+            let _i = inner.enter();
+            tracing::info!(count = 3, "done");
+        });
+        let text = String::from_utf8(buf.0.lock().expect("buf").clone()).expect("utf8");
+        let line: Json = serde_json::from_str(text.trim()).expect("one JSON line");
+        assert_eq!(line["request_id"], "r-1");
+        assert_eq!(line["function"], "api");
+        assert_eq!(line["message_id"], "m-9");
+        assert_eq!(line["message"], "done");
+        assert_eq!(line["count"], 3);
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(line["span"], "message");
+    }
+}
