@@ -285,9 +285,14 @@ pub async fn list(
     token: Option<&str>,
 ) -> ApiResult<Value> {
     let store = state.store.as_ref();
-    catalogs::load(store, account, catalog_id).await?;
+    // One round trip for the catalog and the parent, then the page.
+    let wanted = parent
+        .map(|p| vec![key(keys::namespace(catalog_id, p))])
+        .unwrap_or_default();
+    let reads = catalogs::fetch_with(store, account, catalog_id, wanted).await?;
+    catalogs::load_from(&reads, account, catalog_id)?;
     if let Some(p) = parent {
-        require(store, catalog_id, p).await?;
+        require_from(&reads, catalog_id, p)?;
     }
     let (items, next) = super::list_page(
         store,

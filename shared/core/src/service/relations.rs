@@ -376,8 +376,16 @@ pub async fn list(
     token: Option<&str>,
 ) -> ApiResult<Value> {
     let store = state.store.as_ref();
-    catalogs::load(store, account, catalog_id).await?;
-    super::namespaces::require(store, catalog_id, ns).await?;
+    // One round trip for the catalog and the namespace, then the page.
+    let reads = catalogs::fetch_with(
+        store,
+        account,
+        catalog_id,
+        vec![key(keys::namespace(catalog_id, ns))],
+    )
+    .await?;
+    catalogs::load_from(&reads, account, catalog_id)?;
+    super::namespaces::require_from(&reads, catalog_id, ns)?;
     let (items, next) = super::list_page(
         store,
         &keys::catalog_pk(catalog_id),
