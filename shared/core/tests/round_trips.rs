@@ -1,5 +1,6 @@
 //! Metastore round trips per API call (docs/deploy.md, "Measured request units per call"),
-//! and the receipt rule that a keyed create replays its first answer, failures included.
+//! the receipt rule that a keyed create replays its first answer, failures included, and the
+//! `428` answered to changes that must carry an etag (docs/api.md).
 //!
 //! Round trips are counted by `RoundTripMetastore`: requests that started while no other was
 //! in flight, i.e. the sequential requests of one call, its latency floor on DynamoDB. The
@@ -143,6 +144,7 @@ async fn happy_paths_meet_their_round_trip_targets() {
 support::both_backends!(
     a_final_failure_is_replayed_even_after_the_state_changed,
     a_retryable_refusal_is_not_recorded,
+    selection_and_connection_changes_need_if_match,
 );
 
 async fn a_final_failure_is_replayed_even_after_the_state_changed(h: Harness) {
@@ -246,4 +248,53 @@ async fn a_retryable_refusal_is_not_recorded(h: Harness) {
         .call(Method::POST, &tables, Some(ACME), Some(table_body("t")), &key)
         .await;
     assert_eq!((again.status, &again.body), (replay.status, &replay.body));
+}
+
+// ---- etag preconditions --------------------------------------------------------------------
+
+
+async fn selection_and_connection_changes_need_if_match(h: Harness) {
+    let h = h.with_credentials(Creds::new().dyn_store());
+    h.account("acme").await;
+    let c = h.catalog("acme", ACME, "lake").await;
+    let i = h.integration("acme", ACME, "upstream").await;
+    let o = h.overlay("acme", ACME, "mirror", &i, &c).await;
+    let int_path = format!("/v1/accounts/acme/integrations/{i}");
+    let ovl_path = format!("/v1/accounts/acme/overlays/{o}");
+
+    for (path, body) in [
+        (&int_path, json!({"uri": "https://other.example.com/api"})),
+        (&int_path, json!({"properties": {"warehouse": "w2"}})),
+        (&ovl_path, json!({"include_namespaces": [["hr"]]})),
+        (&ovl_path, json!({"exclude_namespaces": [["tmp"]]})),
+    ] {
+        let before = h.get(path, ACME).await;
+        let r = h.patch(path, ACME, body.clone(), None).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::PRECONDITION_REQUIRED, "PRECONDITION_REQUIRED"),
+            "{body}: {:?}",
+            r.body
+        );
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("If-Match")),
+            "{:?}",
+            r.body
+        );
+        assert_eq!(h.get(path, ACME).await.body, before.body, "nothing changed");
+        // With the etag read, the same change applies.
+        let r = h.patch(path, ACME, body.clone(), Some(&before.etag())).await;
+        assert_eq!(r.status, StatusCode::OK, "{body}: {:?}", r.body);
+    }
+    // Changes the design leaves unconditional still need no etag.
+    let r = h
+        .patch(&ovl_path, ACME, json!({"display_name": "mirror2"}), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = h
+        .patch(&int_path, ACME, json!({"display_name": "upstream2"}), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
 }

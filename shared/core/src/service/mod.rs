@@ -235,6 +235,16 @@ pub fn guard_op(parts: KeyParts, state: &GuardState) -> Option<Op> {
     }
 }
 
+/// Changes that must name the version they were decided on (an integration's URI or
+/// properties, an overlay's namespace selection): without `If-Match` they answer `428`
+/// before anything is read, so a blind write cannot move what reconciliation publishes.
+pub fn require_if_match(if_match: Option<&str>, what: &str) -> ApiResult<()> {
+    match if_match {
+        Some(v) if !v.trim().is_empty() => Ok(()),
+        _ => Err(ApiError::precondition_required(what)),
+    }
+}
+
 /// Checks an `If-Match` header against the resource's current etag.
 pub fn check_if_match(if_match: Option<&str>, current_etag: &str) -> ApiResult<()> {
     match if_match {

@@ -363,6 +363,7 @@ pub async fn patch(
             )?;
             next.include_namespaces = sel.include_segments();
             next.exclude_namespaces = sel.exclude_segments();
+            super::require_if_match(if_match, "changing an overlay's namespace selection")?;
         }
         if let Some(s) = req.refresh_interval_secs {
             next.refresh_interval_secs = s;
