@@ -650,6 +650,8 @@ async fn an_overlay_patch_mid_run_fails_the_remaining_publications(kind: Kind) {
             .uri(path)
             .header("authorization", format!("Bearer {ACME}"))
             .header("content-type", "application/json")
+            // A selection change needs an etag precondition; `*` accepts any version.
+            .header("if-match", "*")
             .body(Body::from(
                 json!({"exclude_namespaces": [["tmp"]]}).to_string(),
             ))

@@ -266,7 +266,7 @@ async fn selection_and_connection_changes_need_if_match(h: Harness) {
         (&int_path, json!({"uri": "https://other.example.com/api"})),
         (&int_path, json!({"properties": {"warehouse": "w2"}})),
         (&ovl_path, json!({"include_namespaces": [["hr"]]})),
-        (&ovl_path, json!({"exclude_namespaces": [["tmp"]]})),
+        (&ovl_path, json!({"exclude_namespaces": [["hr", "tmp"]]})),
     ] {
         let before = h.get(path, ACME).await;
         let r = h.patch(path, ACME, body.clone(), None).await;
