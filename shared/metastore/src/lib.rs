@@ -10,13 +10,16 @@
 //!
 //! Backends: [`redb_store::RedbMetastore`] (embedded, `flotilla serve`) and
 //! [`dynamo::DynamoMetastore`] (AWS). Decorators: [`fault::FaultInjectingMetastore`] (tests)
-//! and [`metrics::CountingMetastore`] (request and item counters).
+//! and [`metrics::CountingMetastore`] (request and item counters); for tests also
+//! [`stale::StaleReadsMetastore`] (eventual reads that lag) and
+//! [`metrics::RoundTripMetastore`] (sequential requests).
 
 pub mod contract;
 pub mod dynamo;
 pub mod fault;
 pub mod metrics;
 pub mod redb_store;
+pub mod stale;
 
 mod codec;
 
