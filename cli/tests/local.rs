@@ -769,7 +769,13 @@ async fn integrations_and_overlays_against_the_real_server() {
     // `--if-match` pins one (a stale one is a precondition failure, exit 3).
     let narrowed = cli
         .run(&[
-            "overlay", "update", "crm-import", "--exclude", "crm.old", "-o", "json",
+            "overlay",
+            "update",
+            "crm-import",
+            "--exclude",
+            "crm.old",
+            "-o",
+            "json",
         ])
         .await
         .ok()
@@ -794,7 +800,13 @@ async fn integrations_and_overlays_against_the_real_server() {
     );
     let moved = cli
         .run(&[
-            "integration", "update", "prod", "--props", "warehouse=w2", "-o", "json",
+            "integration",
+            "update",
+            "prod",
+            "--props",
+            "warehouse=w2",
+            "-o",
+            "json",
         ])
         .await
         .ok()

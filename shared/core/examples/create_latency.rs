@@ -42,7 +42,10 @@ async fn call(
     let resp = router.clone().oneshot(req).await.expect("router");
     let status = resp.status();
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 fn pct(samples: &[Duration], p: f64) -> f64 {

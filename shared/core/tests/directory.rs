@@ -1084,7 +1084,12 @@ async fn generation_never_appears_in_logs_responses_or_metrics() {
     };
     create_table(&h.state, &cat, "moved").await;
     seen.push(generation_value(store, &cat).await);
-    let racing = RacingStore::new(Arc::clone(&h.state.store), When::FirstScanPage, directory::MAX_SCAN_ATTEMPTS, storm);
+    let racing = RacingStore::new(
+        Arc::clone(&h.state.store),
+        When::FirstScanPage,
+        directory::MAX_SCAN_ATTEMPTS,
+        storm,
+    );
     let err = h
         .state
         .directory

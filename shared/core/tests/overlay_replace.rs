@@ -28,7 +28,8 @@ fn faulty() -> Faulty {
     let store = RedbMetastore::open(dir.path().join("meta.redb")).expect("open redb");
     let faults = Arc::new(FaultInjectingMetastore::new(store));
     let creds = Creds::new();
-    let h = Harness::with_store(faults.clone(), Some(dir), false).with_credentials(creds.dyn_store());
+    let h =
+        Harness::with_store(faults.clone(), Some(dir), false).with_credentials(creds.dyn_store());
     Faulty {
         h,
         faults,
@@ -69,7 +70,9 @@ async fn a_failed_swap_leaves_the_old_overlay_intact() {
     // Every attempt of the swap transaction fails before it applies.
     let fence = keys::overlay_fence("acme", &old);
     f.faults
-        .fail_when(Fault::FailBeforeApply, usize::MAX, move |tx| writes(tx, &fence));
+        .fail_when(Fault::FailBeforeApply, usize::MAX, move |tx| {
+            writes(tx, &fence)
+        });
     let r = h
         .post(
             &format!("{OVLS}?on_conflict=replace"),
@@ -124,9 +127,19 @@ async fn a_cleanup_interrupted_after_the_swap_resumes_by_deleting_the_old_id() {
     let by_name = h.get(&format!("{OVLS}/{new}"), ACME).await;
     assert_eq!(by_name.body["display_name"], "mirror");
     let r = h
-        .patch(&format!("{OVLS}/{old}"), ACME, json!({"paused": true}), None)
+        .patch(
+            &format!("{OVLS}/{old}"),
+            ACME,
+            json!({"paused": true}),
+            None,
+        )
         .await;
-    assert_eq!(r.code(), "DELETING", "the old overlay is fenced: {:?}", r.body);
+    assert_eq!(
+        r.code(),
+        "DELETING",
+        "the old overlay is fenced: {:?}",
+        r.body
+    );
     // Deleting it by id resumes its retirement and leaves the new overlay alone.
     let r = h.delete(&format!("{OVLS}/{old}"), ACME).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);

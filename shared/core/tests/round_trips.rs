@@ -153,30 +153,58 @@ async fn a_final_failure_is_replayed_even_after_the_state_changed(h: Harness) {
     let tables = format!("/v1/accounts/acme/catalogs/{c}/namespaces/sales/tables");
     let key = [("idempotency-key", "replay-404")];
     let first = h
-        .call(Method::POST, &tables, Some(ACME), Some(table_body("t")), &key)
+        .call(
+            Method::POST,
+            &tables,
+            Some(ACME),
+            Some(table_body("t")),
+            &key,
+        )
         .await;
     assert_eq!(first.status, StatusCode::NOT_FOUND, "{:?}", first.body);
 
     // The namespace appears; a replay still answers the first answer, and creates nothing.
     h.namespace("acme", ACME, &c, &["sales"]).await;
     let replay = h
-        .call(Method::POST, &tables, Some(ACME), Some(table_body("t")), &key)
+        .call(
+            Method::POST,
+            &tables,
+            Some(ACME),
+            Some(table_body("t")),
+            &key,
+        )
         .await;
     assert_eq!(replay.status, first.status);
     assert_eq!(replay.body, first.body);
     let get = h.get(&format!("{tables}/t"), ACME).await;
-    assert_eq!(get.status, StatusCode::NOT_FOUND, "the replay had no effect");
+    assert_eq!(
+        get.status,
+        StatusCode::NOT_FOUND,
+        "the replay had no effect"
+    );
 
     // The same key with another request is still a reuse.
     let other = h
-        .call(Method::POST, &tables, Some(ACME), Some(table_body("u")), &key)
+        .call(
+            Method::POST,
+            &tables,
+            Some(ACME),
+            Some(table_body("u")),
+            &key,
+        )
         .await;
     assert_eq!(other.code(), "IDEMPOTENCY_KEY_REUSED");
 
     // A 409 is recorded the same way: the name was taken when the keyed create ran.
     let taken = [("idempotency-key", "replay-409")];
-    h.call(Method::POST, &tables, Some(ACME), Some(table_body("x")), &[])
-        .await;
+    h.call(
+        Method::POST,
+        &tables,
+        Some(ACME),
+        Some(table_body("x")),
+        &[],
+    )
+    .await;
     let first = h
         .call(
             Method::POST,
@@ -223,35 +251,54 @@ async fn a_retryable_refusal_is_not_recorded(h: Harness) {
     .expect("guard");
     h.state
         .store
-        .transact(flotilla_metastore::Transaction::new().with(flotilla_metastore::Op::put(
-            guard.clone(),
-            body,
-        )))
+        .transact(
+            flotilla_metastore::Transaction::new()
+                .with(flotilla_metastore::Op::put(guard.clone(), body)),
+        )
         .await
         .expect("install guard");
     let tables = format!("/v1/accounts/acme/catalogs/{c}/namespaces/sales/tables");
     let key = [("idempotency-key", "retry-deleting")];
     let first = h
-        .call(Method::POST, &tables, Some(ACME), Some(table_body("t")), &key)
+        .call(
+            Method::POST,
+            &tables,
+            Some(ACME),
+            Some(table_body("t")),
+            &key,
+        )
         .await;
     assert_eq!(first.code(), "DELETING", "{:?}", first.body);
     h.state
         .store
-        .transact(flotilla_metastore::Transaction::new().with(flotilla_metastore::Op::delete(guard)))
+        .transact(
+            flotilla_metastore::Transaction::new().with(flotilla_metastore::Op::delete(guard)),
+        )
         .await
         .expect("remove guard");
     let replay = h
-        .call(Method::POST, &tables, Some(ACME), Some(table_body("t")), &key)
+        .call(
+            Method::POST,
+            &tables,
+            Some(ACME),
+            Some(table_body("t")),
+            &key,
+        )
         .await;
     assert_eq!(replay.status, StatusCode::CREATED, "{:?}", replay.body);
     let again = h
-        .call(Method::POST, &tables, Some(ACME), Some(table_body("t")), &key)
+        .call(
+            Method::POST,
+            &tables,
+            Some(ACME),
+            Some(table_body("t")),
+            &key,
+        )
         .await;
     assert_eq!((again.status, &again.body), (replay.status, &replay.body));
 }
 
 // ---- etag preconditions --------------------------------------------------------------------
-
 
 async fn selection_and_connection_changes_need_if_match(h: Harness) {
     let h = h.with_credentials(Creds::new().dyn_store());
@@ -285,7 +332,9 @@ async fn selection_and_connection_changes_need_if_match(h: Harness) {
         );
         assert_eq!(h.get(path, ACME).await.body, before.body, "nothing changed");
         // With the etag read, the same change applies.
-        let r = h.patch(path, ACME, body.clone(), Some(&before.etag())).await;
+        let r = h
+            .patch(path, ACME, body.clone(), Some(&before.etag()))
+            .await;
         assert_eq!(r.status, StatusCode::OK, "{body}: {:?}", r.body);
     }
     // Changes the design leaves unconditional still need no etag.

@@ -26,7 +26,8 @@ fn lagging() -> Lagging {
         RedbMetastore::open(dir.path().join("meta.redb")).expect("open redb"),
     ));
     let creds = Creds::new();
-    let h = Harness::with_store(store.clone(), Some(dir), false).with_credentials(creds.dyn_store());
+    let h =
+        Harness::with_store(store.clone(), Some(dir), false).with_credentials(creds.dyn_store());
     Lagging {
         h,
         store,
@@ -59,7 +60,10 @@ async fn the_decorator_serves_stale_eventual_reads() {
         StatusCode::OK
     );
     l.store.thaw();
-    assert_eq!(h.get(&tables, ACME).await.body["items"][0]["name"], "orders");
+    assert_eq!(
+        h.get(&tables, ACME).await.body["items"][0]["name"],
+        "orders"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,8 +105,16 @@ async fn dependency_checks_see_dependents_created_after_the_lag_began() {
         h.get(&format!("{A}/overlays/{o}"), ACME).await.status,
         StatusCode::NOT_FOUND
     );
-    assert!(items(l.store.as_ref(), "ACCT#acme", "INTDEP#").await.is_empty());
-    assert!(items(l.store.as_ref(), "ACCT#acme", "CATDEP#").await.is_empty());
+    assert!(
+        items(l.store.as_ref(), "ACCT#acme", "INTDEP#")
+            .await
+            .is_empty()
+    );
+    assert!(
+        items(l.store.as_ref(), "ACCT#acme", "CATDEP#")
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,7 +137,9 @@ async fn an_account_cascade_removes_what_was_created_after_the_lag_began() {
         "the account partition is empty"
     );
     assert!(
-        items(l.store.as_ref(), &format!("CAT#{c}"), "").await.is_empty(),
+        items(l.store.as_ref(), &format!("CAT#{c}"), "")
+            .await
+            .is_empty(),
         "the catalog partition is empty"
     );
 }

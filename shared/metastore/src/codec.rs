@@ -10,10 +10,9 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::{
-    Condition, FailureReason, Key, MAX_BATCH_GET_KEYS, MAX_PAGE_SIZE, MAX_PK_BYTES, MAX_SK_BYTES, MetastoreError, Op,
-    OpOutcome, PageToken, Query, Transaction,
+    Condition, FailureReason, Key, MAX_BATCH_GET_KEYS, MAX_PAGE_SIZE, MAX_PK_BYTES, MAX_SK_BYTES,
+    MetastoreError, Op, OpOutcome, PageToken, Query, Transaction,
 };
-
 
 /// A key is valid when it is within the DynamoDB limits and its partition key has no NUL.
 ///

@@ -389,7 +389,11 @@ mod tests {
         let a = Key::new("m", "a");
         assert!(s.get(&a, STRONG).await.is_ok());
         assert!(s.batch_get(&[a.clone()], STRONG).await.is_ok());
-        assert!(s.transact(Transaction::new().with(Op::put(a, vec![]))).await.is_ok());
+        assert!(
+            s.transact(Transaction::new().with(Op::put(a, vec![])))
+                .await
+                .is_ok()
+        );
         assert_eq!(trips.load(Ordering::SeqCst), 3, "three in sequence");
     }
 }

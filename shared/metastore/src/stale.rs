@@ -70,11 +70,7 @@ impl<M: Metastore> StaleReadsMetastore<M> {
     }
 
     /// The partition `pk` under `prefix` as of the freeze, in sort-key order.
-    async fn stale_partition(
-        &self,
-        pk: &str,
-        prefix: &str,
-    ) -> Result<Vec<Item>, MetastoreError> {
+    async fn stale_partition(&self, pk: &str, prefix: &str) -> Result<Vec<Item>, MetastoreError> {
         let live = query_all(&self.inner, Query::new(pk, prefix, Consistency::Strong)).await?;
         let mut by_sk: BTreeMap<String, Item> =
             live.into_iter().map(|i| (i.key.sk.clone(), i)).collect();

@@ -13,8 +13,8 @@ use serde_json::Value;
 use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
-    GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff,
-    check_if_match, guarded_delete, key, read, to_body,
+    GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
+    guarded_delete, key, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
