@@ -388,7 +388,7 @@ mod tests {
         let trips = s.trips();
         let a = Key::new("m", "a");
         assert!(s.get(&a, STRONG).await.is_ok());
-        assert!(s.batch_get(&[a.clone()], STRONG).await.is_ok());
+        assert!(s.batch_get(std::slice::from_ref(&a), STRONG).await.is_ok());
         assert!(
             s.transact(Transaction::new().with(Op::put(a, vec![])))
                 .await
