@@ -78,12 +78,15 @@ fi
 # ---- 2. moto server ----------------------------------------------------------------------
 MOTO_PID=""
 MOTO_LOG="$OUT/moto.log"
+MOTO_SERIAL_PID=""
 cleanup() {
   local status=$?
-  if [[ -n "$MOTO_PID" ]] && kill -0 "$MOTO_PID" 2>/dev/null; then
-    kill "$MOTO_PID" 2>/dev/null || true
-    wait "$MOTO_PID" 2>/dev/null || true
-  fi
+  for pid in "$MOTO_PID" "$MOTO_SERIAL_PID"; do
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
   if [[ $status -ne 0 && -s "$MOTO_LOG" ]]; then
     echo "---- last lines of $MOTO_LOG ----" >&2
     tail -n 20 "$MOTO_LOG" >&2 || true
@@ -118,6 +121,24 @@ done
 [[ -n "$ready" ]] || { echo "moto_server did not answer on port $MOTO_PORT" >&2; exit 1; }
 
 export FLOTILLA_MOTO_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
+
+# A second moto that serves one request at a time (scripts/moto_serial.py), for the
+# same-key race tests: the threaded one does not isolate concurrent transactions.
+MOTO_SERIAL_PORT="$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+log "starting single-threaded moto on 127.0.0.1:$MOTO_SERIAL_PORT"
+"$VENV/bin/python" "$ROOT/scripts/moto_serial.py" "$MOTO_SERIAL_PORT" >"$OUT/moto-serial.log" 2>&1 &
+MOTO_SERIAL_PID=$!
+ready=""
+for _ in $(seq 1 150); do
+  kill -0 "$MOTO_SERIAL_PID" 2>/dev/null || { echo "single-threaded moto exited during start-up" >&2; exit 1; }
+  if "$VENV/bin/python" -c "import sys, urllib.request; urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/moto-api/', timeout=1).read()" "$MOTO_SERIAL_PORT" 2>/dev/null; then
+    ready=1
+    break
+  fi
+  sleep 0.2
+done
+[[ -n "$ready" ]] || { echo "single-threaded moto did not answer on port $MOTO_SERIAL_PORT" >&2; exit 1; }
+export FLOTILLA_MOTO_SERIAL_ENDPOINT="http://127.0.0.1:$MOTO_SERIAL_PORT"
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 # Keep the developer's own AWS configuration and the instance metadata service out of tests.

@@ -80,7 +80,9 @@ impl CreateOpts {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct EtagOpt {
     /// Only act if the resource still has this etag (sent as If-Match); a stale etag exits 3.
-    #[arg(long)]
+    /// Changes that require a precondition (an integration's uri or properties, an overlay's
+    /// namespace selection) send the etag read just before when none is given.
+    #[arg(long, visible_alias = "if-match")]
     pub etag: Option<String>,
 }
 

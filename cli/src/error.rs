@@ -1,7 +1,7 @@
 //! What can go wrong in a command, and the exit code each kind maps to.
 //!
 //! Exit codes are part of the CLI's contract (docs/cli.md): 0 ok, 1 error, 2 usage,
-//! 3 conflict or precondition (HTTP 409 / 412), so scripts can retry on 3 with a fresh etag.
+//! 3 conflict or precondition (HTTP 409 / 412 / 428), so scripts can retry on 3 with a fresh etag.
 
 use std::process::ExitCode;
 
@@ -58,7 +58,7 @@ impl CliError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
             Self::Usage(_) => ExitCode::from(2),
-            Self::Api(f) if f.status == 409 || f.status == 412 => ExitCode::from(3),
+            Self::Api(f) if matches!(f.status, 409 | 412 | 428) => ExitCode::from(3),
             _ => ExitCode::from(1),
         }
     }

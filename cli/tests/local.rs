@@ -765,6 +765,53 @@ async fn integrations_and_overlays_against_the_real_server() {
         .ok()
         .json();
     assert_eq!(listed["items"][0]["display_name"], "crm-import");
+    // Selection and connection changes need an etag: the CLI sends the one it reads, and
+    // `--if-match` pins one (a stale one is a precondition failure, exit 3).
+    let narrowed = cli
+        .run(&[
+            "overlay",
+            "update",
+            "crm-import",
+            "--exclude",
+            "crm.old",
+            "-o",
+            "json",
+        ])
+        .await
+        .ok()
+        .json();
+    assert_eq!(narrowed["exclude_namespaces"], json!([["crm", "old"]]));
+    let stale = cli
+        .run(&[
+            "overlay",
+            "update",
+            "crm-import",
+            "--exclude",
+            "crm.tmp",
+            "--if-match",
+            overlay["etag"].as_str().expect("etag"),
+        ])
+        .await
+        .fails(3);
+    assert!(
+        stale.stderr.starts_with("error: PRECONDITION_FAILED: "),
+        "{}",
+        stale.stderr
+    );
+    let moved = cli
+        .run(&[
+            "integration",
+            "update",
+            "prod",
+            "--props",
+            "warehouse=w2",
+            "-o",
+            "json",
+        ])
+        .await
+        .ok()
+        .json();
+    assert_eq!(moved["properties"], json!({"warehouse": "w2"}));
     // The integration cannot be deleted while the overlay uses it; a cascade can.
     let refused = cli.run(&["integration", "delete", "prod"]).await.fails(3);
     assert!(

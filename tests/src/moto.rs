@@ -18,6 +18,23 @@ pub fn endpoint() -> String {
     }
 }
 
+/// The single-threaded emulator's base URL (`FLOTILLA_MOTO_SERIAL_ENDPOINT`): moto's app
+/// under a server that answers one request at a time (`scripts/moto_serial.py`), for races
+/// whose outcome depends on transactions being isolated from each other, which the threaded
+/// server does not guarantee.
+///
+/// # Panics
+/// When the variable is not set, like [`endpoint`].
+pub fn serial_endpoint() -> String {
+    match std::env::var("FLOTILLA_MOTO_SERIAL_ENDPOINT") {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!(
+            "FLOTILLA_MOTO_SERIAL_ENDPOINT is not set: run the tests through scripts/test.sh, \
+             which starts the single-threaded moto (scripts/moto_serial.py), or export it"
+        ),
+    }
+}
+
 /// The static credentials and region every AWS client uses against moto. Build SDK
 /// configs with these explicitly (edition 2024 makes `std::env::set_var` unsafe).
 pub const TEST_ACCESS_KEY_ID: &str = "test";

@@ -293,9 +293,15 @@ pub async fn run(ctx: &Ctx, cmd: IntegrationCmd) -> CliResult<()> {
                 ));
             }
             let id = resolve::id(api, Kind::Integration, &integration).await?;
-            let req = Req::new(Method::PATCH, api.acct(&["integrations", &id])?)
+            let path = api.acct(&["integrations", &id])?;
+            let etag = if body.contains_key("uri") || body.contains_key("properties") {
+                super::etag_or_current(api, etag.etag.as_deref(), path.clone()).await?
+            } else {
+                etag.etag
+            };
+            let req = Req::new(Method::PATCH, path)
                 .body(Value::Object(body))
-                .if_match(etag.etag.as_deref());
+                .if_match(etag.as_deref());
             ctx.out.object(&api.send(req).await?.body);
         }
         IntegrationCmd::UpdateAuth {

@@ -247,9 +247,17 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
                 ));
             }
             let id = resolve::id(api, Kind::Overlay, &overlay).await?;
-            let req = Req::new(Method::PATCH, api.acct(&["overlays", &id])?)
+            let path = api.acct(&["overlays", &id])?;
+            let etag = if body.contains_key("include_namespaces")
+                || body.contains_key("exclude_namespaces")
+            {
+                super::etag_or_current(api, etag.etag.as_deref(), path.clone()).await?
+            } else {
+                etag.etag
+            };
+            let req = Req::new(Method::PATCH, path)
                 .body(Value::Object(body))
-                .if_match(etag.etag.as_deref());
+                .if_match(etag.as_deref());
             ctx.out.object(&api.send(req).await?.body);
         }
         OverlayCmd::Delete { overlay, etag } => {

@@ -19,6 +19,10 @@
 //! for both backends, so the counts measured on redb are the requests the DynamoDB backend
 //! would send.
 //!
+//! A third wrapper, [`RoundTripMetastore`], counts round trips: requests that started while
+//! no other request was in flight, i.e. the sequential requests of the call (its latency
+//! floor on DynamoDB).
+//!
 //! `cargo run -p flotilla-fn-api --example dynamodb_units [-- OUT.json]` (default
 //! `bench-results/dynamodb-units.json`).
 
@@ -32,7 +36,7 @@ use async_trait::async_trait;
 use axum::body::Body;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::{AppState, Config};
-use flotilla_metastore::metrics::{CountingMetastore, MetricsSnapshot};
+use flotilla_metastore::metrics::{CountingMetastore, MetricsSnapshot, RoundTripMetastore};
 use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_metastore::{
     Consistency, Item, Key, Metastore, MetastoreError, Op, Page, Query, Transaction, query_all,
@@ -291,8 +295,11 @@ async fn main() {
     ));
     let counting = CountingMetastore::new(Shared(meter.clone()));
     let counters = counting.counters();
+    // Round trips: requests that started while no other was in flight (sequential requests).
+    let timed = RoundTripMetastore::new(counting);
+    let trips = timed.trips();
     let state = AppState::new(
-        Arc::new(counting),
+        Arc::new(timed),
         Arc::new(SystemClock),
         Arc::new(ClaimsOnly),
         Config::default(),
@@ -301,15 +308,18 @@ async fn main() {
     let mut rows = Vec::new();
     let mut measure = async |label: &str, event: Value, want: u16| -> Value {
         let before: MetricsSnapshot = counters.snapshot();
+        let trips_before = trips.load(std::sync::atomic::Ordering::SeqCst);
         meter.take();
         let (status, body) = call(&state, &event).await;
         let after = counters.snapshot();
+        let round_trips = trips.load(std::sync::atomic::Ordering::SeqCst) - trips_before;
         let units = meter.take();
         assert_eq!(status, want, "{label}: {body}");
         let row = json!({
             "call": label,
             "status": status,
             "requests": after.requests() - before.requests(),
+            "round_trips": round_trips,
             "get": after.get - before.get,
             "batch_get": after.batch_get - before.batch_get,
             "query": after.query - before.query,
@@ -323,8 +333,13 @@ async fn main() {
             "wru": units.wru,
         });
         println!(
-            "{label:<48} req {:>2}  items r/w {:>3}/{:>2}  RRU {:>5.1}  WRU {:>5.1}",
-            row["requests"], row["items_read"], row["items_written"], units.rru, units.wru
+            "{label:<48} req {:>2}  trips {:>2}  items r/w {:>3}/{:>2}  RRU {:>5.1}  WRU {:>5.1}",
+            row["requests"],
+            row["round_trips"],
+            row["items_read"],
+            row["items_written"],
+            units.rru,
+            units.wru
         );
         rows.push(row);
         body
@@ -421,6 +436,31 @@ async fn main() {
     measure(
         "GET {A}/catalogs/{c}/directory (after one DDL)",
         payload(false, "GET", &directory, None),
+        200,
+    )
+    .await;
+    let mut keyed = payload(false, "POST", &tables, Some(table("refunds")));
+    keyed["headers"]["idempotency-key"] = "units-refunds-1".into();
+    measure("POST {A}/.../tables (Idempotency-Key)", keyed.clone(), 201).await;
+    measure("POST {A}/.../tables (Idempotency-Key, replay)", keyed, 201).await;
+    let views = format!("{acme}/catalogs/{c}/namespaces/sales/views");
+    let view = json!({"name": "big_orders", "schema": {"type": "struct", "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"}]},
+        "definitions": [{"dialect": "spark", "sql": "SELECT id FROM orders WHERE amount > 100"}]});
+    measure(
+        "POST {A}/.../views",
+        payload(false, "POST", &views, Some(view)),
+        201,
+    )
+    .await;
+    measure(
+        "GET {A}/catalogs/{c}/namespaces/{ns}",
+        payload(
+            false,
+            "GET",
+            &format!("{acme}/catalogs/{c}/namespaces/sales"),
+            None,
+        ),
         200,
     )
     .await;

@@ -36,9 +36,12 @@ use crate::error::{ApiError, ApiResult, Code};
 use crate::service::{MAX_ATTEMPTS, backoff, catalogs, is_condition_failure, key, to_body};
 use crate::state::{AppState, MetricsRenderer};
 
-/// How many full scans one refresh may spend before giving up because directory DDL kept
-/// moving the generation underneath it (seed 000: "retried up to three times").
-pub const MAX_SCAN_ATTEMPTS: usize = 3;
+/// How many times one refresh retries its full scan because directory DDL moved the
+/// generation underneath it: a first scan plus up to three retries, so at most
+/// [`MAX_SCAN_ATTEMPTS`] scans before it gives up.
+pub const MAX_SCAN_RETRIES: usize = 3;
+/// The scans one refresh may spend: the first and [`MAX_SCAN_RETRIES`] retries.
+pub const MAX_SCAN_ATTEMPTS: usize = 1 + MAX_SCAN_RETRIES;
 
 // ---- the generation ---------------------------------------------------------------------
 
@@ -453,9 +456,23 @@ impl DirectoryCache {
         clock: &dyn Clock,
         catalog_id: &str,
     ) -> Result<RefreshOutcome, RefreshError> {
+        self.refresh_with(store, clock, catalog_id, None).await
+    }
+
+    /// [`refresh`](Self::refresh) starting from reads the caller already made (in the same
+    /// round trip as its own), so a warm, unchanged refresh reads nothing more.
+    async fn refresh_with(
+        &self,
+        store: &dyn Metastore,
+        clock: &dyn Clock,
+        catalog_id: &str,
+        pre: Option<Prefetched>,
+    ) -> Result<RefreshOutcome, RefreshError> {
         let replica = self.replica(catalog_id);
         let mut r = replica.lock().await;
-        let result = self.refresh_locked(&mut r, store, clock, catalog_id).await;
+        let result = self
+            .refresh_locked(&mut r, store, clock, catalog_id, pre)
+            .await;
         let was_stale = r.last_error.is_some();
         match &result {
             Ok(outcome) => {
@@ -498,9 +515,16 @@ impl DirectoryCache {
         store: &dyn Metastore,
         clock: &dyn Clock,
         catalog_id: &str,
+        pre: Option<Prefetched>,
     ) -> Result<RefreshOutcome, RefreshError> {
+        if pre.as_ref().is_some_and(|p| p.authority == Some(true)) {
+            self.authority_seen.store(true, Ordering::Release);
+        }
         let authoritative = self.authoritative(store).await?;
-        let mut start = read_generation(store, catalog_id).await?;
+        let mut start = match pre {
+            Some(p) => p.generation,
+            None => read_generation(store, catalog_id).await?,
+        };
         // Warm and authoritative: an equal generation proves nothing listed changed.
         if authoritative
             && let Some(Basis::Authoritative(current)) = r.snapshot.as_ref().map(|s| &s.basis)
@@ -589,7 +613,17 @@ impl DirectoryCache {
         clock: &dyn Clock,
         catalog_id: &str,
     ) -> Result<DirectoryView, RefreshError> {
-        let refreshed = self.refresh(store, clock, catalog_id).await;
+        self.read_with(store, clock, catalog_id, None).await
+    }
+
+    async fn read_with(
+        &self,
+        store: &dyn Metastore,
+        clock: &dyn Clock,
+        catalog_id: &str,
+        pre: Option<Prefetched>,
+    ) -> Result<DirectoryView, RefreshError> {
+        let refreshed = self.refresh_with(store, clock, catalog_id, pre).await;
         match (self.view(catalog_id, clock.now_ms()).await, refreshed) {
             (Some(view), _) => Ok(view),
             (None, Err(e)) => Err(e),
@@ -647,11 +681,39 @@ impl flotilla_telemetry::Source for DirectoryCache {
 /// The directory of a catalog of `account` from the state's replica: checks the catalog
 /// belongs to the account (404 otherwise), refreshes, and answers the snapshot with its
 /// health. Shared by the HTTP route and `functions/query`.
+///
+/// The catalog, its generation and (until a replica has seen it) the authority marker are
+/// read in one round trip, so a warm, unchanged directory costs one strong read.
 pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult<Value> {
-    catalogs::load(state.store.as_ref(), account, catalog_id).await?;
+    let generation = key(keys::directory_generation(catalog_id));
+    let authority = key(keys::directory_authority());
+    let mut wanted = vec![generation.clone()];
+    let ask_authority = !state.directory.authority_seen.load(Ordering::Acquire);
+    if ask_authority {
+        wanted.push(authority.clone());
+    }
+    let reads = catalogs::fetch_with(state.store.as_ref(), account, catalog_id, wanted).await?;
+    catalogs::load_from(&reads, account, catalog_id)?;
+    let pre = Prefetched {
+        generation: Observed(reads.item(&generation).map(|i| i.body.clone())),
+        authority: ask_authority.then(|| reads.item(&authority).is_some()),
+    };
     let view = state
         .directory
-        .read(state.store.as_ref(), state.clock.as_ref(), catalog_id)
+        .read_with(
+            state.store.as_ref(),
+            state.clock.as_ref(),
+            catalog_id,
+            Some(pre),
+        )
         .await?;
     Ok(view.to_api(catalog_id))
+}
+
+/// Strong reads a caller made before refreshing: the generation and, when it asked, whether
+/// the authority marker exists. Both are only ever read strongly, so starting a refresh from
+/// them is the same as reading them first inside it.
+struct Prefetched {
+    generation: Observed,
+    authority: Option<bool>,
 }

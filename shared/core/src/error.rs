@@ -32,6 +32,7 @@ pub enum Code {
     AuthorityNotEnabled,
     FailedPrecondition,
     PreconditionFailed,
+    PreconditionRequired,
     PayloadTooLarge,
     UriTooLong,
     HeadersTooLarge,
@@ -65,6 +66,7 @@ impl Code {
             Code::AuthorityNotEnabled => "AUTHORITY_NOT_ENABLED",
             Code::FailedPrecondition => "FAILED_PRECONDITION",
             Code::PreconditionFailed => "PRECONDITION_FAILED",
+            Code::PreconditionRequired => "PRECONDITION_REQUIRED",
             Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Code::UriTooLong => "URI_TOO_LONG",
             Code::HeadersTooLarge => "HEADERS_TOO_LARGE",
@@ -74,6 +76,41 @@ impl Code {
             Code::Internal => "INTERNAL",
         }
     }
+
+    /// The code named `name` (the inverse of [`Code::as_str`]).
+    pub fn from_name(name: &str) -> Option<Code> {
+        Code::ALL.iter().copied().find(|c| c.as_str() == name)
+    }
+
+    const ALL: [Code; 27] = [
+        Code::InvalidArgument,
+        Code::InvalidIndexMetadata,
+        Code::UnsupportedFormatVersion,
+        Code::IdempotencyKeyNotAllowed,
+        Code::Unauthenticated,
+        Code::PermissionDenied,
+        Code::NotFound,
+        Code::NamespaceNotFound,
+        Code::IndexNotFound,
+        Code::AlreadyExists,
+        Code::CommitConflict,
+        Code::IndexUuidMismatch,
+        Code::HasDependents,
+        Code::ManagedByOverlay,
+        Code::MappingConflict,
+        Code::IdempotencyKeyReused,
+        Code::Deleting,
+        Code::Conflict,
+        Code::AuthorityNotEnabled,
+        Code::FailedPrecondition,
+        Code::PreconditionFailed,
+        Code::PreconditionRequired,
+        Code::PayloadTooLarge,
+        Code::UnsupportedMediaType,
+        Code::MethodNotAllowed,
+        Code::Unavailable,
+        Code::Internal,
+    ];
 
     pub fn status(self) -> StatusCode {
         match self {
@@ -96,6 +133,7 @@ impl Code {
             | Code::AuthorityNotEnabled
             | Code::FailedPrecondition => StatusCode::CONFLICT,
             Code::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            Code::PreconditionRequired => StatusCode::PRECONDITION_REQUIRED,
             Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Code::UriTooLong => StatusCode::URI_TOO_LONG,
             Code::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -154,6 +192,17 @@ impl ApiError {
         Self::new(
             Code::PreconditionFailed,
             "the If-Match etag does not match the current resource",
+        )
+    }
+
+    /// `428`: the change needs an `If-Match` etag (read the resource, then send its etag).
+    pub fn precondition_required(what: &str) -> Self {
+        Self::new(
+            Code::PreconditionRequired,
+            format!(
+                "{what} needs an If-Match header with the etag of the version you read; \
+                 read the resource and send its etag (or `*` to override)"
+            ),
         )
     }
 

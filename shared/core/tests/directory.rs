@@ -368,13 +368,13 @@ async fn three_moving_generations_fail_and_serve_last_good_with_growing_age() {
         .await
         .expect_err("a moving generation exhausts the retries");
     assert!(
-        matches!(err, RefreshError::GenerationMoving { attempts: 3 }),
+        matches!(err, RefreshError::GenerationMoving { attempts: 4 }),
         "{err}"
     );
     assert_eq!(
         racing.scans.load(Ordering::SeqCst),
-        1 + 3,
-        "exactly three scans before giving up"
+        1 + 4,
+        "a first scan and exactly three retries before giving up"
     );
     let v1 = cache
         .view(&cat, clock_now(&h))
@@ -1084,7 +1084,12 @@ async fn generation_never_appears_in_logs_responses_or_metrics() {
     };
     create_table(&h.state, &cat, "moved").await;
     seen.push(generation_value(store, &cat).await);
-    let racing = RacingStore::new(Arc::clone(&h.state.store), When::FirstScanPage, 3, storm);
+    let racing = RacingStore::new(
+        Arc::clone(&h.state.store),
+        When::FirstScanPage,
+        directory::MAX_SCAN_ATTEMPTS,
+        storm,
+    );
     let err = h
         .state
         .directory

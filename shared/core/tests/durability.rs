@@ -56,13 +56,19 @@ both_backends!(
     catalog_create_racing_account_delete_leaves_no_orphan,
 );
 
-/// On redb only: moto serves concurrent TransactWriteItems without isolating them from each
-/// other (two put-if-absent calls racing on one key can both succeed there), so a 50-way race
-/// on moto tests the emulator, not the protocol. DynamoDB itself serializes transactions;
-/// the protocol's reliance on that is exercised here, on the embedded backend that honours it.
+/// On redb, and on DynamoDB through the single-threaded moto: the threaded moto serves
+/// concurrent TransactWriteItems without isolating them from each other (two put-if-absent
+/// calls racing on one key can both succeed there), so a 50-way race on it would test the
+/// emulator, not the protocol. The single-threaded one answers one request at a time, which
+/// isolates transactions as DynamoDB does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_creates_with_one_key_make_one_resource_redb() {
     fifty_concurrent_creates_with_one_key_make_one_resource(Harness::redb()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_creates_with_one_key_make_one_resource_dynamo() {
+    fifty_concurrent_creates_with_one_key_make_one_resource(Harness::dynamo_serial().await).await;
 }
 
 async fn fifty_concurrent_creates_with_one_key_make_one_resource(h: Harness) {

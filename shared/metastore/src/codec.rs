@@ -10,12 +10,9 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::{
-    Condition, FailureReason, Key, MAX_PAGE_SIZE, MAX_PK_BYTES, MAX_SK_BYTES, MetastoreError, Op,
-    OpOutcome, PageToken, Query, Transaction,
+    Condition, FailureReason, Key, MAX_BATCH_GET_KEYS, MAX_PAGE_SIZE, MAX_PK_BYTES, MAX_SK_BYTES,
+    MetastoreError, Op, OpOutcome, PageToken, Query, Transaction,
 };
-
-/// Most keys one `batch_get` may name (DynamoDB's `BatchGetItem` limit).
-pub(crate) const MAX_BATCH_GET_KEYS: usize = 100;
 
 /// A key is valid when it is within the DynamoDB limits and its partition key has no NUL.
 ///

@@ -10,13 +10,16 @@
 //!
 //! Backends: [`redb_store::RedbMetastore`] (embedded, `flotilla serve`) and
 //! [`dynamo::DynamoMetastore`] (AWS). Decorators: [`fault::FaultInjectingMetastore`] (tests)
-//! and [`metrics::CountingMetastore`] (request and item counters).
+//! and [`metrics::CountingMetastore`] (request and item counters); for tests also
+//! [`stale::StaleReadsMetastore`] (eventual reads that lag) and
+//! [`metrics::RoundTripMetastore`] (sequential requests).
 
 pub mod contract;
 pub mod dynamo;
 pub mod fault;
 pub mod metrics;
 pub mod redb_store;
+pub mod stale;
 
 mod codec;
 
@@ -36,6 +39,8 @@ pub const MAX_SK_BYTES: usize = 1024;
 /// Fixed per-item overhead counted towards [`MAX_ITEM_BYTES`] for attribute names and the
 /// version and expiry attributes, so that both backends refuse the same items.
 pub const ITEM_OVERHEAD_BYTES: usize = 64;
+/// Most keys one [`Metastore::batch_get`] names (DynamoDB's `BatchGetItem` limit).
+pub const MAX_BATCH_GET_KEYS: usize = 100;
 /// Most items one query page returns.
 pub const MAX_PAGE_SIZE: usize = 1000;
 

@@ -9,6 +9,7 @@
 //! Prometheus page and, on Lambda, the CloudWatch EMF lines. Failure kinds and latencies go
 //! to the process-wide registry, and every transaction runs in a `metastore.transact` span.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -272,6 +273,82 @@ impl<M: Metastore> Metastore for CountingMetastore<M> {
     }
 }
 
+/// Counts *round trips*: requests that had to wait for no other request of this store, i.e.
+/// a request that starts while another is in flight overlaps it and adds no round trip. For
+/// one API call measured alone this is its number of sequential metastore requests, the
+/// latency floor on DynamoDB. Not meaningful across concurrent calls (it then undercounts).
+#[derive(Debug)]
+pub struct RoundTripMetastore<M> {
+    inner: M,
+    in_flight: std::sync::atomic::AtomicUsize,
+    trips: Arc<AtomicU64>,
+}
+
+impl<M: Metastore> RoundTripMetastore<M> {
+    pub fn new(inner: M) -> Self {
+        Self {
+            inner,
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            trips: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The shared count, readable while the store is in use.
+    pub fn trips(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.trips)
+    }
+
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+
+    async fn timed<T>(&self, request: impl Future<Output = T>) -> T {
+        if self.in_flight.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.trips.fetch_add(1, Ordering::SeqCst);
+        }
+        let out = request.await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        out
+    }
+}
+
+#[async_trait]
+impl<M: Metastore> Metastore for RoundTripMetastore<M> {
+    async fn get(
+        &self,
+        key: &Key,
+        consistency: Consistency,
+    ) -> Result<Option<Item>, MetastoreError> {
+        self.timed(self.inner.get(key, consistency)).await
+    }
+
+    async fn batch_get(
+        &self,
+        keys: &[Key],
+        consistency: Consistency,
+    ) -> Result<Vec<Item>, MetastoreError> {
+        self.timed(self.inner.batch_get(keys, consistency)).await
+    }
+
+    async fn query(&self, query: &Query) -> Result<Page, MetastoreError> {
+        self.timed(self.inner.query(query)).await
+    }
+
+    async fn count(
+        &self,
+        pk: &str,
+        sk_prefix: &str,
+        consistency: Consistency,
+    ) -> Result<u64, MetastoreError> {
+        self.timed(self.inner.count(pk, sk_prefix, consistency))
+            .await
+    }
+
+    async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
+        self.timed(self.inner.transact(tx)).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,5 +431,23 @@ mod tests {
                 "missing {line:?} in:\n{text}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn round_trips_count_sequential_requests() {
+        let s = match RedbMetastore::in_memory() {
+            Ok(s) => RoundTripMetastore::new(s),
+            Err(e) => panic!("in-memory redb: {e}"),
+        };
+        let trips = s.trips();
+        let a = Key::new("m", "a");
+        assert!(s.get(&a, STRONG).await.is_ok());
+        assert!(s.batch_get(std::slice::from_ref(&a), STRONG).await.is_ok());
+        assert!(
+            s.transact(Transaction::new().with(Op::put(a, vec![])))
+                .await
+                .is_ok()
+        );
+        assert_eq!(trips.load(Ordering::SeqCst), 3, "three in sequence");
     }
 }

@@ -11,10 +11,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::accounts::{OnConflict, delete_items, strong_scan};
-use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
+use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
-    GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff,
-    check_if_match, guarded_delete, key, read, to_body,
+    GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
+    guarded_delete, key, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -96,6 +96,32 @@ pub async fn load(
         .ok_or_else(|| ApiError::not_found("catalog"))
 }
 
+/// [`load`] on items already read.
+pub fn load_from(
+    reads: &super::Reads,
+    account: &str,
+    id: &str,
+) -> ApiResult<Versioned<CatalogRecord>> {
+    flotilla_domain::names::validate_resource_id(id).map_err(|_| ApiError::not_found("catalog"))?;
+    reads
+        .read::<CatalogRecord>(keys::catalog(account, id))?
+        .ok_or_else(|| ApiError::not_found("catalog"))
+}
+
+/// Strong reads of the catalog `id` of `account` and of `more`, in one round trip;
+/// [`load_from`] then answers the catalog as [`load`] would. A malformed id is `404` before
+/// anything is read.
+pub async fn fetch_with(
+    store: &dyn Metastore,
+    account: &str,
+    id: &str,
+    mut more: Vec<flotilla_metastore::Key>,
+) -> ApiResult<super::Reads> {
+    flotilla_domain::names::validate_resource_id(id).map_err(|_| ApiError::not_found("catalog"))?;
+    more.push(key(keys::catalog(account, id)));
+    super::fetch(store, &more).await
+}
+
 pub async fn create(
     state: &AppState,
     account: &str,
@@ -107,15 +133,16 @@ pub async fn create(
     validate_description(&req.description)?;
     validate_properties(&req.properties)?;
     let store = state.store.as_ref();
-    run_create(state, idem, |id| {
+    let mut reads = super::account_guard_keys(account).to_vec();
+    reads.push(key(keys::catalog_name(account, &req.display_name)));
+    run_create_with(state, idem, &reads, |id, got| {
         let req = &req;
         async move {
-            if let Some(err) = account_guard_error(store, account).await? {
+            if let Some(err) = super::account_guard_error_from(&got, account) {
                 return Err(err);
             }
             let name_key = keys::catalog_name(account, &req.display_name);
-            let existing =
-                read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?;
+            let existing = got.read::<NameIndexRecord>(name_key.clone())?;
             let now = state.clock.now_rfc3339();
             let rec = CatalogRecord {
                 id: id.clone(),

@@ -12,15 +12,26 @@
 //! exactly a pending record that blocked retries for the key's lifetime). A different request
 //! under the key is `409 IDEMPOTENCY_KEY_REUSED`. Receipts expire after the configured TTL;
 //! an expired receipt is treated as absent and overwritten by version.
+//!
+//! A create that ends in a *final* client error (the state it read refused it: `404`,
+//! `409 ALREADY_EXISTS`, `HAS_DEPENDENTS`, ...) turns its pending receipt into a *failed*
+//! receipt recording that answer, so a replay answers the same error rather than trying again
+//! against a state that may have changed meanwhile. Answers that say "try again" are not
+//! recorded (`503`, `409 DELETING`, commit conflicts): a replay re-runs the create.
+//!
+//! One implementation serves both kinds of create: [`run_create`] for creates that build
+//! their own operations, and [`reserve`] / [`success_op`] / [`settle_failure`] for creates
+//! whose transaction is assembled elsewhere (the index catalog service). The receipt is read
+//! in the same round trip as the create's own reads ([`run_create_with`]).
 
 use std::future::Future;
 
-use flotilla_metastore::{Condition, Consistency, Key, Op, Transaction};
+use flotilla_metastore::{Condition, Consistency, Item, Key, Op, Transaction};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{MAX_ATTEMPTS, backoff, key};
+use super::{MAX_ATTEMPTS, Reads, backoff, fetch, key};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
 
@@ -46,6 +57,8 @@ impl RecordedResponse {
 enum ReceiptState {
     Pending,
     Succeeded,
+    /// The create answered a final client error, recorded in `response`.
+    Failed,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -110,6 +123,194 @@ pub enum Plan {
     Respond(RecordedResponse),
 }
 
+// ---- the receipt protocol ---------------------------------------------------------------
+
+/// What the receipt says about a request, as read.
+enum Found {
+    /// No live receipt: reserve one, overwriting the expired one at this version if any.
+    Free { expired_version: Option<u64> },
+    /// The key already answered this same request: the recorded answer, success or failure.
+    Answered(ApiResult<RecordedResponse>),
+    /// A pending receipt of this same request: continue it with its reserved id.
+    Pending { version: u64, reserved_id: String },
+}
+
+/// Classifies the receipt item read for `req` at `now` (epoch seconds).
+fn examine(req: &IdempotencyRequest, item: Option<Item>, now: i64) -> ApiResult<Found> {
+    let expired_version = item.as_ref().map(|i| i.version);
+    let Some(item) = item.filter(|i| i.expires_at.is_none_or(|t| t > now)) else {
+        return Ok(Found::Free { expired_version });
+    };
+    let r: Receipt = item.json()?;
+    if r.fingerprint != req.fingerprint {
+        return Err(ApiError::new(
+            Code::IdempotencyKeyReused,
+            "this Idempotency-Key was used with a different request",
+        ));
+    }
+    Ok(match (r.state, r.response) {
+        (ReceiptState::Succeeded, Some(resp)) => Found::Answered(Ok(resp)),
+        (ReceiptState::Failed, Some(resp)) => Found::Answered(Err(replayed_error(&resp))),
+        _ => Found::Pending {
+            version: item.version,
+            reserved_id: r.reserved_id,
+        },
+    })
+}
+
+/// Writes a pending receipt reserving `reserved_id`. `Ok(Some(version))` when reserved,
+/// `Ok(None)` when the attempt must start over (a lost race, a retryable failure, or an
+/// unknown outcome that the next read of the receipt settles).
+async fn reserve_pending(
+    state: &AppState,
+    req: &IdempotencyRequest,
+    expired_version: Option<u64>,
+    reserved_id: &str,
+    attempt: usize,
+) -> ApiResult<Option<u64>> {
+    let now = state.clock.now_secs();
+    let receipt = Receipt {
+        state: ReceiptState::Pending,
+        fingerprint: req.fingerprint.clone(),
+        reserved_id: reserved_id.to_owned(),
+        created_ms: state.clock.now_ms(),
+        response: None,
+    };
+    let condition = match expired_version {
+        Some(v) => Condition::Version(v),
+        None => Condition::Absent,
+    };
+    let op = Op::Put {
+        key: req.receipt_key.clone(),
+        body: super::to_body(&receipt)?,
+        expires_at: Some(now + state.config.idempotency_ttl_secs),
+        condition: Some(condition),
+    };
+    match state.store.transact(Transaction::new().with(op)).await {
+        Ok(()) => Ok(Some(expired_version.map_or(1, |v| v + 1))),
+        Err(e) if super::is_condition_failure(&e) || e.is_retryable() => {
+            backoff(attempt).await;
+            Ok(None)
+        }
+        Err(e) if e.is_outcome_unknown() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The operation that turns the pending receipt at `version` into the final receipt of
+/// `state` recording `response`. Conditioned on the pending version, so it fails (and fails
+/// its transaction) when another request with the key moved the receipt meanwhile.
+fn settle_op(
+    app: &AppState,
+    req: &IdempotencyRequest,
+    version: u64,
+    reserved_id: &str,
+    state: ReceiptState,
+    response: &RecordedResponse,
+) -> ApiResult<Op> {
+    let receipt = Receipt {
+        state,
+        fingerprint: req.fingerprint.clone(),
+        reserved_id: reserved_id.to_owned(),
+        created_ms: app.clock.now_ms(),
+        response: Some(response.clone()),
+    };
+    Ok(Op::Put {
+        key: req.receipt_key.clone(),
+        body: super::to_body(&receipt)?,
+        expires_at: Some(app.clock.now_secs() + app.config.idempotency_ttl_secs),
+        condition: Some(Condition::Version(version)),
+    })
+}
+
+/// Whether an error is the request's final answer, recorded for replays. Client errors are,
+/// except those that ask the caller to try again later or that concern the key itself.
+fn is_final(e: &ApiError) -> bool {
+    e.status().is_client_error()
+        && !matches!(
+            e.code,
+            Code::Deleting
+                | Code::IdempotencyKeyReused
+                | Code::CommitConflict
+                | Code::Conflict
+                | Code::PreconditionFailed
+                | Code::Unauthenticated
+                | Code::PermissionDenied
+        )
+}
+
+/// The response a final error answered, for its receipt.
+fn recorded_error(e: &ApiError) -> RecordedResponse {
+    let (status, body) = e.to_parts();
+    RecordedResponse {
+        status: status.as_u16(),
+        body,
+    }
+}
+
+/// The error a failed receipt recorded, answered again with the same status and body.
+fn replayed_error(resp: &RecordedResponse) -> ApiError {
+    let err = &resp.body["error"];
+    let code = err["code"].as_str().and_then(Code::from_name);
+    match code {
+        Some(code) => {
+            let mut e = ApiError::new(code, err["message"].as_str().unwrap_or_default());
+            if let Some(details) = err["details"].as_object() {
+                e.details = details.clone();
+            }
+            e
+        }
+        None => ApiError::internal("a failed idempotency receipt records an unknown code"),
+    }
+}
+
+/// What [`settle_failure`] decided.
+pub enum Settled {
+    /// The receipt now records this answer (or already did): answer it.
+    Answer(ApiResult<RecordedResponse>),
+    /// Another request with the key moved the receipt: read it again.
+    Moved,
+}
+
+/// After a create under the pending receipt at `version` failed with `error`: the receipt
+/// decides first (a concurrent request with the key may have succeeded, which then answers);
+/// otherwise a final error is recorded in the receipt, and the error answered.
+pub async fn settle_failure(
+    state: &AppState,
+    req: &IdempotencyRequest,
+    version: u64,
+    reserved_id: &str,
+    error: ApiError,
+) -> ApiResult<Settled> {
+    let item = state
+        .store
+        .get(&req.receipt_key, Consistency::Strong)
+        .await?;
+    match item {
+        Some(item) if item.version == version => {}
+        // Gone (expired and reclaimed) or moved on: the next read decides.
+        _ => return Ok(Settled::Moved),
+    }
+    if !is_final(&error) {
+        return Ok(Settled::Answer(Err(error)));
+    }
+    let op = settle_op(
+        state,
+        req,
+        version,
+        reserved_id,
+        ReceiptState::Failed,
+        &recorded_error(&error),
+    )?;
+    match state.store.transact(Transaction::new().with(op)).await {
+        Ok(()) => Ok(Settled::Answer(Err(error))),
+        Err(e) if super::is_condition_failure(&e) => Ok(Settled::Moved),
+        // Not recorded this time: the error is still this attempt's answer, and a replay
+        // re-runs the create against the pending receipt.
+        Err(_) => Ok(Settled::Answer(Err(error))),
+    }
+}
+
 /// Runs a create under the receipt protocol. `build(id)` reads current state with strong
 /// reads and returns the plan for creating the resource with identity `id`; it is called
 /// again after every lost race, so it must re-derive everything it decides.
@@ -122,80 +323,71 @@ where
     F: FnMut(String) -> Fut,
     Fut: Future<Output = ApiResult<Plan>>,
 {
+    run_create_with(state, idem, &[], |id, _| build(id)).await
+}
+
+/// [`run_create`] whose build decides from `reads`, fetched with strong reads in the same
+/// round trip as the receipt. On the happy path a create then costs one read round trip and
+/// one transaction (plus the reservation when it carries an `Idempotency-Key`).
+pub async fn run_create_with<F, Fut>(
+    state: &AppState,
+    idem: Option<IdempotencyRequest>,
+    reads: &[Key],
+    mut build: F,
+) -> ApiResult<RecordedResponse>
+where
+    F: FnMut(String, Reads) -> Fut,
+    Fut: Future<Output = ApiResult<Plan>>,
+{
     let store = state.store.as_ref();
     let mut fresh_id = flotilla_domain::names::new_id();
+    let mut keys = reads.to_vec();
+    if let Some(req) = &idem {
+        keys.push(req.receipt_key.clone());
+    }
     for attempt in 0..MAX_ATTEMPTS {
-        // 1. The receipt: replay, resume, or reserve.
+        // 1. One round trip: the build's reads and the receipt.
+        let mut got = fetch(store, &keys).await?;
+        // 2. The receipt: replay, resume, or reserve.
         let receipt_version = match &idem {
             None => None,
             Some(req) => {
-                let now = state.clock.now_secs();
-                let current = store.get(&req.receipt_key, Consistency::Strong).await?;
-                let expired_version = current.as_ref().map(|i| i.version);
-                let live = current.filter(|i| i.expires_at.is_none_or(|t| t > now));
-                match live {
-                    Some(item) => {
-                        let r: Receipt = item.json()?;
-                        if r.fingerprint != req.fingerprint {
-                            return Err(ApiError::new(
-                                Code::IdempotencyKeyReused,
-                                "this Idempotency-Key was used with a different request",
-                            ));
-                        }
-                        match (r.state, r.response) {
-                            (ReceiptState::Succeeded, Some(resp)) => return Ok(resp),
-                            _ => {
-                                fresh_id = r.reserved_id;
-                                Some(item.version)
-                            }
-                        }
+                let item = got.take(&req.receipt_key);
+                match examine(req, item, state.clock.now_secs())? {
+                    Found::Answered(answer) => return answer,
+                    Found::Pending {
+                        version,
+                        reserved_id,
+                    } => {
+                        fresh_id = reserved_id;
+                        Some(version)
                     }
-                    None => {
-                        let receipt = Receipt {
-                            state: ReceiptState::Pending,
-                            fingerprint: req.fingerprint.clone(),
-                            reserved_id: fresh_id.clone(),
-                            created_ms: state.clock.now_ms(),
-                            response: None,
-                        };
-                        let condition = match expired_version {
-                            Some(v) => Condition::Version(v),
-                            None => Condition::Absent,
-                        };
-                        let op = Op::Put {
-                            key: req.receipt_key.clone(),
-                            body: super::to_body(&receipt)?,
-                            expires_at: Some(now + state.config.idempotency_ttl_secs),
-                            condition: Some(condition),
-                        };
-                        match store.transact(Transaction::new().with(op)).await {
-                            Ok(()) => Some(expired_version.map_or(1, |v| v + 1)),
-                            Err(e) if super::is_condition_failure(&e) || e.is_retryable() => {
-                                backoff(attempt).await;
-                                continue;
-                            }
-                            // Unknown: re-read on the next attempt decides.
-                            Err(e) if e.is_outcome_unknown() => continue,
-                            Err(e) => return Err(e.into()),
+                    Found::Free { expired_version } => {
+                        match reserve_pending(state, req, expired_version, &fresh_id, attempt)
+                            .await?
+                        {
+                            Some(version) => Some(version),
+                            None => continue,
                         }
                     }
                 }
             }
         };
 
-        // 2. Decide and publish.
-        let plan = match build(fresh_id.clone()).await {
+        // 3. Decide and publish.
+        let plan = match build(fresh_id.clone(), got).await {
             Ok(plan) => plan,
             Err(e) => {
                 // A concurrent request with this key may have published between our receipt
                 // read and `build`'s reads (then `build` sees "our" resource as a conflict):
                 // the receipt, not the resource state, decides the answer.
-                if let Some(req) = &idem
-                    && let Some(resp) = succeeded(state, req).await?
-                {
-                    return Ok(resp);
+                let (Some(req), Some(version)) = (&idem, receipt_version) else {
+                    return Err(e);
+                };
+                match settle_failure(state, req, version, &fresh_id, e).await? {
+                    Settled::Answer(answer) => return answer,
+                    Settled::Moved => continue,
                 }
-                return Err(e);
             }
         };
         let (mut ops, response, probe) = match plan {
@@ -208,19 +400,7 @@ where
         };
         let receipt_index = ops.len();
         if let (Some(req), Some(v)) = (&idem, receipt_version) {
-            let receipt = Receipt {
-                state: ReceiptState::Succeeded,
-                fingerprint: req.fingerprint.clone(),
-                reserved_id: fresh_id.clone(),
-                created_ms: state.clock.now_ms(),
-                response: Some(response.clone()),
-            };
-            ops.push(Op::Put {
-                key: req.receipt_key.clone(),
-                body: super::to_body(&receipt)?,
-                expires_at: Some(state.clock.now_secs() + state.config.idempotency_ttl_secs),
-                condition: Some(Condition::Version(v)),
-            });
+            ops.push(success_op(state, req, v, &fresh_id, &response)?);
         }
         if ops.is_empty() {
             return Ok(response);
@@ -261,25 +441,6 @@ where
     ))
 }
 
-/// The recorded response, when the receipt has succeeded for this same request.
-async fn succeeded(
-    state: &AppState,
-    req: &IdempotencyRequest,
-) -> ApiResult<Option<RecordedResponse>> {
-    let Some(item) = state
-        .store
-        .get(&req.receipt_key, Consistency::Strong)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let r: Receipt = item.json()?;
-    Ok(match (r.state, r.response) {
-        (ReceiptState::Succeeded, Some(resp)) if r.fingerprint == req.fingerprint => Some(resp),
-        _ => None,
-    })
-}
-
 async fn committed_with_id(state: &AppState, probe: &Key, id: &str) -> ApiResult<bool> {
     match state.store.get(probe, Consistency::Strong).await? {
         Some(item) => {
@@ -307,67 +468,49 @@ pub fn system_receipt_key(client_key: &str) -> Key {
 
 // ---- receipts for protocols that build their own transaction ----------------------------
 
-/// What [`reserve`] found for a create whose transaction is built elsewhere (the ParqDB index
+/// A pending receipt held by a create whose transaction is built elsewhere (the ParqDB index
 /// catalog service, which takes extra operations through its `TransactionGuard`).
-pub enum Reservation {
-    /// The key already recorded this same request: answer this without a second effect.
-    Replay(RecordedResponse),
-    /// A pending receipt at `version` (reserved now, or left by an earlier attempt with the
-    /// same fingerprint): publish [`success_op`] for it in the resource's own transaction.
-    Reserved { version: u64 },
+pub struct Reservation {
+    /// The pending receipt's version: [`success_op`] and [`settle_failure`] are conditioned
+    /// on it.
+    pub version: u64,
+    /// The identity reserved by the receipt.
+    pub reserved_id: String,
 }
 
-/// Step 1 of the receipt protocol on its own: replay, resume or reserve. The receipt is the
-/// same item [`run_create`] uses, so a key reused across routes is `IDEMPOTENCY_KEY_REUSED`
-/// whichever protocol wrote it first.
-pub async fn reserve(state: &AppState, req: &IdempotencyRequest) -> ApiResult<Reservation> {
+/// Step 1 of the receipt protocol on its own: `Ok(Ok(_))` is the pending receipt to publish
+/// [`success_op`] for; `Ok(Err(response))` replays a recorded success; `Err` is a recorded
+/// failure replayed, or a key reused with a different request. The receipt is the same item [`run_create`] uses, so a key
+/// reused across routes is `IDEMPOTENCY_KEY_REUSED` whichever protocol wrote it first.
+pub async fn reserve(
+    state: &AppState,
+    req: &IdempotencyRequest,
+) -> ApiResult<Result<Reservation, RecordedResponse>> {
     let store = state.store.as_ref();
+    let reserved_id = flotilla_domain::names::new_id();
     for attempt in 0..MAX_ATTEMPTS {
-        let now = state.clock.now_secs();
-        let current = store.get(&req.receipt_key, Consistency::Strong).await?;
-        let expired_version = current.as_ref().map(|i| i.version);
-        if let Some(item) = current.filter(|i| i.expires_at.is_none_or(|t| t > now)) {
-            let r: Receipt = item.json()?;
-            if r.fingerprint != req.fingerprint {
-                return Err(ApiError::new(
-                    Code::IdempotencyKeyReused,
-                    "this Idempotency-Key was used with a different request",
-                ));
+        let item = store.get(&req.receipt_key, Consistency::Strong).await?;
+        match examine(req, item, state.clock.now_secs())? {
+            Found::Answered(answer) => return answer.map(Err),
+            Found::Pending {
+                version,
+                reserved_id,
+            } => {
+                return Ok(Ok(Reservation {
+                    version,
+                    reserved_id,
+                }));
             }
-            return Ok(match (r.state, r.response) {
-                (ReceiptState::Succeeded, Some(resp)) => Reservation::Replay(resp),
-                _ => Reservation::Reserved {
-                    version: item.version,
-                },
-            });
-        }
-        let receipt = Receipt {
-            state: ReceiptState::Pending,
-            fingerprint: req.fingerprint.clone(),
-            reserved_id: flotilla_domain::names::new_id(),
-            created_ms: state.clock.now_ms(),
-            response: None,
-        };
-        let condition = match expired_version {
-            Some(v) => Condition::Version(v),
-            None => Condition::Absent,
-        };
-        let op = Op::Put {
-            key: req.receipt_key.clone(),
-            body: super::to_body(&receipt)?,
-            expires_at: Some(now + state.config.idempotency_ttl_secs),
-            condition: Some(condition),
-        };
-        match store.transact(Transaction::new().with(op)).await {
-            Ok(()) => {
-                return Ok(Reservation::Reserved {
-                    version: expired_version.map_or(1, |v| v + 1),
-                });
+            Found::Free { expired_version } => {
+                if let Some(version) =
+                    reserve_pending(state, req, expired_version, &reserved_id, attempt).await?
+                {
+                    return Ok(Ok(Reservation {
+                        version,
+                        reserved_id,
+                    }));
+                }
             }
-            Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
-            // Unknown: the re-read decides.
-            Err(e) if e.is_outcome_unknown() => {}
-            Err(e) => return Err(e.into()),
         }
     }
     Err(ApiError::unavailable(
@@ -375,35 +518,22 @@ pub async fn reserve(state: &AppState, req: &IdempotencyRequest) -> ApiResult<Re
     ))
 }
 
-/// Step 2: the operation that turns the pending receipt at `version` into the success receipt
-/// recording `response`. It must be part of the transaction that publishes the resource; it
-/// fails that transaction if another request with the key moved the receipt meanwhile.
+/// Step 2: the operation that turns the pending receipt into the success receipt recording
+/// `response`. It must be part of the transaction that publishes the resource; it fails that
+/// transaction if another request with the key moved the receipt meanwhile.
 pub fn success_op(
     state: &AppState,
     req: &IdempotencyRequest,
     version: u64,
+    reserved_id: &str,
     response: &RecordedResponse,
 ) -> ApiResult<Op> {
-    let receipt = Receipt {
-        state: ReceiptState::Succeeded,
-        fingerprint: req.fingerprint.clone(),
-        reserved_id: String::new(),
-        created_ms: state.clock.now_ms(),
-        response: Some(response.clone()),
-    };
-    Ok(Op::Put {
-        key: req.receipt_key.clone(),
-        body: super::to_body(&receipt)?,
-        expires_at: Some(state.clock.now_secs() + state.config.idempotency_ttl_secs),
-        condition: Some(Condition::Version(version)),
-    })
-}
-
-/// After a failed publication: the recorded response when the receipt has meanwhile succeeded
-/// for this same request (a concurrent request with the key won), which then decides.
-pub async fn recorded_success(
-    state: &AppState,
-    req: &IdempotencyRequest,
-) -> ApiResult<Option<RecordedResponse>> {
-    succeeded(state, req).await
+    settle_op(
+        state,
+        req,
+        version,
+        reserved_id,
+        ReceiptState::Succeeded,
+        response,
+    )
 }

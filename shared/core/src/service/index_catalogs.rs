@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use flotilla_parqdb::gc;
 
 use super::accounts::{AccountCleanup, delete_items};
-use super::idempotency::{self, IdempotencyRequest, RecordedResponse, Reservation};
+use super::idempotency::{self, IdempotencyRequest, RecordedResponse};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
 
@@ -124,7 +124,8 @@ pub fn service(state: &AppState) -> IndexCatalogService {
 ///    known beforehand: `expected(now)` is what the operation answers when its clock reads
 ///    `now` (the service runs on a clock stopped at `now`).
 /// 3. On failure the receipt decides first (a concurrent request with the key may have
-///    won); a receipt moved by such a request means another attempt; otherwise the error.
+///    won); a receipt moved by such a request means another attempt; otherwise the error,
+///    recorded in the receipt when it is final ([`idempotency::settle_failure`]).
 pub async fn create<T, F, Fut>(
     state: &AppState,
     account: &str,
@@ -154,27 +155,37 @@ where
     };
     let response = RecordedResponse::created(to_value(&expected(now))?);
     for _ in 0..super::MAX_ATTEMPTS {
-        let version = match idempotency::reserve(state, &idem).await? {
-            Reservation::Replay(recorded) => return Ok(recorded),
-            Reservation::Reserved { version } => version,
+        let reservation = match idempotency::reserve(state, &idem).await? {
+            Err(recorded) => return Ok(recorded),
+            Ok(reservation) => reservation,
         };
-        let receipt = idempotency::success_op(state, &idem, version, &response)?;
+        let receipt = idempotency::success_op(
+            state,
+            &idem,
+            reservation.version,
+            &reservation.reserved_id,
+            &response,
+        )?;
         let e = match op(service(Some(receipt))).await {
             Ok(_) => return Ok(response),
             Err(e) => e,
         };
-        if let Some(recorded) = idempotency::recorded_success(state, &idem).await? {
-            return Ok(recorded);
+        // The receipt decides first: moved by a concurrent request with the key (which also
+        // fails our guard's receipt operation), the next attempt reads what it records;
+        // otherwise it records the error when that is final.
+        let error = explain(state, account, e).await;
+        match idempotency::settle_failure(
+            state,
+            &idem,
+            reservation.version,
+            &reservation.reserved_id,
+            error,
+        )
+        .await?
+        {
+            idempotency::Settled::Answer(answer) => return answer,
+            idempotency::Settled::Moved => continue,
         }
-        let moved = state
-            .store
-            .get(&idem.receipt_key, Consistency::Strong)
-            .await?
-            .is_none_or(|item| item.version != version);
-        if moved && matches!(e, IndexCatalogError::NotFound { .. }) {
-            continue;
-        }
-        return Err(explain(state, account, e).await);
     }
     Err(ApiError::unavailable(
         "idempotent index catalog create did not converge",

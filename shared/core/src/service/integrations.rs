@@ -980,6 +980,9 @@ pub async fn patch(
         if req.uri.is_some() || req.properties.is_some() {
             validate_connection(state, &next.uri, &next.properties)?;
             validate_signing(&next.authentication, &next.properties)?;
+            if next.uri != cur.value.uri || next.properties != cur.value.properties {
+                super::require_if_match(if_match, "changing an integration's uri or properties")?;
+            }
         }
         let fences_work = next.uri != cur.value.uri
             || next.properties != cur.value.properties

@@ -62,6 +62,52 @@ pub fn decode<T: DeserializeOwned>(item: &Item) -> ApiResult<T> {
     Ok(item.json()?)
 }
 
+/// Items read together in one round trip, looked up by key afterwards. A protocol that knows
+/// its keys before reading (a create: the account, its fence, the parents, their delete
+/// guards, the slot) fetches them with one [`fetch`] and decides from the result exactly as
+/// it would from the same point reads one after another; every decision it publishes is
+/// still asserted by a condition of its own transaction, so reading earlier proves nothing
+/// less.
+#[derive(Default)]
+pub struct Reads {
+    items: std::collections::HashMap<Key, Item>,
+}
+
+impl Reads {
+    /// The item at `key`, when it was read and exists.
+    pub fn item(&self, key: &Key) -> Option<&Item> {
+        self.items.get(key)
+    }
+
+    /// Removes and answers the item at `key`.
+    pub fn take(&mut self, key: &Key) -> Option<Item> {
+        self.items.remove(key)
+    }
+
+    /// The decoded item at `parts`, like [`read`] on the store.
+    pub fn read<T: DeserializeOwned>(&self, parts: KeyParts) -> ApiResult<Option<Versioned<T>>> {
+        match self.items.get(&key(parts)) {
+            None => Ok(None),
+            Some(item) => Ok(Some(Versioned {
+                value: item.json()?,
+                version: item.version,
+            })),
+        }
+    }
+}
+
+/// Strong point reads of `keys` in one round trip (`BatchGetItem` on DynamoDB, one read
+/// transaction on redb). Duplicates are read once.
+pub async fn fetch(store: &dyn Metastore, keys: &[Key]) -> ApiResult<Reads> {
+    let mut reads = Reads::default();
+    for chunk in keys.chunks(flotilla_metastore::MAX_BATCH_GET_KEYS) {
+        for item in store.batch_get(chunk, Consistency::Strong).await? {
+            reads.items.insert(item.key.clone(), item);
+        }
+    }
+    Ok(reads)
+}
+
 /// Backoff before retry `attempt` (0-based): jittered, bounded.
 pub async fn backoff(attempt: usize) {
     use rand::Rng;
@@ -105,32 +151,35 @@ pub fn account_guards(account: &str) -> Vec<Op> {
     ]
 }
 
-/// Explains a failed account guard, when it was one: reads the fence and the account.
+/// The keys [`account_guard_error_from`] decides from: the fence and the account.
+pub fn account_guard_keys(account: &str) -> [Key; 2] {
+    [
+        key(flotilla_domain::keys::account_fence(account)),
+        key(flotilla_domain::keys::account(account)),
+    ]
+}
+
+/// Explains a failed account guard, when it was one: reads the fence and the account (one
+/// round trip).
 pub async fn account_guard_error(
     store: &dyn Metastore,
     account: &str,
 ) -> ApiResult<Option<ApiError>> {
-    if store
-        .get(
-            &key(flotilla_domain::keys::account_fence(account)),
-            Consistency::Strong,
-        )
-        .await?
-        .is_some()
-    {
-        return Ok(Some(ApiError::deleting("the account")));
+    let reads = fetch(store, &account_guard_keys(account)).await?;
+    Ok(account_guard_error_from(&reads, account))
+}
+
+/// [`account_guard_error`] on items already read: a fence answers `DELETING` before a
+/// missing account answers `NOT_FOUND`.
+pub fn account_guard_error_from(reads: &Reads, account: &str) -> Option<ApiError> {
+    let [fence, record] = account_guard_keys(account);
+    if reads.item(&fence).is_some() {
+        return Some(ApiError::deleting("the account"));
     }
-    if store
-        .get(
-            &key(flotilla_domain::keys::account(account)),
-            Consistency::Strong,
-        )
-        .await?
-        .is_none()
-    {
-        return Ok(Some(ApiError::not_found("account")));
+    if reads.item(&record).is_none() {
+        return Some(ApiError::not_found("account"));
     }
-    Ok(None)
+    None
 }
 
 /// A transient delete guard found by a writer: either live (answer `DELETING`) or abandoned
@@ -156,7 +205,13 @@ pub async fn guard_state(
     now_ms: i64,
     lease_ms: i64,
 ) -> ApiResult<GuardState> {
-    match store.get(&key(parts), Consistency::Strong).await? {
+    let item = store.get(&key(parts), Consistency::Strong).await?;
+    guard_state_of(item.as_ref(), now_ms, lease_ms)
+}
+
+/// The state of a guard from its item as read (absent when `None`).
+pub fn guard_state_of(item: Option<&Item>, now_ms: i64, lease_ms: i64) -> ApiResult<GuardState> {
+    match item {
         None => Ok(GuardState::Absent),
         Some(item) => {
             let rec: GuardRecord = item.json()?;
@@ -177,6 +232,16 @@ pub fn guard_op(parts: KeyParts, state: &GuardState) -> Option<Op> {
         GuardState::Absent => Some(Op::check(key(parts), Condition::Absent)),
         GuardState::Abandoned { version } => Some(Op::delete_at(key(parts), *version)),
         GuardState::Live => None,
+    }
+}
+
+/// Changes that must name the version they were decided on (an integration's URI or
+/// properties, an overlay's namespace selection): without `If-Match` they answer `428`
+/// before anything is read, so a blind write cannot move what reconciliation publishes.
+pub fn require_if_match(if_match: Option<&str>, what: &str) -> ApiResult<()> {
+    match if_match {
+        Some(v) if !v.trim().is_empty() => Ok(()),
+        _ => Err(ApiError::precondition_required(what)),
     }
 }
 

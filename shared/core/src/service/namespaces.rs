@@ -13,10 +13,10 @@ use serde_json::Value;
 
 use super::accounts::OnConflict;
 use super::catalogs::{self, validate_properties};
-use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
+use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
-    GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error, account_guards,
-    backoff, check_if_match, guard_op, guard_state, guarded_delete, key, read, to_body,
+    GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
+    guard_op, guard_state_of, guarded_delete, key, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -59,6 +59,37 @@ pub async fn require(
         .ok_or_else(|| ApiError::new(Code::NotFound, format!("namespace {path} not found")))
 }
 
+/// The keys [`child_guards_from`] decides from, for one round trip: the account and its
+/// fence, the catalog and its delete guard, the parent namespace and its delete guard. A
+/// malformed catalog id reads nothing of the catalog (it answers `404` in its turn).
+pub fn child_guard_keys(
+    account: &str,
+    catalog_id: &str,
+    parent: Option<&NamespacePath>,
+) -> Vec<flotilla_metastore::Key> {
+    let mut keys = super::account_guard_keys(account).to_vec();
+    if flotilla_domain::names::validate_resource_id(catalog_id).is_ok() {
+        keys.push(key(keys::catalog(account, catalog_id)));
+        keys.push(key(keys::catalog_guard(catalog_id)));
+        if let Some(parent) = parent {
+            keys.push(key(keys::namespace(catalog_id, parent)));
+            keys.push(key(keys::namespace_guard(catalog_id, parent)));
+        }
+    }
+    keys
+}
+
+/// [`require`] on items already read.
+pub fn require_from(
+    reads: &super::Reads,
+    catalog_id: &str,
+    path: &NamespacePath,
+) -> ApiResult<Versioned<NamespaceRecord>> {
+    reads
+        .read::<NamespaceRecord>(keys::namespace(catalog_id, path))?
+        .ok_or_else(|| ApiError::new(Code::NotFound, format!("namespace {path} not found")))
+}
+
 /// The conditions a child of `parent` (or of the catalog root, when `None`) asserts: the
 /// account is live, the catalog exists and is not being deleted, the parent namespace exists
 /// and is not being deleted. Abandoned guards are removed by the same transaction.
@@ -68,11 +99,28 @@ pub async fn child_guards(
     catalog_id: &str,
     parent: Option<&NamespacePath>,
 ) -> ApiResult<Vec<Op>> {
-    let store = state.store.as_ref();
-    if let Some(err) = account_guard_error(store, account).await? {
+    let reads = super::fetch(
+        state.store.as_ref(),
+        &child_guard_keys(account, catalog_id, parent),
+    )
+    .await?;
+    child_guards_from(state, &reads, account, catalog_id, parent)
+}
+
+/// [`child_guards`] on items already read (they must include [`child_guard_keys`]). The
+/// answers come in the order the checks were always made: account, catalog, catalog guard,
+/// parent, parent guard.
+pub fn child_guards_from(
+    state: &AppState,
+    reads: &super::Reads,
+    account: &str,
+    catalog_id: &str,
+    parent: Option<&NamespacePath>,
+) -> ApiResult<Vec<Op>> {
+    if let Some(err) = super::account_guard_error_from(reads, account) {
         return Err(err);
     }
-    catalogs::load(store, account, catalog_id).await?;
+    catalogs::load_from(reads, account, catalog_id)?;
     let now = state.clock.now_ms();
     let lease = state.config.guard_lease_ms;
     let mut ops = account_guards(account);
@@ -80,18 +128,26 @@ pub async fn child_guards(
         key(keys::catalog(account, catalog_id)),
         Condition::Exists,
     ));
-    let cg = guard_state(store, keys::catalog_guard(catalog_id), now, lease).await?;
+    let cg = guard_state_of(
+        reads.item(&key(keys::catalog_guard(catalog_id))),
+        now,
+        lease,
+    )?;
     ops.push(
         guard_op(keys::catalog_guard(catalog_id), &cg)
             .ok_or_else(|| ApiError::deleting("the catalog"))?,
     );
     if let Some(parent) = parent {
-        require(store, catalog_id, parent).await?;
+        require_from(reads, catalog_id, parent)?;
         ops.push(Op::check(
             key(keys::namespace(catalog_id, parent)),
             Condition::Exists,
         ));
-        let ng = guard_state(store, keys::namespace_guard(catalog_id, parent), now, lease).await?;
+        let ng = guard_state_of(
+            reads.item(&key(keys::namespace_guard(catalog_id, parent))),
+            now,
+            lease,
+        )?;
         if matches!(ng, GuardState::Live) {
             return Err(ApiError::deleting(&format!("namespace {parent}")));
         }
@@ -113,11 +169,16 @@ pub async fn create(
     let path = NamespacePath::new(req.path.clone())?;
     validate_properties(&req.properties)?;
     let store = state.store.as_ref();
-    run_create(state, idem, |id| {
-        let (path, req) = (&path, &req);
+    let parent = path.parent();
+    let mut reads = child_guard_keys(account, catalog_id, parent.as_ref());
+    if flotilla_domain::names::validate_resource_id(catalog_id).is_ok() {
+        reads.push(key(keys::namespace(catalog_id, &path)));
+    }
+    run_create_with(state, idem, &reads, |id, got| {
+        let (path, req, parent) = (&path, &req, &parent);
         async move {
-            let mut ops = child_guards(state, account, catalog_id, path.parent().as_ref()).await?;
-            let existing = load(store, catalog_id, path).await?;
+            let mut ops = child_guards_from(state, &got, account, catalog_id, parent.as_ref())?;
+            let existing = got.read::<NamespaceRecord>(keys::namespace(catalog_id, path))?;
             let now = state.clock.now_rfc3339();
             let rec = NamespaceRecord {
                 id: id.clone(),
@@ -203,9 +264,16 @@ pub async fn get(
     catalog_id: &str,
     path: &NamespacePath,
 ) -> ApiResult<Value> {
-    let store = state.store.as_ref();
-    catalogs::load(store, account, catalog_id).await?;
-    Ok(require(store, catalog_id, path).await?.value.to_api())
+    // One round trip: the catalog (which must belong to the account) and the namespace.
+    let reads = catalogs::fetch_with(
+        state.store.as_ref(),
+        account,
+        catalog_id,
+        vec![key(keys::namespace(catalog_id, path))],
+    )
+    .await?;
+    catalogs::load_from(&reads, account, catalog_id)?;
+    Ok(require_from(&reads, catalog_id, path)?.value.to_api())
 }
 
 pub async fn list(
@@ -217,9 +285,14 @@ pub async fn list(
     token: Option<&str>,
 ) -> ApiResult<Value> {
     let store = state.store.as_ref();
-    catalogs::load(store, account, catalog_id).await?;
+    // One round trip for the catalog and the parent, then the page.
+    let wanted = parent
+        .map(|p| vec![key(keys::namespace(catalog_id, p))])
+        .unwrap_or_default();
+    let reads = catalogs::fetch_with(store, account, catalog_id, wanted).await?;
+    catalogs::load_from(&reads, account, catalog_id)?;
     if let Some(p) = parent {
-        require(store, catalog_id, p).await?;
+        require_from(&reads, catalog_id, p)?;
     }
     let (items, next) = super::list_page(
         store,

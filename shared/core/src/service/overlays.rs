@@ -204,45 +204,70 @@ pub async fn create(
     )?;
     let interval = validate_interval(req.refresh_interval_secs)?;
     let store = state.store.as_ref();
-    if on_conflict == OnConflict::Replace {
-        // Retire the previous overlay's contributions before publishing the new identity, but
-        // only once the new bindings are known to exist: a replace that cannot succeed must
-        // not destroy the overlay it was meant to replace.
-        load_integration(store, account, &req.integration_id).await?;
-        load_catalog(store, account, &req.catalog_id).await?;
-        if let Some(idx) = read::<NameIndexRecord>(
-            store,
-            keys::overlay_name(account, &req.display_name),
-            Consistency::Strong,
-        )
-        .await?
-        {
-            match delete(state, account, &idx.value.id, None).await {
-                Err(e) if e.code != Code::NotFound => return Err(e),
-                _ => {}
-            }
-        }
-    }
-    run_create(state, idem, |id| {
-        let (req, selection) = (&req, &selection);
+    // The overlay a replace superseded, for its cleanup after the swap committed.
+    let superseded: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let response = run_create(state, idem, |id| {
+        let (req, selection, superseded) = (&req, &selection, &superseded);
         async move {
+            *superseded.lock().unwrap_or_else(|p| p.into_inner()) = None;
             if let Some(err) = account_guard_error(store, account).await? {
                 return Err(err);
             }
             let name_key = keys::overlay_name(account, &req.display_name);
+            let mut name_op = Op::create(
+                key(name_key.clone()),
+                to_body(&NameIndexRecord { id: id.clone() })?,
+            );
+            let mut retire_ops = Vec::new();
             if let Some(idx) =
                 read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?
             {
                 let old = load(store, account, &idx.value.id).await?;
-                return match on_conflict {
-                    OnConflict::ReturnExisting => Ok(Plan::Respond(RecordedResponse::ok(
-                        to_api(store, account, &old.value).await?,
-                    ))),
-                    _ => Err(ApiError::already_exists(format!(
-                        "an overlay named {:?} already exists",
-                        req.display_name
-                    ))),
-                };
+                match on_conflict {
+                    OnConflict::ReturnExisting => {
+                        return Ok(Plan::Respond(RecordedResponse::ok(
+                            to_api(store, account, &old.value).await?,
+                        )));
+                    }
+                    OnConflict::Error => {
+                        return Err(ApiError::already_exists(format!(
+                            "an overlay named {:?} already exists",
+                            req.display_name
+                        )));
+                    }
+                    OnConflict::Replace => {
+                        // The swap: the name moves to the new overlay and the old one is
+                        // fenced (it publishes nothing more) in the transaction that creates
+                        // the new one, so the name is never absent and a replace that fails
+                        // leaves the old overlay as it was. Its contributions are retired
+                        // after the swap, by the old overlay's own resumable delete.
+                        let fence = key(keys::overlay_fence(account, &old.value.id));
+                        if store.get(&fence, Consistency::Strong).await?.is_some() {
+                            return Err(ApiError::deleting("the overlay being replaced"));
+                        }
+                        name_op = Op::replace(
+                            key(name_key.clone()),
+                            idx.version,
+                            to_body(&NameIndexRecord { id: id.clone() })?,
+                        );
+                        retire_ops.push(Op::check(
+                            key(keys::overlay(account, &old.value.id)),
+                            Condition::Version(old.version),
+                        ));
+                        retire_ops.push(Op::create(
+                            fence,
+                            to_body(&OverlayFence {
+                                installed_ms: state.clock.now_ms(),
+                                owner: flotilla_domain::names::new_id(),
+                                durable: true,
+                                catalog_id: old.value.catalog_id.clone(),
+                                prune: Vec::new(),
+                            })?,
+                        ));
+                        *superseded.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(old.value.id.clone());
+                    }
+                }
             }
             let integration = load_integration(store, account, &req.integration_id).await?;
             load_catalog(store, account, &req.catalog_id).await?;
@@ -288,10 +313,8 @@ pub async fn create(
                 key(keys::catalog_dependency(account, &req.catalog_id, &id)),
                 dep,
             ));
-            ops.push(Op::create(
-                key(name_key),
-                to_body(&NameIndexRecord { id: id.clone() })?,
-            ));
+            ops.push(name_op);
+            ops.extend(retire_ops);
             let ts = state.clock.now_rfc3339();
             let rec = OverlayRecord {
                 id: id.clone(),
@@ -316,7 +339,26 @@ pub async fn create(
             })
         }
     })
-    .await
+    .await?;
+    let old = superseded.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(old) = old
+        && response.status == 201
+    {
+        // The replace has committed: retire the superseded overlay under its fence. A
+        // failure here leaves it fenced (publishing nothing) and listed under its own id;
+        // `DELETE .../overlays/{old id}` resumes the retirement.
+        if let Err(e) = delete(state, account, &old, None).await
+            && e.code != Code::NotFound
+        {
+            tracing::warn!(
+                overlay_id = %old,
+                code = e.code.as_str(),
+                "retiring the overlay superseded by a replace did not finish; \
+                 DELETE it by id to resume"
+            );
+        }
+    }
+    Ok(response)
 }
 
 pub async fn patch(
@@ -363,6 +405,11 @@ pub async fn patch(
             )?;
             next.include_namespaces = sel.include_segments();
             next.exclude_namespaces = sel.exclude_segments();
+            if next.include_namespaces != cur.value.include_namespaces
+                || next.exclude_namespaces != cur.value.exclude_namespaces
+            {
+                super::require_if_match(if_match, "changing an overlay's namespace selection")?;
+            }
         }
         if let Some(s) = req.refresh_interval_secs {
             next.refresh_interval_secs = s;

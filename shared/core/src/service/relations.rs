@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use super::accounts::OnConflict;
 use super::catalogs::{self, validate_properties};
-use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
-use super::namespaces::child_guards;
+use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
+use super::namespaces::{child_guard_keys, child_guards, child_guards_from};
 use super::{MAX_ATTEMPTS, Versioned, backoff, check_if_match, key, read, to_body};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -213,12 +213,15 @@ async fn create_relation(
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
 ) -> ApiResult<RecordedResponse> {
-    let store = state.store.as_ref();
-    run_create(state, idem, |id| {
-        let template = &template;
+    let slot = key(keys::relation(catalog_id, ns, &template.name));
+    let mut reads = child_guard_keys(account, catalog_id, Some(ns));
+    if flotilla_domain::names::validate_resource_id(catalog_id).is_ok() {
+        reads.push(slot.clone());
+    }
+    run_create_with(state, idem, &reads, |id, got| {
+        let (template, slot) = (&template, slot.clone());
         async move {
-            let mut ops = child_guards(state, account, catalog_id, Some(ns)).await?;
-            let slot = key(keys::relation(catalog_id, ns, &template.name));
+            let mut ops = child_guards_from(state, &got, account, catalog_id, Some(ns))?;
             let now = state.clock.now_rfc3339();
             let mut rec = template.clone();
             rec.id = id;
@@ -226,7 +229,7 @@ async fn create_relation(
             rec.revision = 1;
             rec.create_time = now.clone();
             rec.update_time = now;
-            match load(store, catalog_id, ns, &template.name).await? {
+            match got.read::<RelationRecord>(keys::relation(catalog_id, ns, &template.name))? {
                 None => ops.push(Op::create(slot.clone(), to_body(&rec)?)),
                 Some(old) => {
                     let same_kind = old.value.kind == rec.kind;
@@ -347,12 +350,19 @@ pub async fn get(
     name: &str,
     kind: RelationKind,
 ) -> ApiResult<Value> {
-    let store = state.store.as_ref();
-    catalogs::load(store, account, catalog_id).await?;
-    Ok(require(store, catalog_id, ns, name, kind)
-        .await?
-        .value
-        .to_api())
+    // One round trip: the catalog (which must belong to the account) and the slot.
+    let reads = catalogs::fetch_with(
+        state.store.as_ref(),
+        account,
+        catalog_id,
+        vec![key(keys::relation(catalog_id, ns, name))],
+    )
+    .await?;
+    catalogs::load_from(&reads, account, catalog_id)?;
+    match reads.read::<RelationRecord>(keys::relation(catalog_id, ns, name))? {
+        Some(v) if v.value.kind == kind => Ok(v.value.to_api()),
+        _ => Err(ApiError::not_found(kind_word(kind))),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -366,8 +376,16 @@ pub async fn list(
     token: Option<&str>,
 ) -> ApiResult<Value> {
     let store = state.store.as_ref();
-    catalogs::load(store, account, catalog_id).await?;
-    super::namespaces::require(store, catalog_id, ns).await?;
+    // One round trip for the catalog and the namespace, then the page.
+    let reads = catalogs::fetch_with(
+        store,
+        account,
+        catalog_id,
+        vec![key(keys::namespace(catalog_id, ns))],
+    )
+    .await?;
+    catalogs::load_from(&reads, account, catalog_id)?;
+    super::namespaces::require_from(&reads, catalog_id, ns)?;
     let (items, next) = super::list_page(
         store,
         &keys::catalog_pk(catalog_id),

@@ -61,7 +61,16 @@ pub fn redb_store() -> (DynMetastore, tempfile::TempDir) {
 }
 
 pub async fn dynamo_store() -> DynMetastore {
-    let endpoint = flotilla_testkit::moto::endpoint();
+    dynamo_store_at(&flotilla_testkit::moto::endpoint()).await
+}
+
+/// DynamoDB on the single-threaded moto, for same-key races (see `moto::serial_endpoint`).
+pub async fn dynamo_serial_store() -> DynMetastore {
+    dynamo_store_at(&flotilla_testkit::moto::serial_endpoint()).await
+}
+
+async fn dynamo_store_at(endpoint: &str) -> DynMetastore {
+    let endpoint = endpoint.to_owned();
     let table = flotilla_testkit::moto::unique_name("api");
     let client = flotilla_metastore::dynamo::connect(Some(&endpoint)).await;
     flotilla_metastore::dynamo::DynamoMetastore::create_table(&client, &table)
@@ -109,6 +118,10 @@ impl Harness {
 
     pub async fn dynamo() -> Self {
         Self::with_store(dynamo_store().await, None, false)
+    }
+
+    pub async fn dynamo_serial() -> Self {
+        Self::with_store(dynamo_serial_store().await, None, false)
     }
 
     pub async fn call(

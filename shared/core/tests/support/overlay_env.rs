@@ -37,6 +37,8 @@ pub type Store = CountingMetastore<FaultInjectingMetastore<Backend>>;
 pub enum Kind {
     Redb,
     Dynamo,
+    /// DynamoDB on the single-threaded moto (same-key races).
+    DynamoSerial,
 }
 
 /// A backend behind the decorators (the decorators are generic over a concrete store).
@@ -137,6 +139,7 @@ impl Env {
                 Arc::new(RedbMetastore::open(dir.path().join("meta.redb")).expect("open redb"))
             }
             Kind::Dynamo => super::dynamo_store().await,
+            Kind::DynamoSerial => super::dynamo_serial_store().await,
         };
         let store = Arc::new(CountingMetastore::new(FaultInjectingMetastore::new(
             Backend(backend),
