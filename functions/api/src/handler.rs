@@ -13,9 +13,13 @@ use flotilla_core::auth::Principal;
 use lambda_http::RequestExt;
 use lambda_http::request::RequestContext;
 
-/// The router with the claims adapter in front.
+/// The router (with the Iceberg REST endpoint) with the claims adapter in front.
 pub fn app(state: AppState) -> Router {
-    flotilla_core::router(state).layer(middleware::from_fn(principal_from_claims))
+    let iceberg = flotilla_iceberg_rest::IcebergConfig {
+        local_warehouse_root: None,
+        vending: flotilla_iceberg_rest::vending::from_env(),
+    };
+    flotilla_iceberg_rest::router(state, iceberg).layer(middleware::from_fn(principal_from_claims))
 }
 
 async fn principal_from_claims(mut req: Request, next: Next) -> Response {
