@@ -99,6 +99,7 @@ async fn run_script(served: &Served, script: &str) {
         out.status.success(),
         "{script} failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     );
+    eprint!("{stdout}");
 }
 
 /// One server, the scripts in order: pyiceberg writes what DuckDB and the isolation check read.

@@ -46,7 +46,8 @@ except NoSuchTableError:
 
 # Two writers on one base: one wins, the other fails, retries and lands; nothing is lost.
 race_schema = pa.schema([pa.field("writer", pa.string()), pa.field("n", pa.int64())])
-cat.create_table("sales.race", schema=race_schema)
+# pyiceberg retries a failed commit by itself; off here, so the conflict reaches this script.
+cat.create_table("sales.race", schema=race_schema, properties={"commit.retry.num-retries": "0"})
 w1 = cat.load_table("sales.race")
 w2 = cat.load_table("sales.race")
 w1.append(pa.table({"writer": ["one"], "n": [1]}, schema=race_schema))
