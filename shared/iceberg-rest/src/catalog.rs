@@ -153,7 +153,10 @@ pub fn prefix_of(account: &str, catalog_id: &str) -> String {
 /// The one rule that decides where a catalog's Iceberg tables live: the catalog's
 /// `warehouse` property, else (on `flotilla serve`) a directory of the host's data dir per
 /// account and catalog. Deployment rules on which warehouses a tenant may name belong here.
-pub fn resolve_warehouse(config: &IcebergConfig, catalog: &CatalogRecord) -> IcebergResult<Warehouse> {
+pub fn resolve_warehouse(
+    config: &IcebergConfig,
+    catalog: &CatalogRecord,
+) -> IcebergResult<Warehouse> {
     let uri = match catalog.properties.get("warehouse") {
         Some(w) => {
             let w = w.trim();
@@ -195,13 +198,13 @@ pub struct PageParams {
 
 impl PageParams {
     pub fn size(&self) -> IcebergResult<usize> {
-        let requested = match self.page_size.as_deref() {
-            None | Some("") => None,
-            Some(s) => Some(
-                s.parse::<usize>()
-                    .map_err(|_| IcebergError::bad_request("pageSize must be a positive integer"))?,
-            ),
-        };
+        let requested =
+            match self.page_size.as_deref() {
+                None | Some("") => None,
+                Some(s) => Some(s.parse::<usize>().map_err(|_| {
+                    IcebergError::bad_request("pageSize must be a positive integer")
+                })?),
+            };
         flotilla_core::service::page_size(requested)
             .map_err(|e| IcebergError::from_api(e, Missing::Catalog))
     }
@@ -234,12 +237,9 @@ pub async fn get_config(
     Caller(p): Caller,
     Query(q): Query<ConfigParams>,
 ) -> IcebergResult<Response> {
-    let w = q
-        .warehouse
-        .filter(|w| !w.is_empty())
-        .ok_or_else(|| {
-            IcebergError::bad_request("give warehouse=<account>/<catalog name> in the config request")
-        })?;
+    let w = q.warehouse.filter(|w| !w.is_empty()).ok_or_else(|| {
+        IcebergError::bad_request("give warehouse=<account>/<catalog name> in the config request")
+    })?;
     let unknown = || IcebergError::no_such(Missing::Catalog, format!("no warehouse {w:?}"));
     let (account, name) = w.split_once('/').ok_or_else(unknown)?;
     validate_account_id(account).map_err(|_| unknown())?;
@@ -295,9 +295,7 @@ pub async fn oauth_tokens(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let form: BTreeMap<String, String> = url::form_urlencoded::parse(&body)
-        .into_owned()
-        .collect();
+    let form: BTreeMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
     match form.get("grant_type").map(String::as_str) {
         Some("client_credentials") => {}
         Some(_) => {
@@ -318,7 +316,9 @@ pub async fn oauth_tokens(
     // The secret from the form, else from HTTP Basic `client_id:client_secret`.
     let secret = form.get("client_secret").cloned().or_else(|| {
         let h = headers.get(AUTHORIZATION)?.to_str().ok()?;
-        let b64 = h.strip_prefix("Basic ").or_else(|| h.strip_prefix("basic "))?;
+        let b64 = h
+            .strip_prefix("Basic ")
+            .or_else(|| h.strip_prefix("basic "))?;
         let raw = base64::engine::general_purpose::STANDARD
             .decode(b64.trim())
             .ok()?;

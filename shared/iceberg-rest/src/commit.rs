@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use flotilla_core::service::namespaces::child_guards;
 use flotilla_core::service::relations::{self, directory_bump};
-use flotilla_core::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, key, to_body};
+use flotilla_core::service::{
+    MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, key, to_body,
+};
 use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord};
 use flotilla_domain::names::{NamespacePath, new_id};
@@ -120,7 +122,9 @@ pub async fn read_metadata(ctx: &Ctx, location: &str) -> IcebergResult<TableMeta
     }
     let bytes = got.bytes().await.map_err(IcebergError::unavailable)?;
     serde_json::from_slice::<TableMetadata>(&bytes).map_err(|e| {
-        IcebergError::bad_request(format!("{location} is not valid Iceberg table metadata: {e}"))
+        IcebergError::bad_request(format!(
+            "{location} is not valid Iceberg table metadata: {e}"
+        ))
     })
 }
 
@@ -268,9 +272,9 @@ fn apply(
     updates: Vec<TableUpdate>,
 ) -> IcebergResult<TableMetadata> {
     for u in updates {
-        builder = u
-            .apply(builder)
-            .map_err(|e| IcebergError::bad_request(format!("cannot apply update: {}", e.message())))?;
+        builder = u.apply(builder).map_err(|e| {
+            IcebergError::bad_request(format!("cannot apply update: {}", e.message()))
+        })?;
     }
     builder
         .build()
@@ -335,7 +339,9 @@ fn overlay_refusal(rec: &RelationRecord) -> IcebergError {
 /// Commits every change atomically: all tables move or none does.
 pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<Committed>> {
     if changes.is_empty() {
-        return Err(IcebergError::bad_request("a commit needs at least one table change"));
+        return Err(IcebergError::bad_request(
+            "a commit needs at least one table change",
+        ));
     }
     if changes.len() > MAX_TABLES_PER_COMMIT {
         return Err(IcebergError::bad_request(format!(
@@ -384,9 +390,14 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                         (Some(rec), Some(m), Some(loc))
                     }
                     None if creating => (None, None, None),
-                    None => return Err(require_table(ctx, ns, name).await.err().unwrap_or_else(
-                        || IcebergError::no_such(Missing::Table, format!("table {ns}.{name} not found")),
-                    )),
+                    None => {
+                        return Err(require_table(ctx, ns, name).await.err().unwrap_or_else(|| {
+                            IcebergError::no_such(
+                                Missing::Table,
+                                format!("table {ns}.{name} not found"),
+                            )
+                        }));
+                    }
                 };
                 for r in &change.requirements {
                     r.check(base_meta.as_ref()).map_err(|e| {
@@ -464,7 +475,8 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                 let mut landed = 0;
                 for (change, c) in changes.iter().zip(&out) {
                     if let Ok(Some(r)) = load_record(ctx, &change.namespace, &change.name).await
-                        && r.value.metadata_location.as_deref() == Some(c.metadata_location.as_str())
+                        && r.value.metadata_location.as_deref()
+                            == Some(c.metadata_location.as_str())
                     {
                         landed += 1;
                     }

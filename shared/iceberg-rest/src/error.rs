@@ -82,7 +82,9 @@ impl IcebergError {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "CommitStateUnknownException",
-            format!("the commit outcome is unknown; reload the table before retrying (error id {id})"),
+            format!(
+                "the commit outcome is unknown; reload the table before retrying (error id {id})"
+            ),
         )
     }
 
@@ -181,6 +183,12 @@ impl IntoResponse for IcebergError {
 
 impl std::fmt::Display for IcebergError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.status.as_u16(), self.kind, self.message)
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.kind,
+            self.message
+        )
     }
 }

@@ -94,7 +94,10 @@ pub fn routes(config: IcebergConfig) -> Router<AppState> {
             &format!("{ns}/{{namespace}}/register"),
             post(tables::register_table),
         )
-        .route("/iceberg/v1/{prefix}/tables/rename", post(tables::rename_table))
+        .route(
+            "/iceberg/v1/{prefix}/tables/rename",
+            post(tables::rename_table),
+        )
         .route(
             "/iceberg/v1/{prefix}/transactions/commit",
             post(tables::commit_transaction),
@@ -110,7 +113,10 @@ pub fn routes(config: IcebergConfig) -> Router<AppState> {
                 .post(views::replace_view)
                 .delete(views::drop_view),
         )
-        .route("/iceberg/v1/{prefix}/views/rename", post(views::rename_view));
+        .route(
+            "/iceberg/v1/{prefix}/views/rename",
+            post(views::rename_view),
+        );
     r.layer(axum::Extension(config))
 }
 

@@ -72,7 +72,10 @@ pub async fn list_namespaces(
         .as_array()
         .map(|a| a.iter().map(|n| n["path"].clone()).collect())
         .unwrap_or_default();
-    Ok(Json(json!({"namespaces": items, "next-page-token": page["next_page_token"]})).into_response())
+    Ok(
+        Json(json!({"namespaces": items, "next-page-token": page["next_page_token"]}))
+            .into_response(),
+    )
 }
 
 #[derive(Deserialize)]

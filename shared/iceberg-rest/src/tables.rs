@@ -113,8 +113,10 @@ pub async fn list_tables(
                 .collect()
         })
         .unwrap_or_default();
-    Ok(Json(json!({"identifiers": identifiers, "next-page-token": page["next_page_token"]}))
-        .into_response())
+    Ok(
+        Json(json!({"identifiers": identifiers, "next-page-token": page["next_page_token"]}))
+            .into_response(),
+    )
 }
 
 // ---- create ---------------------------------------------------------------------------
@@ -263,7 +265,10 @@ pub async fn load_credentials(
     let (rec, loc) = commit::require_table(&ctx, &path, &table).await?;
     let location = match rec.value.location.clone() {
         Some(l) => l,
-        None => commit::read_metadata(&ctx, &loc).await?.location().to_owned(),
+        None => commit::read_metadata(&ctx, &loc)
+            .await?
+            .location()
+            .to_owned(),
     };
     let vended = vend(&ctx, &location).await?;
     let (_, creds) = vending::render(vended.as_ref());
@@ -316,8 +321,10 @@ pub async fn commit_table(
     )
     .await?;
     let c = done.remove(0);
-    Ok(Json(json!({"metadata-location": c.metadata_location, "metadata": c.metadata}))
-        .into_response())
+    Ok(
+        Json(json!({"metadata-location": c.metadata_location, "metadata": c.metadata}))
+            .into_response(),
+    )
 }
 
 #[derive(Deserialize)]
@@ -368,7 +375,9 @@ pub async fn drop_table(
     let path = ns_from_segment(&ns)?;
     let rec = commit::load_record(&ctx, &path, &table)
         .await?
-        .ok_or_else(|| IcebergError::no_such(Missing::Table, format!("table {path}.{table} not found")))?;
+        .ok_or_else(|| {
+            IcebergError::no_such(Missing::Table, format!("table {path}.{table} not found"))
+        })?;
     if rec.value.managed_by.is_some() {
         return Err(api(relations::managed_error(&rec.value)));
     }

@@ -12,7 +12,9 @@ use axum::{Extension, Json};
 use bytes::Bytes;
 use flotilla_core::service::namespaces::child_guards;
 use flotilla_core::service::relations::{self, directory_bump};
-use flotilla_core::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, key, to_body};
+use flotilla_core::service::{
+    MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, key, to_body,
+};
 use flotilla_core::state::AppState;
 use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord, ViewDefinition};
@@ -62,8 +64,10 @@ pub async fn list_views(
                 .collect()
         })
         .unwrap_or_default();
-    Ok(Json(json!({"identifiers": identifiers, "next-page-token": page["next_page_token"]}))
-        .into_response())
+    Ok(
+        Json(json!({"identifiers": identifiers, "next-page-token": page["next_page_token"]}))
+            .into_response(),
+    )
 }
 
 async fn load_view_record(
@@ -103,7 +107,9 @@ async fn read_view_metadata(ctx: &Ctx, location: &str) -> IcebergResult<ViewMeta
         .await
         .map_err(IcebergError::unavailable)?;
     serde_json::from_slice(&bytes).map_err(|e| {
-        IcebergError::bad_request(format!("{location} is not valid Iceberg view metadata: {e}"))
+        IcebergError::bad_request(format!(
+            "{location} is not valid Iceberg view metadata: {e}"
+        ))
     })
 }
 
@@ -138,7 +144,9 @@ async fn write_view_metadata(
 }
 
 /// The relation fields a view's current version determines.
-fn view_fields(metadata: &ViewMetadata) -> IcebergResult<(Value, Vec<ViewDefinition>, Vec<String>)> {
+fn view_fields(
+    metadata: &ViewMetadata,
+) -> IcebergResult<(Value, Vec<ViewDefinition>, Vec<String>)> {
     let schema =
         serde_json::to_value(metadata.current_schema().as_ref()).map_err(IcebergError::internal)?;
     let version = metadata.current_version();
@@ -197,7 +205,9 @@ pub async fn create_view(
     .metadata;
     let (schema, definitions, default_ns) = view_fields(&metadata)?;
     if definitions.is_empty() {
-        return Err(IcebergError::bad_request("a view needs at least one SQL representation"));
+        return Err(IcebergError::bad_request(
+            "a view needs at least one SQL representation",
+        ));
     }
     let store = state.store.as_ref();
     if relations::load(store, ctx.catalog_id(), &path, &req.name)
@@ -307,7 +317,10 @@ struct CommitViewRequest {
     updates: Vec<ViewUpdate>,
 }
 
-fn apply_view_update(b: ViewMetadataBuilder, u: ViewUpdate) -> iceberg::Result<ViewMetadataBuilder> {
+fn apply_view_update(
+    b: ViewMetadataBuilder,
+    u: ViewUpdate,
+) -> iceberg::Result<ViewMetadataBuilder> {
     Ok(match u {
         ViewUpdate::AssignUuid { uuid } => b.assign_uuid(uuid),
         ViewUpdate::UpgradeFormatVersion { format_version } => {
@@ -389,7 +402,9 @@ pub async fn replace_view(
             Err(e) => return Err(api(e.into())),
         }
     }
-    Err(IcebergError::commit_failed("the view changed concurrently; retry"))
+    Err(IcebergError::commit_failed(
+        "the view changed concurrently; retry",
+    ))
 }
 
 pub async fn drop_view(

@@ -65,12 +65,18 @@ async fn serve() -> Served {
             .send()
     };
     for a in ["acme", "other"] {
-        let r = post("/v1/accounts", OPERATOR, json!({"id": a})).await.unwrap();
+        let r = post("/v1/accounts", OPERATOR, json!({"id": a}))
+            .await
+            .unwrap();
         assert_eq!(r.status(), 201);
     }
-    let r = post("/v1/accounts/acme/catalogs", ACME, json!({"display_name": "lake"}))
-        .await
-        .unwrap();
+    let r = post(
+        "/v1/accounts/acme/catalogs",
+        ACME,
+        json!({"display_name": "lake"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), 201);
     Served {
         endpoint,
@@ -83,7 +89,10 @@ async fn run_script(served: &Served, script: &str) {
     let mut cmd = Command::new(python());
     cmd.arg(scripts.join(script))
         .current_dir(&scripts)
-        .env("FLOTILLA_ICEBERG_URI", format!("{}/iceberg", served.endpoint))
+        .env(
+            "FLOTILLA_ICEBERG_URI",
+            format!("{}/iceberg", served.endpoint),
+        )
         .env("FLOTILLA_TOKEN", ACME)
         .env("FLOTILLA_OTHER_TOKEN", OTHER)
         .env("FLOTILLA_WAREHOUSE", "acme/lake")
