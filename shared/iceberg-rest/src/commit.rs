@@ -391,12 +391,14 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                     }
                     None if creating => (None, None, None),
                     None => {
-                        return Err(require_table(ctx, ns, name).await.err().unwrap_or_else(|| {
-                            IcebergError::no_such(
-                                Missing::Table,
-                                format!("table {ns}.{name} not found"),
-                            )
-                        }));
+                        return Err(require_table(ctx, ns, name).await.err().unwrap_or_else(
+                            || {
+                                IcebergError::no_such(
+                                    Missing::Table,
+                                    format!("table {ns}.{name} not found"),
+                                )
+                            },
+                        ));
                     }
                 };
                 for r in &change.requirements {
