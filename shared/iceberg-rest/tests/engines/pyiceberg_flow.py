@@ -66,3 +66,12 @@ duck_schema = pa.schema([pa.field("id", pa.int64()), pa.field("city", pa.string(
 d = cat.create_table("sales.for_duckdb", schema=duck_schema)
 d.append(pa.table({"id": [1, 2, 3], "city": ["Oslo", "Lima", "Pune"]}, schema=duck_schema))
 print("pyiceberg flow ok")
+
+# OAuth2 client credentials: pyiceberg exchanges `client_id:client_secret` for a token.
+from pyiceberg.catalog import load_catalog  # noqa: E402
+
+from common import TOKEN, URI, WAREHOUSE  # noqa: E402
+
+oauth = load_catalog("oauth", type="rest", uri=URI, warehouse=WAREHOUSE, credential=f"pyiceberg:{TOKEN}")
+check(("sales",) in oauth.list_namespaces(), "OAuth2 client credentials work")
+print("pyiceberg oauth ok")
