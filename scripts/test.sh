@@ -22,6 +22,14 @@ PY_REQUIREMENTS=(
   "cargo-lambda==1.9.2"
   # API fuzzing against the served OpenAPI document (scripts/schemathesis.sh).
   "schemathesis==4.32.5"
+  # Real engines against the Iceberg REST endpoint (shared/iceberg-rest/tests/engines.rs);
+  # DuckDB loads its extensions from these packages' files, never from the network.
+  "pyiceberg[pyarrow]==0.12.0"
+  "pyarrow==26.0.1"
+  "duckdb==1.5.5"
+  "duckdb-extension-iceberg==1.5.5"
+  "duckdb-extension-httpfs==1.5.5"
+  "duckdb-extension-avro==1.5.5"
 )
 
 VENV="$ROOT/.venv"
@@ -62,6 +70,8 @@ log "scripts/lint-template.sh"
 FLOTILLA_PYTHON="$VENV/bin/python" bash "$ROOT/scripts/lint-template.sh"
 # The Lambda end-to-end test runs this cargo-lambda (it fails when the variable is unset).
 export FLOTILLA_CARGO_LAMBDA="$VENV/bin/cargo-lambda"
+# The Iceberg engine tests run pyiceberg and DuckDB from this interpreter.
+export FLOTILLA_ENGINES_PYTHON="$VENV/bin/python"
 
 # ---- 1c. Chromium for the web console test (cli/tests/console.rs) ---------------------
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then

@@ -18,9 +18,14 @@ use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use lambda_http::RequestExt;
 use lambda_http::request::RequestContext;
 
-/// The router with the claims adapter in front, inside the per-invocation telemetry.
+/// The router (with the Iceberg REST endpoint) with the claims adapter in front, inside the
+/// per-invocation telemetry.
 pub fn app(state: AppState, telemetry: Arc<LambdaTelemetry>) -> Router {
-    flotilla_core::router(state)
+    let iceberg = flotilla_iceberg_rest::IcebergConfig {
+        local_warehouse_root: None,
+        vending: flotilla_iceberg_rest::vending::from_env(),
+    };
+    flotilla_iceberg_rest::router(state, iceberg)
         .layer(middleware::from_fn(principal_from_claims))
         .layer(middleware::from_fn_with_state(telemetry, per_invocation))
 }

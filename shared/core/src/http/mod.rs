@@ -21,7 +21,7 @@ use crate::error::{ApiError, Code};
 use crate::service::idempotency::RecordedResponse;
 use crate::state::AppState;
 
-pub use routes::router;
+pub use routes::{router, router_with};
 
 /// A JSON answer with the resource's `ETag` header when it has one.
 pub fn json_response(status: StatusCode, body: Value) -> Response {

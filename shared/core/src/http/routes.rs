@@ -22,6 +22,12 @@ use crate::state::AppState;
 
 /// The whole API.
 pub fn router(state: AppState) -> Router {
+    router_with(state, Router::new())
+}
+
+/// The whole API plus `extra` routes served by crates built on this one (the Iceberg REST
+/// endpoint); they share the state, the body limit and the request tracing.
+pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
     let account_routes = Router::new()
         .route("/catalogs", post(create_catalog).get(list_catalogs))
         .route(
@@ -70,7 +76,8 @@ pub fn router(state: AppState) -> Router {
         .merge(super::integration_routes::routes())
         .merge(super::openapi_routes::routes())
         .merge(super::reconcile_routes::routes())
-        .merge(super::upstream_routes::routes());
+        .merge(super::upstream_routes::routes())
+        .merge(extra);
     super::with_fallbacks(api)
         // Our extractor enforces the limit with the API's error shape; this is a backstop.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES + 1))

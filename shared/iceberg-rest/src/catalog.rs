@@ -1,0 +1,365 @@
+//! Resolving a request to a catalog: the caller (same principals as `/v1`), the `prefix`
+//! (`<account>.<catalog id>`), the catalog's warehouse and its object store. Also the two
+//! routes outside any prefix: `config` and the OAuth2 token exchange.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use base64::Engine;
+use flotilla_core::auth::Principal;
+use flotilla_core::http::extract::Auth;
+use flotilla_core::service::{catalogs, read};
+use flotilla_core::state::AppState;
+use flotilla_domain::keys;
+use flotilla_domain::model::{CatalogRecord, NameIndexRecord};
+use flotilla_domain::names::{NamespacePath, validate_account_id};
+use flotilla_metastore::Consistency;
+use flotilla_parqdb::location::Warehouse;
+use object_store::ObjectStore;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::{IcebergError, IcebergResult, Missing};
+use crate::vending::Vending;
+
+/// Host settings of the endpoint.
+#[derive(Clone, Default)]
+pub struct IcebergConfig {
+    /// `flotilla serve`: where catalogs without a `warehouse` property keep their tables
+    /// (`file://<root>/<account>/<catalog id>/`). `None` on AWS, where a catalog needs the
+    /// property.
+    pub local_warehouse_root: Option<PathBuf>,
+    /// Temporary storage credentials for `s3://` warehouses (STS `AssumeRole`), when the
+    /// deployment configured a role.
+    pub vending: Option<Arc<dyn Vending>>,
+}
+
+impl std::fmt::Debug for IcebergConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IcebergConfig")
+            .field("local_warehouse_root", &self.local_warehouse_root)
+            .field("vending", &self.vending.is_some())
+            .finish()
+    }
+}
+
+/// The caller, answered in the Iceberg error shape when missing.
+pub struct Caller(pub Principal);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = IcebergError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        Auth::from_request_parts(parts, state)
+            .await
+            .map(|Auth(p)| Caller(p))
+            .map_err(|_| IcebergError::unauthenticated())
+    }
+}
+
+/// A catalog the caller may use, with its warehouse.
+pub struct Ctx {
+    pub state: AppState,
+    pub config: Arc<IcebergConfig>,
+    pub principal: Principal,
+    pub account: String,
+    pub catalog: CatalogRecord,
+    pub warehouse: Warehouse,
+}
+
+impl Ctx {
+    /// Resolves `<account>.<catalog id>` for `principal`. Another account's principal is
+    /// refused before anything of the catalog is read.
+    pub async fn resolve(
+        state: &AppState,
+        config: &Arc<IcebergConfig>,
+        principal: Principal,
+        prefix: &str,
+    ) -> IcebergResult<Ctx> {
+        let (account, catalog_id) = prefix
+            .split_once('.')
+            .ok_or_else(|| IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"))?;
+        validate_account_id(account)
+            .map_err(|_| IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"))?;
+        principal
+            .require_account(account)
+            .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
+        let catalog = catalogs::load(state.store.as_ref(), account, catalog_id)
+            .await
+            .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?
+            .value;
+        let warehouse = resolve_warehouse(config, &catalog)?;
+        Ok(Ctx {
+            state: state.clone(),
+            config: config.clone(),
+            principal,
+            account: account.to_owned(),
+            catalog,
+            warehouse,
+        })
+    }
+
+    pub fn catalog_id(&self) -> &str {
+        &self.catalog.id
+    }
+
+    pub fn prefix(&self) -> String {
+        prefix_of(&self.account, &self.catalog.id)
+    }
+
+    /// The object store rooted at the catalog's warehouse.
+    pub fn store(&self) -> IcebergResult<Arc<dyn ObjectStore>> {
+        self.state
+            .index_stores
+            .open(&self.warehouse)
+            .map_err(IcebergError::unavailable)
+    }
+
+    /// The warehouse-relative object path of `location`, refusing anything outside the
+    /// catalog's warehouse: the endpoint never reads or writes elsewhere.
+    pub fn object_path(&self, location: &str) -> IcebergResult<object_store::path::Path> {
+        let rel = self
+            .warehouse
+            .relative_of(location)
+            .map_err(|e| IcebergError::bad_request(e.0))?;
+        object_store::path::Path::parse(&rel)
+            .map_err(|e| IcebergError::bad_request(format!("invalid location: {e}")))
+    }
+
+    /// Whether `location` (a directory) lies inside the catalog's warehouse.
+    pub fn owns_location(&self, location: &str) -> bool {
+        let dir = location.trim_end_matches('/');
+        dir.len() > self.warehouse.as_str().len()
+            && dir.starts_with(self.warehouse.as_str())
+            && !dir.contains("/../")
+            && !dir.ends_with("/..")
+    }
+}
+
+pub fn prefix_of(account: &str, catalog_id: &str) -> String {
+    format!("{account}.{catalog_id}")
+}
+
+/// The one rule that decides where a catalog's Iceberg tables live: the catalog's
+/// `warehouse` property, else (on `flotilla serve`) a directory of the host's data dir per
+/// account and catalog. Deployment rules on which warehouses a tenant may name belong here.
+pub fn resolve_warehouse(
+    config: &IcebergConfig,
+    catalog: &CatalogRecord,
+) -> IcebergResult<Warehouse> {
+    let uri = match catalog.properties.get("warehouse") {
+        Some(w) => {
+            let w = w.trim();
+            if w.ends_with('/') {
+                w.to_owned()
+            } else {
+                format!("{w}/")
+            }
+        }
+        None => match &config.local_warehouse_root {
+            Some(root) => {
+                let root = root.to_string_lossy();
+                let root = root.trim_end_matches('/');
+                format!("file://{root}/{}/{}/", catalog.account_id, catalog.id)
+            }
+            None => {
+                return Err(IcebergError::bad_request(
+                    "this catalog has no \"warehouse\" property; set one (s3://bucket/prefix) to use the Iceberg endpoint",
+                ));
+            }
+        },
+    };
+    Warehouse::parse(&uri).map_err(|e| {
+        IcebergError::bad_request(format!("the catalog's warehouse is not usable: {}", e.0))
+    })
+}
+
+// ---- paging ---------------------------------------------------------------------------
+
+#[derive(Debug, Default, Deserialize)]
+pub struct PageParams {
+    #[serde(rename = "pageToken", default)]
+    pub page_token: Option<String>,
+    #[serde(rename = "pageSize", default)]
+    pub page_size: Option<String>,
+    #[serde(default)]
+    pub parent: Option<String>,
+}
+
+impl PageParams {
+    pub fn size(&self) -> IcebergResult<usize> {
+        let requested =
+            match self.page_size.as_deref() {
+                None | Some("") => None,
+                Some(s) => Some(s.parse::<usize>().map_err(|_| {
+                    IcebergError::bad_request("pageSize must be a positive integer")
+                })?),
+            };
+        flotilla_core::service::page_size(requested)
+            .map_err(|e| IcebergError::from_api(e, Missing::Catalog))
+    }
+
+    pub fn token(&self) -> Option<&str> {
+        self.page_token.as_deref().filter(|t| !t.is_empty())
+    }
+}
+
+pub fn ns_from_segment(segment: &str) -> IcebergResult<NamespacePath> {
+    NamespacePath::from_url_segment(segment).map_err(|e| IcebergError::bad_request(e.0))
+}
+
+pub fn ns_from_parts(parts: Vec<String>) -> IcebergResult<NamespacePath> {
+    NamespacePath::new(parts).map_err(|e| IcebergError::bad_request(e.0))
+}
+
+// ---- config ---------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+pub struct ConfigParams {
+    #[serde(default)]
+    pub warehouse: Option<String>,
+}
+
+/// `GET /iceberg/v1/config?warehouse=<account>/<catalog name or id>`.
+pub async fn get_config(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    Caller(p): Caller,
+    Query(q): Query<ConfigParams>,
+) -> IcebergResult<Response> {
+    let w = q.warehouse.filter(|w| !w.is_empty()).ok_or_else(|| {
+        IcebergError::bad_request("give warehouse=<account>/<catalog name> in the config request")
+    })?;
+    let unknown = || IcebergError::no_such(Missing::Catalog, format!("no warehouse {w:?}"));
+    let (account, name) = w.split_once('/').ok_or_else(unknown)?;
+    validate_account_id(account).map_err(|_| unknown())?;
+    p.require_account(account)
+        .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
+    let store = state.store.as_ref();
+    // A catalog id, else a display name.
+    let by_id = catalogs::load(store, account, name).await.ok();
+    let catalog = match by_id {
+        Some(c) => c.value,
+        None => {
+            let idx = read::<NameIndexRecord>(
+                store,
+                keys::catalog_name(account, name),
+                Consistency::Strong,
+            )
+            .await
+            .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?
+            .ok_or_else(unknown)?;
+            catalogs::load(store, account, &idx.value.id)
+                .await
+                .map_err(|_| unknown())?
+                .value
+        }
+    };
+    // A catalog whose warehouse is unusable is reported now rather than at the first write.
+    let wh = resolve_warehouse(&config, &catalog)?;
+    let mut overrides = BTreeMap::new();
+    overrides.insert("prefix", prefix_of(account, &catalog.id));
+    Ok(Json(json!({
+        "defaults": {"warehouse": wh.as_str().trim_end_matches('/')},
+        "overrides": overrides,
+        "endpoints": crate::ENDPOINTS,
+    }))
+    .into_response())
+}
+
+// ---- OAuth2 token exchange ------------------------------------------------------------
+
+fn oauth_error(status: StatusCode, error: &str, description: &str) -> Response {
+    (
+        status,
+        Json(json!({"error": error, "error_description": description})),
+    )
+        .into_response()
+}
+
+/// `POST /iceberg/v1/oauth/tokens` (client credentials): the client secret is a Flotilla
+/// token; the answer is a bearer access token for the same principal. The secret is never
+/// logged; an unknown one is `401 invalid_client`.
+pub async fn oauth_tokens(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let form: BTreeMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
+    match form.get("grant_type").map(String::as_str) {
+        Some("client_credentials") => {}
+        Some(_) => {
+            return oauth_error(
+                StatusCode::BAD_REQUEST,
+                "unsupported_grant_type",
+                "only grant_type=client_credentials is supported",
+            );
+        }
+        None => {
+            return oauth_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "grant_type is required",
+            );
+        }
+    }
+    // The secret from the form, else from HTTP Basic `client_id:client_secret`.
+    let secret = form.get("client_secret").cloned().or_else(|| {
+        let h = headers.get(AUTHORIZATION)?.to_str().ok()?;
+        let b64 = h
+            .strip_prefix("Basic ")
+            .or_else(|| h.strip_prefix("basic "))?;
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .ok()?;
+        let text = String::from_utf8(raw).ok()?;
+        let (_, secret) = text.split_once(':')?;
+        Some(url_decode(secret))
+    });
+    let Some(secret) = secret.filter(|s| !s.is_empty()) else {
+        return oauth_error(
+            StatusCode::UNAUTHORIZED,
+            "invalid_client",
+            "client credentials are required",
+        );
+    };
+    if state.auth.authenticate(&secret).is_none() {
+        return oauth_error(
+            StatusCode::UNAUTHORIZED,
+            "invalid_client",
+            "the client credentials are not valid",
+        );
+    }
+    // The access token is the credential itself: it authenticates as the same principal
+    // on every route, so the exchange grants nothing the client did not already hold.
+    let body: Value = json!({
+        "access_token": secret,
+        "token_type": "bearer",
+        "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        "expires_in": 3600,
+    });
+    let mut resp = Json(body).into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    resp
+}
+
+/// Basic credentials are form-encoded before base64 (RFC 6749 section 2.3.1).
+fn url_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}

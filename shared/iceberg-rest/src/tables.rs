@@ -1,0 +1,517 @@
+//! Table routes. A table is a `/v1` relation of format `ICEBERG` whose metadata location
+//! points at a metadata file in the catalog's warehouse.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use flotilla_core::service::accounts::OnConflict;
+use flotilla_core::service::relations::{self, CreateTable, PatchRelation};
+use flotilla_core::state::AppState;
+use flotilla_domain::model::RelationKind;
+use flotilla_domain::names::NamespacePath;
+use iceberg::spec::{Schema, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec};
+use iceberg::{TableCreation, TableRequirement, TableUpdate};
+use object_store::ObjectStoreExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_parts, ns_from_segment};
+use crate::commit::{self, ICEBERG, TableChange};
+use crate::error::{IcebergError, IcebergResult, Missing};
+use crate::namespaces::body;
+use crate::vending;
+
+fn api(e: flotilla_core::error::ApiError) -> IcebergError {
+    IcebergError::from_api(e, Missing::Table)
+}
+
+async fn ctx(
+    state: &AppState,
+    config: &Arc<IcebergConfig>,
+    caller: Caller,
+    prefix: &str,
+) -> IcebergResult<Ctx> {
+    Ctx::resolve(state, config, caller.0, prefix).await
+}
+
+/// The load result of a table, with vended credentials when asked for and available.
+pub async fn load_result(
+    ctx: &Ctx,
+    headers: &HeaderMap,
+    metadata_location: Option<&str>,
+    metadata: &TableMetadata,
+) -> IcebergResult<Value> {
+    let vended = if vending::wants_vended(headers) {
+        vend(ctx, metadata.location()).await?
+    } else {
+        None
+    };
+    let (config, creds) = vending::render(vended.as_ref());
+    let mut v = json!({
+        "metadata": metadata,
+        "config": config,
+    });
+    if let Some(l) = metadata_location {
+        v["metadata-location"] = json!(l);
+    }
+    if vended.is_some() {
+        v["storage-credentials"] = creds;
+    }
+    Ok(v)
+}
+
+async fn vend(ctx: &Ctx, location: &str) -> IcebergResult<Option<vending::Vended>> {
+    if !location.starts_with("s3://") {
+        return Ok(None);
+    }
+    match &ctx.config.vending {
+        Some(v) => v.vend(location).await,
+        None => Ok(None),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct IdentParams {
+    #[serde(rename = "purgeRequested", default)]
+    pub purge_requested: Option<String>,
+    #[serde(default)]
+    pub snapshots: Option<String>,
+}
+
+// ---- list -----------------------------------------------------------------------------
+
+pub async fn list_tables(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path((prefix, ns)): Path<(String, String)>,
+    Query(q): Query<PageParams>,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    let path = ns_from_segment(&ns)?;
+    let page = relations::list(
+        &state,
+        &ctx.account,
+        ctx.catalog_id(),
+        &path,
+        RelationKind::Table,
+        q.size()?,
+        q.token(),
+    )
+    .await
+    .map_err(|e| IcebergError::from_api(e, Missing::Namespace))?;
+    let identifiers: Vec<Value> = page["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|t| t["format"].as_str() == Some(ICEBERG))
+                .map(|t| json!({"namespace": t["namespace"], "name": t["name"]}))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(
+        Json(json!({"identifiers": identifiers, "next-page-token": page["next_page_token"]}))
+            .into_response(),
+    )
+}
+
+// ---- create ---------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct CreateTableRequest {
+    name: String,
+    #[serde(default)]
+    location: Option<String>,
+    schema: Schema,
+    #[serde(default)]
+    partition_spec: Option<UnboundPartitionSpec>,
+    #[serde(default)]
+    write_order: Option<SortOrder>,
+    #[serde(default)]
+    stage_create: bool,
+    #[serde(default)]
+    properties: HashMap<String, String>,
+}
+
+pub async fn create_table(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path((prefix, ns)): Path<(String, String)>,
+    headers: HeaderMap,
+    bytes: axum::body::Bytes,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    let path = ns_from_segment(&ns)?;
+    let req: CreateTableRequest = body(&bytes)?;
+    flotilla_domain::names::validate_segment("table name", &req.name)
+        .map_err(|e| IcebergError::bad_request(e.0))?;
+    // The namespace must exist and the name be free before anything is written.
+    flotilla_core::service::namespaces::require(state.store.as_ref(), ctx.catalog_id(), &path)
+        .await
+        .map_err(|e| IcebergError::from_api(e, Missing::Namespace))?;
+    if relations::load(state.store.as_ref(), ctx.catalog_id(), &path, &req.name)
+        .await
+        .map_err(api)?
+        .is_some()
+    {
+        return Err(IcebergError::already_exists(format!(
+            "{path}.{} already exists",
+            req.name
+        )));
+    }
+    let location = commit::table_location(&ctx, &path, &req.name, req.location.as_deref())?;
+    let format_version = match req.properties.get("format-version").map(String::as_str) {
+        Some("1") => iceberg::spec::FormatVersion::V1,
+        Some("3") => iceberg::spec::FormatVersion::V3,
+        _ => iceberg::spec::FormatVersion::V2,
+    };
+    let creation = TableCreation {
+        name: req.name.clone(),
+        location: Some(location),
+        schema: req.schema,
+        partition_spec: req.partition_spec,
+        sort_order: req.write_order,
+        properties: req.properties,
+        format_version,
+    };
+    let metadata = TableMetadataBuilder::from_table_creation(creation)
+        .and_then(|b| b.build())
+        .map_err(|e| IcebergError::bad_request(format!("invalid table: {}", e.message())))?
+        .metadata;
+    if req.stage_create {
+        // Nothing is published: the engine commits the table with `assert-create`.
+        let v = load_result(&ctx, &headers, None, &metadata).await?;
+        return Ok(Json(v).into_response());
+    }
+    let store = ctx.store()?;
+    let location = commit::write_metadata(&ctx, store.as_ref(), None, &metadata).await?;
+    let created = relations::create_table(
+        &state,
+        &ctx.account,
+        ctx.catalog_id(),
+        &path,
+        CreateTable {
+            name: req.name.clone(),
+            schema: commit::schema_json(&metadata)?,
+            format: ICEBERG.to_owned(),
+            metadata_location: Some(location.clone()),
+            location: Some(metadata.location().to_owned()),
+            properties: Default::default(),
+        },
+        OnConflict::Error,
+        None,
+    )
+    .await;
+    if let Err(e) = created {
+        if let Ok(p) = ctx.object_path(&location) {
+            let _ = store.delete(&p).await;
+        }
+        return Err(api(e));
+    }
+    let v = load_result(&ctx, &headers, Some(&location), &metadata).await?;
+    Ok(Json(v).into_response())
+}
+
+// ---- load / exists / credentials ------------------------------------------------------
+
+pub async fn load_table(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+    Query(q): Query<IdentParams>,
+    headers: HeaderMap,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    let path = ns_from_segment(&ns)?;
+    if let Some(s) = q.snapshots.as_deref()
+        && s != "all"
+        && s != "refs"
+    {
+        return Err(IcebergError::bad_request("snapshots must be all or refs"));
+    }
+    let (_, loc) = commit::require_table(&ctx, &path, &table).await?;
+    let metadata = commit::read_metadata(&ctx, &loc).await?;
+    let v = load_result(&ctx, &headers, Some(&loc), &metadata).await?;
+    Ok(Json(v).into_response())
+}
+
+pub async fn table_exists(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    let path = ns_from_segment(&ns)?;
+    commit::require_table(&ctx, &path, &table).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn load_credentials(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    let path = ns_from_segment(&ns)?;
+    let (rec, loc) = commit::require_table(&ctx, &path, &table).await?;
+    let location = match rec.value.location.clone() {
+        Some(l) => l,
+        None => commit::read_metadata(&ctx, &loc)
+            .await?
+            .location()
+            .to_owned(),
+    };
+    let vended = vend(&ctx, &location).await?;
+    let (_, creds) = vending::render(vended.as_ref());
+    Ok(Json(json!({"storage-credentials": creds})).into_response())
+}
+
+// ---- commit ---------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct TableIdentifier {
+    namespace: Vec<String>,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct CommitTableRequest {
+    #[serde(default)]
+    identifier: Option<TableIdentifier>,
+    #[serde(default)]
+    requirements: Vec<TableRequirement>,
+    #[serde(default)]
+    updates: Vec<TableUpdate>,
+}
+
+pub async fn commit_table(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+    bytes: axum::body::Bytes,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    let path = ns_from_segment(&ns)?;
+    let req: CommitTableRequest = body(&bytes)?;
+    if let Some(id) = &req.identifier
+        && (id.name != table || id.namespace != path.segments())
+    {
+        return Err(IcebergError::bad_request(
+            "the identifier in the body does not match the table in the path",
+        ));
+    }
+    let mut done = commit::commit(
+        &ctx,
+        vec![TableChange {
+            namespace: path,
+            name: table,
+            requirements: req.requirements,
+            updates: req.updates,
+        }],
+    )
+    .await?;
+    let c = done.remove(0);
+    Ok(
+        Json(json!({"metadata-location": c.metadata_location, "metadata": c.metadata}))
+            .into_response(),
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct CommitTransactionRequest {
+    table_changes: Vec<CommitTableRequest>,
+}
+
+pub async fn commit_transaction(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path(prefix): Path<String>,
+    bytes: axum::body::Bytes,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    let req: CommitTransactionRequest = body(&bytes)?;
+    let mut changes = Vec::with_capacity(req.table_changes.len());
+    for c in req.table_changes {
+        let id = c.identifier.ok_or_else(|| {
+            IcebergError::bad_request("every table change of a transaction needs an identifier")
+        })?;
+        changes.push(TableChange {
+            namespace: ns_from_parts(id.namespace)?,
+            name: id.name,
+            requirements: c.requirements,
+            updates: c.updates,
+        });
+    }
+    commit::commit(&ctx, changes).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ---- drop / rename / register ---------------------------------------------------------
+
+fn truthy(v: Option<&str>) -> bool {
+    v.is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+pub async fn drop_table(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path((prefix, ns, table)): Path<(String, String, String)>,
+    Query(q): Query<IdentParams>,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    let path = ns_from_segment(&ns)?;
+    let rec = commit::load_record(&ctx, &path, &table)
+        .await?
+        .ok_or_else(|| {
+            IcebergError::no_such(Missing::Table, format!("table {path}.{table} not found"))
+        })?;
+    if rec.value.managed_by.is_some() {
+        return Err(api(relations::managed_error(&rec.value)));
+    }
+    relations::delete(
+        &state,
+        &ctx.account,
+        ctx.catalog_id(),
+        &path,
+        &table,
+        RelationKind::Table,
+        None,
+    )
+    .await
+    .map_err(api)?;
+    if truthy(q.purge_requested.as_deref())
+        && let Some(location) = &rec.value.location
+        && let Err(e) = commit::purge(&ctx, location).await
+    {
+        // The table is gone from the catalog; leftover files are only storage.
+        tracing::warn!(error = %e, "purge after drop did not finish");
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize)]
+struct RenameRequest {
+    source: TableIdentifier,
+    destination: TableIdentifier,
+}
+
+pub async fn rename_relation(
+    state: &AppState,
+    ctx: &Ctx,
+    bytes: &axum::body::Bytes,
+    kind: RelationKind,
+) -> IcebergResult<Response> {
+    let missing = if kind == RelationKind::Table {
+        Missing::Table
+    } else {
+        Missing::View
+    };
+    let req: RenameRequest = body(bytes)?;
+    let from = ns_from_parts(req.source.namespace)?;
+    let to = ns_from_parts(req.destination.namespace)?;
+    // The destination namespace must exist (404 NoSuchNamespaceException otherwise).
+    flotilla_core::service::namespaces::require(state.store.as_ref(), ctx.catalog_id(), &to)
+        .await
+        .map_err(|e| IcebergError::from_api(e, Missing::Namespace))?;
+    relations::patch(
+        state,
+        &ctx.account,
+        ctx.catalog_id(),
+        &from,
+        &req.source.name,
+        kind,
+        PatchRelation {
+            name: Some(req.destination.name),
+            namespace: Some(to.segments().to_vec()),
+            ..Default::default()
+        },
+        None,
+    )
+    .await
+    .map_err(|e| IcebergError::from_api(e, missing))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn rename_table(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path(prefix): Path<String>,
+    bytes: axum::body::Bytes,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    rename_relation(&state, &ctx, &bytes, RelationKind::Table).await
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct RegisterRequest {
+    name: String,
+    metadata_location: String,
+    #[serde(default)]
+    overwrite: bool,
+}
+
+pub async fn register_table(
+    State(state): State<AppState>,
+    Extension(config): Extension<Arc<IcebergConfig>>,
+    caller: Caller,
+    Path((prefix, ns)): Path<(String, String)>,
+    headers: HeaderMap,
+    bytes: axum::body::Bytes,
+) -> IcebergResult<Response> {
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
+    let path: NamespacePath = ns_from_segment(&ns)?;
+    let req: RegisterRequest = body(&bytes)?;
+    flotilla_domain::names::validate_segment("table name", &req.name)
+        .map_err(|e| IcebergError::bad_request(e.0))?;
+    let metadata = commit::read_metadata(&ctx, &req.metadata_location).await?;
+    if !ctx.owns_location(metadata.location()) {
+        return Err(IcebergError::bad_request(format!(
+            "the table location {} is outside the catalog's warehouse",
+            metadata.location()
+        )));
+    }
+    if let Some(existing) = commit::load_record(&ctx, &path, &req.name).await?
+        && existing.value.managed_by.is_some()
+    {
+        return Err(api(relations::managed_error(&existing.value)));
+    }
+    relations::create_table(
+        &state,
+        &ctx.account,
+        ctx.catalog_id(),
+        &path,
+        CreateTable {
+            name: req.name,
+            schema: commit::schema_json(&metadata)?,
+            format: ICEBERG.to_owned(),
+            metadata_location: Some(req.metadata_location.clone()),
+            location: Some(metadata.location().to_owned()),
+            properties: Default::default(),
+        },
+        if req.overwrite {
+            OnConflict::Replace
+        } else {
+            OnConflict::Error
+        },
+        None,
+    )
+    .await
+    .map_err(api)?;
+    let v = load_result(&ctx, &headers, Some(&req.metadata_location), &metadata).await?;
+    Ok(Json(v).into_response())
+}

@@ -1,0 +1,926 @@
+//! The Iceberg REST endpoint in process: config and tokens, namespaces, tables, commits
+//! (requirements, stale bases, unknown outcomes, multi-table atomicity, directory
+//! generations), one table through two doors, views, isolation and overlay refusal.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use flotilla_core::auth::StaticTokens;
+use flotilla_core::clock::SystemClock;
+use flotilla_core::state::{AppState, Config};
+use flotilla_domain::keys;
+use flotilla_iceberg_rest::IcebergConfig;
+use flotilla_metastore::fault::{Fault, FaultInjectingMetastore};
+use flotilla_metastore::redb_store::RedbMetastore;
+use flotilla_metastore::{Consistency, Key, Metastore, Op, Transaction};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const OPERATOR: &str = "iceberg-operator-token";
+const ACME: &str = "iceberg-acme-token";
+const OTHER: &str = "iceberg-other-token";
+
+struct Env {
+    app: Router,
+    store: Arc<FaultInjectingMetastore<RedbMetastore>>,
+    _dir: tempfile::TempDir,
+    prefix: String,
+    catalog_id: String,
+}
+
+async fn call(
+    app: &Router,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(t) = token {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = match body {
+        Some(b) => req
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(serde_json::to_vec(&b).unwrap()))
+            .unwrap(),
+        None => req.body(Body::empty()).unwrap(),
+    };
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let v = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
+    };
+    (status, v)
+}
+
+async fn setup() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FaultInjectingMetastore::new(
+        RedbMetastore::in_memory().unwrap(),
+    ));
+    let mut tokens = StaticTokens::new();
+    tokens.add(OPERATOR, true, vec![]);
+    tokens.add(ACME, false, vec!["acme".into()]);
+    tokens.add(OTHER, false, vec!["other".into()]);
+    let state = AppState::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        Arc::new(tokens),
+        Config::default(),
+    );
+    let app = flotilla_iceberg_rest::router(
+        state,
+        IcebergConfig {
+            local_warehouse_root: Some(dir.path().join("warehouse")),
+            vending: None,
+        },
+    );
+    for a in ["acme", "other"] {
+        let (s, _) = call(
+            &app,
+            Method::POST,
+            "/v1/accounts",
+            Some(OPERATOR),
+            Some(json!({"id": a})),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CREATED);
+    }
+    let (s, cat) = call(
+        &app,
+        Method::POST,
+        "/v1/accounts/acme/catalogs",
+        Some(ACME),
+        Some(json!({"display_name": "lake"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{cat}");
+    let (s, cfg) = call(
+        &app,
+        Method::GET,
+        "/iceberg/v1/config?warehouse=acme/lake",
+        Some(ACME),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{cfg}");
+    let prefix = cfg["overrides"]["prefix"].as_str().unwrap().to_owned();
+    Env {
+        app,
+        store,
+        _dir: dir,
+        prefix,
+        catalog_id: cat["id"].as_str().unwrap().to_owned(),
+    }
+}
+
+fn schema() -> Value {
+    json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"},
+        {"id": 2, "name": "v", "required": false, "type": "string"},
+    ]})
+}
+
+impl Env {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        call(&self.app, method, path, Some(ACME), body).await
+    }
+
+    fn url(&self, rest: &str) -> String {
+        format!("/iceberg/v1/{}/{rest}", self.prefix)
+    }
+
+    async fn namespace(&self, name: &str) {
+        let (s, v) = self
+            .call(
+                Method::POST,
+                &self.url("namespaces"),
+                Some(json!({"namespace": [name]})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+
+    async fn table(&self, ns: &str, name: &str) -> Value {
+        let (s, v) = self
+            .call(
+                Method::POST,
+                &self.url(&format!("namespaces/{ns}/tables")),
+                Some(json!({"name": name, "schema": schema(), "properties": {"owner": "test"}})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v
+    }
+
+    async fn generation(&self) -> Option<Vec<u8>> {
+        let k = keys::directory_generation(&self.catalog_id);
+        self.store
+            .get(&Key::new(k.0, k.1), Consistency::Strong)
+            .await
+            .unwrap()
+            .map(|i| i.body)
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn snapshot(id: i64, parent: Option<i64>, seq: i64) -> Value {
+    let mut s = json!({
+        "snapshot-id": id,
+        "sequence-number": seq,
+        "timestamp-ms": now_ms() + id,
+        "manifest-list": format!("file:///nowhere/snap-{id}.avro"),
+        "summary": {"operation": "append"},
+        "schema-id": 0,
+    });
+    if let Some(p) = parent {
+        s["parent-snapshot-id"] = json!(p);
+    }
+    s
+}
+
+fn append(id: i64, base: Option<i64>, seq: i64) -> Value {
+    json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": base}],
+        "updates": [
+            {"action": "add-snapshot", "snapshot": snapshot(id, base, seq)},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": id},
+        ],
+    })
+}
+
+#[tokio::test]
+async fn config_lists_exactly_the_served_routes_and_resolves_warehouses() {
+    let env = setup().await;
+    let (s, cfg) = call(
+        &env.app,
+        Method::GET,
+        "/iceberg/v1/config?warehouse=acme/lake",
+        Some(ACME),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let listed: Vec<&str> = cfg["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(listed, flotilla_iceberg_rest::ENDPOINTS);
+    // The catalog id works in place of its name.
+    let by_id = format!("/iceberg/v1/config?warehouse=acme/{}", env.catalog_id);
+    let (s, cfg2) = call(&env.app, Method::GET, &by_id, Some(ACME), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(cfg2["overrides"]["prefix"], cfg["overrides"]["prefix"]);
+    // Every advertised route is routed (nothing listed answers "no such route").
+    env.namespace("probe").await;
+    env.table("probe", "t").await;
+    for e in flotilla_iceberg_rest::ENDPOINTS {
+        let (verb, path) = e.split_once(' ').unwrap();
+        let path = path
+            .replace("/v1/{prefix}", &format!("/iceberg/v1/{}", env.prefix))
+            .replace("{namespace}", "probe")
+            .replace("{table}", "t")
+            .replace("{view}", "nope");
+        let method = Method::from_bytes(verb.as_bytes()).unwrap();
+        let body = (method == Method::POST).then(|| json!({}));
+        let (s, v) = env.call(method, &path, body).await;
+        assert_ne!(s, StatusCode::METHOD_NOT_ALLOWED, "{e}: {v}");
+        if s == StatusCode::NOT_FOUND && verb != "HEAD" {
+            assert!(
+                v["error"]["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("NoSuch")),
+                "{e}: {v}"
+            );
+        }
+    }
+    // Unknown warehouse, missing warehouse, foreign account, no token.
+    let (s, v) = call(
+        &env.app,
+        Method::GET,
+        "/iceberg/v1/config?warehouse=acme/none",
+        Some(ACME),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    assert!(v["error"]["type"].is_string() && v["error"]["code"] == 404);
+    let (s, _) = call(
+        &env.app,
+        Method::GET,
+        "/iceberg/v1/config",
+        Some(ACME),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, v) = call(
+        &env.app,
+        Method::GET,
+        "/iceberg/v1/config?warehouse=acme/lake",
+        Some(OTHER),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    let (s, v) = call(
+        &env.app,
+        Method::GET,
+        "/iceberg/v1/config?warehouse=acme/lake",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(v["error"]["type"], "NotAuthorizedException");
+}
+
+async fn form(app: &Router, body: &str, basic: Option<&str>) -> (StatusCode, Value) {
+    let mut req = Request::builder()
+        .method(Method::POST)
+        .uri("/iceberg/v1/oauth/tokens")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(b) = basic {
+        use base64::Engine;
+        let enc = base64::engine::general_purpose::STANDARD.encode(b);
+        req = req.header(header::AUTHORIZATION, format!("Basic {enc}"));
+    }
+    let resp = app
+        .clone()
+        .oneshot(req.body(Body::from(body.to_owned())).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn oauth_client_credentials_exchange() {
+    let env = setup().await;
+    let (s, v) = form(&env.app, &format!("grant_type=client_credentials&client_id=x&client_secret={ACME}&scope=PRINCIPAL_ROLE%3AALL"), None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["token_type"], "bearer");
+    let token = v["access_token"].as_str().unwrap();
+    let (s, _) = call(
+        &env.app,
+        Method::GET,
+        &env.url("namespaces"),
+        Some(token),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    // HTTP Basic, as DuckDB sends it.
+    let (s, _) = form(
+        &env.app,
+        "grant_type=client_credentials",
+        Some(&format!("anyone:{ACME}")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    // A wrong secret is refused and never echoed.
+    let (s, v) = form(
+        &env.app,
+        "grant_type=client_credentials&client_id=x&client_secret=wrong-secret-123",
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(v["error"], "invalid_client");
+    assert!(!v.to_string().contains("wrong-secret-123"));
+    let (s, v) = form(&env.app, "grant_type=password&client_secret=x", None).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"], "unsupported_grant_type");
+}
+
+#[tokio::test]
+async fn namespaces_round_trip() {
+    let env = setup().await;
+    env.namespace("a").await;
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces"),
+            Some(json!({"namespace": ["a", "b"], "properties": {"k": "1"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces"),
+            Some(json!({"namespace": ["a"]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(v["error"]["type"], "AlreadyExistsException");
+    let (_, v) = env.call(Method::GET, &env.url("namespaces"), None).await;
+    assert_eq!(v["namespaces"], json!([["a"]]));
+    let (_, v) = env
+        .call(Method::GET, &env.url("namespaces?parent=a"), None)
+        .await;
+    assert_eq!(v["namespaces"], json!([["a", "b"]]));
+    let (s, v) = env
+        .call(Method::GET, &env.url("namespaces/a%1Fb"), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["properties"], json!({"k": "1"}));
+    let (s, _) = env
+        .call(Method::HEAD, &env.url("namespaces/a%1Fb"), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = env
+        .call(Method::HEAD, &env.url("namespaces/zzz"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/a%1Fb/properties"),
+            Some(json!({"updates": {"x": "y"}, "removals": ["k", "missing"]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v,
+        json!({"updated": ["x"], "removed": ["k"], "missing": ["missing"]})
+    );
+    let (_, v) = env
+        .call(Method::GET, &env.url("namespaces/a%1Fb"), None)
+        .await;
+    assert_eq!(v["properties"], json!({"x": "y"}));
+    // Paging.
+    for i in 0..3 {
+        env.namespace(&format!("p{i}")).await;
+    }
+    let (_, v) = env
+        .call(Method::GET, &env.url("namespaces?pageSize=2"), None)
+        .await;
+    assert_eq!(v["namespaces"].as_array().unwrap().len(), 2);
+    let token = v["next-page-token"].as_str().unwrap().to_owned();
+    let (_, v2) = env
+        .call(
+            Method::GET,
+            &env.url(&format!("namespaces?pageSize=2&pageToken={token}")),
+            None,
+        )
+        .await;
+    assert_eq!(v2["namespaces"].as_array().unwrap().len(), 2);
+    // A non-empty namespace is not dropped.
+    let (s, v) = env
+        .call(Method::DELETE, &env.url("namespaces/a"), None)
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["error"]["type"], "NamespaceNotEmptyException");
+    let (s, _) = env
+        .call(Method::DELETE, &env.url("namespaces/a%1Fb"), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, v) = env
+        .call(Method::GET, &env.url("namespaces/a%1Fb"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["type"], "NoSuchNamespaceException");
+}
+
+#[tokio::test]
+async fn one_table_two_doors_and_directory_generations() {
+    let env = setup().await;
+    env.namespace("db").await;
+    let created = env.table("db", "events").await;
+    let loc = created["metadata-location"].as_str().unwrap().to_owned();
+    assert!(
+        loc.starts_with("file:///") && loc.ends_with(".metadata.json"),
+        "{loc}"
+    );
+    assert_eq!(created["metadata"]["properties"]["owner"], "test");
+    // The same table through /v1.
+    let v1 = format!(
+        "/v1/accounts/acme/catalogs/{}/namespaces/db/tables/events",
+        env.catalog_id
+    );
+    let (s, t) = env.call(Method::GET, &v1, None).await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    assert_eq!(t["format"], "ICEBERG");
+    assert_eq!(t["metadata_location"], loc.as_str());
+    assert_eq!(t["schema"]["fields"][1]["name"], "v");
+    let (_, listed) = env
+        .call(Method::GET, &env.url("namespaces/db/tables"), None)
+        .await;
+    assert_eq!(
+        listed["identifiers"],
+        json!([{"namespace": ["db"], "name": "events"}])
+    );
+
+    // A data-only commit leaves the directory generation alone.
+    let gen0 = env.generation().await;
+    let (s, c) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/events"),
+            Some(append(10, None, 1)),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    assert_eq!(env.generation().await, gen0);
+    let loc1 = c["metadata-location"].as_str().unwrap().to_owned();
+    assert_ne!(loc1, loc);
+    assert!(loc1.contains("/metadata/00001-"), "{loc1}");
+    let (_, t) = env.call(Method::GET, &v1, None).await;
+    assert_eq!(t["metadata_location"], loc1.as_str());
+    let (_, l) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/events"), None)
+        .await;
+    assert_eq!(l["metadata"]["current-snapshot-id"], 10);
+    assert_eq!(
+        l["metadata"]["metadata-log"][0]["metadata-file"],
+        loc.as_str()
+    );
+
+    // A schema change moves it, and /v1 shows the new schema.
+    let evolve = json!({
+        "requirements": [{"type": "assert-current-schema-id", "current-schema-id": 0}],
+        "updates": [
+            {"action": "add-schema", "schema": {"type": "struct", "schema-id": 1, "fields": [
+                {"id": 1, "name": "id", "required": true, "type": "long"},
+                {"id": 2, "name": "v", "required": false, "type": "string"},
+                {"id": 3, "name": "extra", "required": false, "type": "int"},
+            ]}},
+            {"action": "set-current-schema", "schema-id": -1},
+        ],
+    });
+    let (s, c) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/events"),
+            Some(evolve.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    assert_ne!(env.generation().await, gen0);
+    let (_, t) = env.call(Method::GET, &v1, None).await;
+    assert_eq!(t["schema"]["fields"][2]["name"], "extra");
+    // The same requirement is now stale.
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/events"),
+            Some(evolve),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(v["error"]["type"], "CommitFailedException");
+
+    // A table created through /v1 with a metadata location loads here.
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &format!("/v1/accounts/acme/catalogs/{}/namespaces/db/tables", env.catalog_id),
+            Some(json!({"name": "registered", "schema": schema(), "format": "ICEBERG", "metadata_location": loc})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, l) = env
+        .call(
+            Method::GET,
+            &env.url("namespaces/db/tables/registered"),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{l}");
+    assert_eq!(l["metadata-location"], loc.as_str());
+    // ... but a metadata location outside the warehouse is refused, not read.
+    let (s, _) = env
+        .call(
+            Method::POST,
+            &format!("/v1/accounts/acme/catalogs/{}/namespaces/db/tables", env.catalog_id),
+            Some(json!({"name": "outside", "schema": schema(), "format": "ICEBERG", "metadata_location": "file:///etc/passwd"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, v) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/outside"), None)
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(!v.to_string().contains("root:"));
+
+    // Rename, exists, drop with purge.
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("tables/rename"),
+            Some(json!({
+                "source": {"namespace": ["db"], "name": "events"},
+                "destination": {"namespace": ["db"], "name": "events2"},
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
+    let (s, _) = env
+        .call(Method::HEAD, &env.url("namespaces/db/tables/events"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = env
+        .call(Method::HEAD, &env.url("namespaces/db/tables/events2"), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let table_dir = created["metadata"]["location"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("file://")
+        .unwrap()
+        .to_owned();
+    assert!(std::path::Path::new(&table_dir).join("metadata").exists());
+    let (s, _) = env
+        .call(
+            Method::DELETE,
+            &env.url("namespaces/db/tables/events2?purgeRequested=true"),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    assert!(
+        !std::path::Path::new(&table_dir)
+            .join("metadata")
+            .join(loc.rsplit('/').next().unwrap())
+            .exists()
+    );
+    let (s, v) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/events2"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["type"], "NoSuchTableException");
+    let (s, v) = env
+        .call(Method::GET, &env.url("namespaces/nope/tables/x"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["type"], "NoSuchNamespaceException");
+}
+
+#[tokio::test]
+async fn stale_base_is_commit_failed_and_changes_nothing() {
+    let env = setup().await;
+    env.namespace("db").await;
+    env.table("db", "t").await;
+    let url = env.url("namespaces/db/tables/t");
+    let (s, first) = env.call(Method::POST, &url, Some(append(1, None, 1))).await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    // A second writer on the same (empty) base loses.
+    let (s, v) = env.call(Method::POST, &url, Some(append(2, None, 1))).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["error"]["type"], "CommitFailedException");
+    let (_, l) = env.call(Method::GET, &url, None).await;
+    assert_eq!(l["metadata-location"], first["metadata-location"]);
+    assert_eq!(l["metadata"]["current-snapshot-id"], 1);
+    // Retrying on the new base lands.
+    let (s, v) = env
+        .call(Method::POST, &url, Some(append(2, Some(1), 2)))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // Bad updates are 400 and change nothing.
+    let (s, v) = env
+        .call(Method::POST, &url, Some(json!({"requirements": [], "updates": [{"action": "set-current-schema", "schema-id": 42}]})))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &url,
+            Some(json!({"updates": [{"action": "no-such-action"}]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["type"], "BadRequestException");
+    let (_, l) = env.call(Method::GET, &url, None).await;
+    assert_eq!(l["metadata"]["current-snapshot-id"], 2);
+}
+
+#[tokio::test]
+async fn unknown_store_outcome_is_reported_not_guessed() {
+    let env = setup().await;
+    env.namespace("db").await;
+    env.table("db", "t").await;
+    let url = env.url("namespaces/db/tables/t");
+    // The write landed but the answer was lost: the pointer shows it, so the commit succeeds.
+    env.store.fail_when(Fault::ApplyThenUnknown, 1, |_| true);
+    let (s, v) = env.call(Method::POST, &url, Some(append(1, None, 1))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, l) = env.call(Method::GET, &url, None).await;
+    assert_eq!(l["metadata"]["current-snapshot-id"], 1);
+    // It did not land: the state is unknown to the server, and it says so with a 5xx.
+    env.store.fail_when(Fault::UnknownNotApplied, 1, |_| true);
+    let (s, v) = env
+        .call(Method::POST, &url, Some(append(2, Some(1), 2)))
+        .await;
+    assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
+    assert_eq!(v["error"]["type"], "CommitStateUnknownException");
+    assert!(!v.to_string().contains("injected"));
+    // A retryable failure is retried inside the request.
+    env.store.fail_when(Fault::FailBeforeApply, 1, |_| true);
+    let (s, v) = env
+        .call(Method::POST, &url, Some(append(3, Some(1), 2)))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+}
+
+#[tokio::test]
+async fn multi_table_transaction_is_all_or_nothing() {
+    let env = setup().await;
+    env.namespace("db").await;
+    env.table("db", "a").await;
+    env.table("db", "b").await;
+    let with_id = |name: &str, body: Value| {
+        let mut b = body;
+        b["identifier"] = json!({"namespace": ["db"], "name": name});
+        b
+    };
+    let tx = json!({"table-changes": [with_id("a", append(1, None, 1)), with_id("b", append(2, None, 1))]});
+    let (s, v) = env
+        .call(Method::POST, &env.url("transactions/commit"), Some(tx))
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
+    // One stale member fails the whole transaction.
+    let tx = json!({"table-changes": [with_id("a", append(3, Some(1), 2)), with_id("b", append(4, None, 1))]});
+    let (s, v) = env
+        .call(Method::POST, &env.url("transactions/commit"), Some(tx))
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    let (_, a) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/a"), None)
+        .await;
+    let (_, b) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/b"), None)
+        .await;
+    assert_eq!(a["metadata"]["current-snapshot-id"], 1);
+    assert_eq!(b["metadata"]["current-snapshot-id"], 2);
+    // A lost store write fails it too, atomically.
+    env.store.fail_when(Fault::FailBeforeApply, 8, |_| true);
+    let tx = json!({"table-changes": [with_id("a", append(3, Some(1), 2)), with_id("b", append(4, Some(2), 2))]});
+    let (s, _) = env
+        .call(Method::POST, &env.url("transactions/commit"), Some(tx))
+        .await;
+    assert!(s == StatusCode::CONFLICT || s.is_server_error(), "{s}");
+    env.store.clear();
+    let (_, a) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/a"), None)
+        .await;
+    let (_, b) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/b"), None)
+        .await;
+    assert_eq!(a["metadata"]["current-snapshot-id"], 1);
+    assert_eq!(b["metadata"]["current-snapshot-id"], 2);
+}
+
+#[tokio::test]
+async fn staged_create_commits_with_assert_create() {
+    let env = setup().await;
+    env.namespace("db").await;
+    let (s, staged) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables"),
+            Some(json!({"name": "s", "schema": schema(), "stage-create": true})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{staged}");
+    assert!(staged.get("metadata-location").is_none());
+    let (s, _) = env
+        .call(Method::HEAD, &env.url("namespaces/db/tables/s"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let m = &staged["metadata"];
+    let commit = json!({
+        "requirements": [{"type": "assert-create"}],
+        "updates": [
+            {"action": "assign-uuid", "uuid": m["table-uuid"]},
+            {"action": "upgrade-format-version", "format-version": 2},
+            {"action": "add-schema", "schema": m["schemas"][0]},
+            {"action": "set-current-schema", "schema-id": -1},
+            {"action": "set-location", "location": m["location"]},
+            {"action": "set-properties", "updates": {"k": "v"}},
+        ],
+    });
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/s"),
+            Some(commit.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["metadata"]["table-uuid"], m["table-uuid"]);
+    assert_eq!(v["metadata"]["properties"]["k"], "v");
+    let (s, _) = env
+        .call(Method::HEAD, &env.url("namespaces/db/tables/s"), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/s"),
+            Some(commit),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+}
+
+#[tokio::test]
+async fn other_accounts_see_nothing_and_overlays_are_read_only() {
+    let env = setup().await;
+    env.namespace("db").await;
+    env.table("db", "t").await;
+    let url = env.url("namespaces/db/tables/t");
+    for (m, p, b) in [
+        (Method::GET, env.url("namespaces"), None),
+        (Method::GET, env.url("namespaces/db/tables"), None),
+        (Method::GET, url.clone(), None),
+        (Method::POST, url.clone(), Some(append(1, None, 1))),
+        (Method::DELETE, url.clone(), None),
+    ] {
+        let (s, v) = call(&env.app, m.clone(), &p, Some(OTHER), b).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{m} {p}: {v}");
+        assert!(!v.to_string().contains("\"t\""), "{v}");
+    }
+    let (s, _) = call(&env.app, Method::GET, &url, None, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+
+    // Mark the table overlay-managed, as materialization does.
+    let k = keys::relation(
+        &env.catalog_id,
+        &flotilla_domain::names::NamespacePath::new(vec!["db".into()]).unwrap(),
+        "t",
+    );
+    let key = Key::new(k.0, k.1);
+    let item = env
+        .store
+        .get(&key, Consistency::Strong)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut rec: Value = serde_json::from_slice(&item.body).unwrap();
+    rec["managed_by"] = json!({
+        "integration_id": "int1", "overlay_id": "ov-42", "external_id": "x", "stable": true,
+        "upstream_namespace": ["u"], "upstream_name": "t",
+    });
+    env.store
+        .transact(Transaction::new().with(Op::replace(
+            key,
+            item.version,
+            serde_json::to_vec(&rec).unwrap(),
+        )))
+        .await
+        .unwrap();
+    let (s, _) = env.call(Method::GET, &url, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = env.call(Method::POST, &url, Some(append(1, None, 1))).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(v["error"]["type"], "ForbiddenException");
+    assert!(v["error"]["message"].as_str().unwrap().contains("ov-42"));
+    let (s, v) = env.call(Method::DELETE, &url, None).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("ov-42"));
+}
+
+#[tokio::test]
+async fn views_round_trip() {
+    let env = setup().await;
+    env.namespace("db").await;
+    let version = |id: i64, sql: &str| {
+        json!({
+            "version-id": id, "schema-id": 0, "timestamp-ms": 1_700_000_000_000i64,
+            "summary": {"engine-name": "test"},
+            "representations": [{"type": "sql", "sql": sql, "dialect": "spark"}],
+            "default-namespace": ["db"],
+        })
+    };
+    let (s, v) = env
+        .call(Method::POST, &env.url("namespaces/db/views"), Some(json!({
+            "name": "v", "schema": schema(), "view-version": version(1, "SELECT 1"), "properties": {},
+        })))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let uuid = v["metadata"]["view-uuid"].clone();
+    let v1 = format!(
+        "/v1/accounts/acme/catalogs/{}/namespaces/db/views/v",
+        env.catalog_id
+    );
+    let (s, rec) = env.call(Method::GET, &v1, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(rec["definitions"][0]["sql"], "SELECT 1");
+    let (_, l) = env
+        .call(Method::GET, &env.url("namespaces/db/views"), None)
+        .await;
+    assert_eq!(
+        l["identifiers"],
+        json!([{"namespace": ["db"], "name": "v"}])
+    );
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/views/v"),
+            Some(json!({
+                "requirements": [{"type": "assert-view-uuid", "uuid": uuid}],
+                "updates": [
+                    {"action": "add-view-version", "view-version": version(2, "SELECT 2")},
+                    {"action": "set-current-view-version", "view-version-id": -1},
+                ],
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, rec) = env.call(Method::GET, &v1, None).await;
+    assert_eq!(rec["definitions"][0]["sql"], "SELECT 2");
+    let (s, v) = env
+        .call(Method::POST, &env.url("namespaces/db/views/v"), Some(json!({
+            "requirements": [{"type": "assert-view-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}],
+            "updates": [],
+        })))
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    let (s, _) = env
+        .call(
+            Method::POST,
+            &env.url("views/rename"),
+            Some(json!({
+                "source": {"namespace": ["db"], "name": "v"},
+                "destination": {"namespace": ["db"], "name": "w"},
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, l) = env
+        .call(Method::GET, &env.url("namespaces/db/views/w"), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(l["metadata"]["current-version-id"], 2);
+    // A view is not a table.
+    let (s, _) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/w"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = env
+        .call(Method::DELETE, &env.url("namespaces/db/views/w"), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, v) = env
+        .call(Method::HEAD, &env.url("namespaces/db/views/w"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+}
