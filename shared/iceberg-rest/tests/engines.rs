@@ -42,12 +42,13 @@ async fn serve() -> Served {
         allow_insecure_upstreams: false,
         bootstrap_token: Some(OPERATOR.to_owned()),
         tokens_file: Some(tokens),
+        warehouse_root: None,
     };
     let stack = flotilla_runtime::local::build(&opts).expect("local stack");
     let app = flotilla_iceberg_rest::router(
         stack.state,
         IcebergConfig {
-            local_warehouse_root: Some(data.canonicalize().unwrap().join("warehouse")),
+            local_warehouse_root: Some(opts.warehouse_root().canonicalize().unwrap()),
             vending: None,
         },
     );
