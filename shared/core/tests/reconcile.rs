@@ -719,11 +719,13 @@ async fn an_overlay_patch_mid_run_fails_the_remaining_publications(kind: Kind) {
     });
     let router = env.h.router.clone();
     let path = ovl_path(&env.overlay);
+    let etag = env.h.get(&path, ACME).await.etag();
     *hooked.hook.lock().await = Some(Box::pin(async move {
         let req = Request::builder()
             .method(Method::PATCH)
             .uri(path)
             .header("authorization", format!("Bearer {ACME}"))
+            .header("if-match", etag)
             .header("content-type", "application/json")
             .body(Body::from(
                 json!({"exclude_namespaces": [["tmp"]]}).to_string(),
