@@ -473,14 +473,16 @@ mod tests {
     fn summary_shows_counts_conflicts_and_skips() {
         let v = json!({
             "created": 3, "updated": 1, "unchanged": 7, "retired": 0, "duration_ms": 42,
-            "conflicts": [{"path": ["crm", "orders"], "code": "MAPPING_CONFLICT", "reason": "exists"}],
+            "conflicts": [{"path": ["crm", "orders"], "kind": "TABLE",
+                           "holder": {"type": "LOCAL", "kind": "VIEW"},
+                           "code": "MAPPING_CONFLICT", "reason": "exists"}],
             "skipped": [["tmp"]]
         });
         let t = render_summary(&v);
         assert!(t.contains("created:") && t.contains("3"), "{t}");
         assert!(t.contains("conflicts: 1"), "{t}");
         assert!(
-            t.contains("crm.orders") && t.contains("MAPPING_CONFLICT"),
+            t.contains("crm.orders") && t.contains("TABLE") && t.contains("local VIEW"),
             "{t}"
         );
         assert!(t.contains("skipped: 1") && t.contains("  tmp"), "{t}");
