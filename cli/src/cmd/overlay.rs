@@ -117,7 +117,11 @@ fn holder(v: &Value) -> String {
 }
 
 fn yes_no(v: &Value) -> &'static str {
-    if v.as_bool() == Some(true) { "yes" } else { "no" }
+    if v.as_bool() == Some(true) {
+        "yes"
+    } else {
+        "no"
+    }
 }
 
 fn counts(v: &Value) -> String {
@@ -177,11 +181,18 @@ pub fn render_last_run(run: &Value) -> String {
     let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     let mut out = String::from("last reconcile:\n");
     for (k, v) in lines {
-        out.push_str(&format!("  {:width$}  {}\n", format!("{k}:"), v, width = width));
+        out.push_str(&format!(
+            "  {:width$}  {}\n",
+            format!("{k}:"),
+            v,
+            width = width
+        ));
     }
     let conflicts = run["conflicts"].as_array().cloned().unwrap_or_default();
     if !conflicts.is_empty() {
-        let total = run["conflicts_total"].as_u64().unwrap_or(conflicts.len() as u64);
+        let total = run["conflicts_total"]
+            .as_u64()
+            .unwrap_or(conflicts.len() as u64);
         out.push_str(&format!("  conflicts: {total}\n"));
         for line in render_table(CONFLICT_COLUMNS, &conflicts).lines() {
             out.push_str(&format!("    {line}\n"));
@@ -462,9 +473,18 @@ mod tests {
             t.contains("MAPPING_CONFLICT in PREFLIGHT (retryable: no)"),
             "{t}"
         );
-        assert!(t.contains("consecutive_failures:") && t.contains("2"), "{t}");
-        assert!(t.contains("last_success_time:") && t.contains("never"), "{t}");
-        assert!(t.contains("crm.orders") && t.contains("overlay o2 TABLE"), "{t}");
+        assert!(
+            t.contains("consecutive_failures:") && t.contains("2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("last_success_time:") && t.contains("never"),
+            "{t}"
+        );
+        assert!(
+            t.contains("crm.orders") && t.contains("overlay o2 TABLE"),
+            "{t}"
+        );
         let never = render_overlay(&json!({"id": "o1", "last_reconcile": null}));
         assert!(never.contains("last reconcile:  never"), "{never}");
     }

@@ -471,12 +471,18 @@ async fn sqs_permanent_failures_are_recorded_and_acknowledged_transient_ones_rea
         ));
     send_raw(&client, &url, &current.to_body()).await;
     drain(&env, &client, &url).await;
-    assert!(dlq_bodies(&client, &dlq).await.is_empty(), "not dead-lettered");
+    assert!(
+        dlq_bodies(&client, &dlq).await.is_empty(),
+        "not dead-lettered"
+    );
     let run = last_run(&env).await;
     assert_eq!(run["outcome"], "FAILED", "{run}");
     assert_eq!(run["error"]["code"], "UPSTREAM_AUTHENTICATION");
     assert_eq!(run["error"]["retryable"], false);
-    assert_eq!(run["consecutive_failures"], 1, "handled once, not redelivered");
+    assert_eq!(
+        run["consecutive_failures"], 1,
+        "handled once, not redelivered"
+    );
     // Upstream unavailable: transient. Redelivered until maxReceiveCount, then the DLQ.
     env.fx.clear_faults();
     env.fx
@@ -488,6 +494,13 @@ async fn sqs_permanent_failures_are_recorded_and_acknowledged_transient_ones_rea
     assert_eq!(dlq_bodies(&client, &dlq).await, vec![current.to_body()]);
     let run = last_run(&env).await;
     assert_eq!(run["error"]["code"], "UPSTREAM_UNAVAILABLE", "{run}");
-    assert_eq!(run["consecutive_failures"], 3, "two deliveries of the transient failure");
-    assert_eq!(relation_count(&env).await, 0, "a failed run publishes nothing");
+    assert_eq!(
+        run["consecutive_failures"], 3,
+        "two deliveries of the transient failure"
+    );
+    assert_eq!(
+        relation_count(&env).await,
+        0,
+        "a failed run publishes nothing"
+    );
 }

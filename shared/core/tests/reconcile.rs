@@ -297,7 +297,11 @@ async fn a_failed_branch_fails_the_run_and_nothing_is_published_or_retired() {
     // The RPC answers 503 without detail; the cause is in the overlay.
     let r = env
         .h
-        .post(&format!("{}/reconcile", ovl_path(&env.overlay)), ACME, json!({}))
+        .post(
+            &format!("{}/reconcile", ovl_path(&env.overlay)),
+            ACME,
+            json!({}),
+        )
         .await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
     assert_eq!(env.last_run().await["consecutive_failures"], 2);
@@ -307,7 +311,10 @@ async fn a_failed_branch_fails_the_run_and_nothing_is_published_or_retired() {
     assert!(env.rel(&["hr"], "people").await.is_none());
     let run = env.last_run().await;
     assert_eq!(
-        (run["outcome"].as_str(), run["consecutive_failures"].as_u64()),
+        (
+            run["outcome"].as_str(),
+            run["consecutive_failures"].as_u64()
+        ),
         (Some("SUCCEEDED"), Some(0)),
         "{run}"
     );
@@ -387,7 +394,11 @@ async fn collisions_with_local_relations_and_other_overlays_fail_the_whole_run(k
     // The RPC answers 409 MAPPING_CONFLICT listing every conflict; the overlay records it.
     let r = env
         .h
-        .post(&format!("{}/reconcile", ovl_path(&env.overlay)), ACME, json!({}))
+        .post(
+            &format!("{}/reconcile", ovl_path(&env.overlay)),
+            ACME,
+            json!({}),
+        )
         .await;
     assert_eq!(
         (r.status, r.code()),
@@ -400,9 +411,9 @@ async fn collisions_with_local_relations_and_other_overlays_fail_the_whole_run(k
         .expect("conflicts");
     assert_eq!(conflicts.len(), 2, "{:?}", r.body);
     assert!(
-        conflicts
-            .iter()
-            .all(|c| c["path"].is_array() && c["kind"] == "TABLE" && c["holder"]["type"].is_string())
+        conflicts.iter().all(|c| c["path"].is_array()
+            && c["kind"] == "TABLE"
+            && c["holder"]["type"].is_string())
     );
     let run = env.last_run().await;
     assert_eq!(run["outcome"], "FAILED");
@@ -493,7 +504,10 @@ async fn shared_stable_identities_and_wrong_objects_are_conflicts() {
         ],
         "{list:?}"
     );
-    assert!(list.iter().any(|c| c.reason.contains("same stable identity")));
+    assert!(
+        list.iter()
+            .any(|c| c.reason.contains("same stable identity"))
+    );
     assert!(list.iter().any(|c| c.reason.contains("answered for")));
     assert!(
         env.relations().await.is_empty(),

@@ -86,7 +86,12 @@ async fn listings_answering_every_depth_keep_direct_children_and_count_the_rest(
     assert_eq!(paths, vec![json!(["hr"]), json!(["sales"])]);
     assert_eq!(r.body["dropped"], 2, "{:?}", r.body);
     let r = env.h.get(&format!("{path}?parent=sales"), ACME).await;
-    assert_eq!(r.body["items"], json!([{"path": ["sales", "eu"]}]), "{:?}", r.body);
+    assert_eq!(
+        r.body["items"],
+        json!([{"path": ["sales", "eu"]}]),
+        "{:?}",
+        r.body
+    );
     assert_eq!(r.body["dropped"], 1);
 }
 
@@ -173,7 +178,10 @@ impl Connector for StrayConnector {
 async fn table_listings_naming_other_namespaces_are_dropped_and_counted() {
     let env = Env::new(sample_fixture().await, json!([])).await;
     let s = env.run_with(&StrayConnector).await.expect("run");
-    assert_eq!(s.dropped.tables, 3, "one stray per selected namespace: {s:?}");
+    assert_eq!(
+        s.dropped.tables, 3,
+        "one stray per selected namespace: {s:?}"
+    );
     assert_eq!(s.tables.created, 3);
     assert!(
         !env.rel_names().await.iter().any(|n| n.contains("intruder")),
@@ -260,7 +268,11 @@ async fn an_endless_upstream_listing_fails_the_run_at_its_bound() {
     let before = env.catalog_items().await;
     let r = env
         .h
-        .post(&format!("{}/reconcile", ovl_path(&env.overlay)), ACME, json!({}))
+        .post(
+            &format!("{}/reconcile", ovl_path(&env.overlay)),
+            ACME,
+            json!({}),
+        )
         .await;
     assert_eq!(
         (r.status, r.code()),
@@ -348,7 +360,11 @@ async fn an_upstream_object_too_large_to_store_fails_preflight_naming_it() {
     let before = env.catalog_items().await;
     let r = env
         .h
-        .post(&format!("{}/reconcile", ovl_path(&env.overlay)), ACME, json!({}))
+        .post(
+            &format!("{}/reconcile", ovl_path(&env.overlay)),
+            ACME,
+            json!({}),
+        )
         .await;
     assert_eq!(
         (r.status, r.code()),
@@ -479,7 +495,11 @@ async fn a_run_over_its_time_budget_fails_before_publishing() {
         matches!(err, ReconcileError::Exceeded(_)) && !err.is_retryable(),
         "{err:?}"
     );
-    assert_eq!(env.catalog_items().await, before, "nothing partial published");
+    assert_eq!(
+        env.catalog_items().await,
+        before,
+        "nothing partial published"
+    );
     let run = env.last_run().await;
     assert_eq!(run["error"]["code"], "DEADLINE_EXCEEDED", "{run}");
     assert_eq!(run["error"]["stage"], "DISCOVERY");
@@ -502,11 +522,10 @@ async fn runs_are_counted_by_outcome() {
         runs("failed_permanent"),
     );
     env.run().await.expect("run");
-    env.fx.add_fault(
-        flotilla_testkit::iceberg_fixture::IcebergFaultRule::always(
+    env.fx
+        .add_fault(flotilla_testkit::iceberg_fixture::IcebergFaultRule::always(
             flotilla_testkit::iceberg_fixture::IcebergFault::Status(503),
-        ),
-    );
+        ));
     env.run().await.expect_err("upstream down");
     env.fx.clear_faults();
     env.fx.add_table(&["hr"], "both");
@@ -595,10 +614,19 @@ async fn send_full(
         .await
         .expect("body")
         .to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
-async fn send(router: &axum::Router, method: Method, path: String, token: &str, body: Value) -> u16 {
+async fn send(
+    router: &axum::Router,
+    method: Method,
+    path: String,
+    token: &str,
+    body: Value,
+) -> u16 {
     send_full(router, method, path, token, body, None).await.0
 }
 
@@ -661,7 +689,11 @@ async fn apply(change: Change, env_router: axum::Router, store: Arc<Store>, ids:
 async fn run_with_change(
     change: Change,
     at: usize,
-) -> (Result<(), ReconcileError>, Vec<(String, Vec<u8>)>, Vec<(String, Vec<u8>)>) {
+) -> (
+    Result<(), ReconcileError>,
+    Vec<(String, Vec<u8>)>,
+    Vec<(String, Vec<u8>)>,
+) {
     let env = Env::new(sample_fixture().await, json!([])).await;
     let hooked = Arc::new(HookStore {
         inner: env.store.clone(),
@@ -669,8 +701,7 @@ async fn run_with_change(
         at,
         hook: tokio::sync::Mutex::new(None),
     });
-    let snapshot: Arc<tokio::sync::Mutex<Option<Vec<(String, Vec<u8>)>>>> =
-        Arc::new(tokio::sync::Mutex::new(None));
+    let snapshot: Arc<tokio::sync::Mutex<Option<Rows>>> = Arc::new(tokio::sync::Mutex::new(None));
     let (router, store, snap) = (env.h.router.clone(), env.store.clone(), snapshot.clone());
     let ids = (env.integration.clone(), env.catalog.clone());
     let pk = keys::catalog_pk(&env.catalog);
@@ -690,7 +721,8 @@ async fn run_with_change(
     )
     .await
     .map(|_| ());
-    let after = catalog_rows(support::items(env.dyn_store(), &keys::catalog_pk(&env.catalog), "").await);
+    let after =
+        catalog_rows(support::items(env.dyn_store(), &keys::catalog_pk(&env.catalog), "").await);
     let before = snapshot
         .lock()
         .await
@@ -699,7 +731,10 @@ async fn run_with_change(
     (r, before, after)
 }
 
-fn catalog_rows(items: Vec<Item>) -> Vec<(String, Vec<u8>)> {
+/// A catalog's namespaces, relations and claims: key and body.
+type Rows = Vec<(String, Vec<u8>)>;
+
+fn catalog_rows(items: Vec<Item>) -> Rows {
     items
         .into_iter()
         .filter(|i| {
@@ -724,7 +759,9 @@ async fn fenced_at_every_step(change: Change) {
     assert!(steps >= 4, "{steps}");
     for at in 1..=steps {
         let (r, before, after) = run_with_change(change, at).await;
-        let err = r.expect_err(&format!("{change:?} at step {at}: the run must not succeed"));
+        let err = r.expect_err(&format!(
+            "{change:?} at step {at}: the run must not succeed"
+        ));
         assert!(
             matches!(err, ReconcileError::FenceLost | ReconcileError::Deleting(_)),
             "{change:?} at step {at}: {err:?}"

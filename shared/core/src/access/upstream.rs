@@ -272,12 +272,13 @@ pub async fn list_namespaces(
     let dropped = AtomicU64::new(0);
     let dropped_ref = &dropped;
     let (items, next) = page_through(tag, &[true], page_size, token, |_, t, h| async move {
-        let mut page = client.list_namespaces(parent, t.as_deref(), Some(h)).await?;
+        let mut page = client
+            .list_namespaces(parent, t.as_deref(), Some(h))
+            .await?;
         let levels = parent.map(NamespacePath::levels).unwrap_or(&[]);
         let before = page.items.len();
-        page.items.retain(|ns| {
-            ns.levels().len() == levels.len() + 1 && ns.levels().starts_with(levels)
-        });
+        page.items
+            .retain(|ns| ns.levels().len() == levels.len() + 1 && ns.levels().starts_with(levels));
         dropped_ref.fetch_add((before - page.items.len()) as u64, Ordering::Relaxed);
         Ok(page)
     })

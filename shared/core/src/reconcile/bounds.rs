@@ -136,7 +136,10 @@ impl std::fmt::Display for Exceeded {
                 write!(f, "the run gathered more than {limit} upstream items")
             }
             Exceeded::RunBytes { limit } => {
-                write!(f, "the run gathered more than {limit} bytes of upstream metadata")
+                write!(
+                    f,
+                    "the run gathered more than {limit} bytes of upstream metadata"
+                )
             }
             Exceeded::Deadline { budget_ms } => write!(
                 f,
@@ -302,7 +305,10 @@ mod tests {
         assert!(two.add(1, 10).is_ok());
         assert_eq!(two.add(2, 10), Err(Exceeded::RunItems { limit: 8 }));
         let mut three = b.listing();
-        assert_eq!(three.add(0, 1001), Err(Exceeded::ListingBytes { limit: 1000 }));
+        assert_eq!(
+            three.add(0, 1001),
+            Err(Exceeded::ListingBytes { limit: 1000 })
+        );
         assert!(b.check_time().is_ok());
         clock.advance_ms(50);
         assert_eq!(b.check_time(), Err(Exceeded::Deadline { budget_ms: 50 }));

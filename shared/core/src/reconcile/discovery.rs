@@ -15,13 +15,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 
 use flotilla_catalog_access::spi::{
-    CatalogAccessError, CatalogClient, LoadTableOutcome, NamespacePath as UpPath, Page,
-    TableIdent, TableMetadata, ViewMetadata,
+    CatalogAccessError, CatalogClient, LoadTableOutcome, NamespacePath as UpPath, Page, TableIdent,
+    TableMetadata, ViewMetadata,
 };
 use flotilla_domain::names::NamespacePath;
 use flotilla_domain::selection::Selection;
-use futures::{StreamExt, TryStreamExt};
 use futures::stream;
+use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
 use super::bounds::{Budget, Exceeded, Weight};
@@ -212,33 +212,30 @@ pub async fn discover(
     let mut visited: HashSet<Vec<String>> = HashSet::new();
     let mut frontier: Vec<Option<NamespacePath>> = vec![None];
     while !frontier.is_empty() {
-        let listed: Vec<(Option<NamespacePath>, Vec<UpPath>)> =
-            stream::iter(frontier)
-                .map(|parent| async move {
-                    let up_parent = parent.as_ref().map(up);
-                    let at = segments(parent.as_ref());
-                    let children =
-                        all_pages(budget, &at, "listing namespaces", |t| {
-                            let p = up_parent.clone();
-                            async move {
-                                client
-                                    .list_namespaces(p.as_ref(), t.as_deref(), Some(PAGE_SIZE))
-                                    .await
-                            }
-                        })
-                        .await?;
-                    Ok::<_, ReconcileError>((parent, children))
+        let listed: Vec<(Option<NamespacePath>, Vec<UpPath>)> = stream::iter(frontier)
+            .map(|parent| async move {
+                let up_parent = parent.as_ref().map(up);
+                let at = segments(parent.as_ref());
+                let children = all_pages(budget, &at, "listing namespaces", |t| {
+                    let p = up_parent.clone();
+                    async move {
+                        client
+                            .list_namespaces(p.as_ref(), t.as_deref(), Some(PAGE_SIZE))
+                            .await
+                    }
                 })
-                .buffer_unordered(concurrency)
-                .try_collect()
                 .await?;
+                Ok::<_, ReconcileError>((parent, children))
+            })
+            .buffer_unordered(concurrency)
+            .try_collect()
+            .await?;
         let mut next = Vec::new();
         for (parent, children) in listed {
             let parent_levels = segments(parent.as_ref());
             for child in children {
                 let levels = child.0;
-                if levels.len() != parent_levels.len() + 1 || !levels.starts_with(&parent_levels)
-                {
+                if levels.len() != parent_levels.len() + 1 || !levels.starts_with(&parent_levels) {
                     out.dropped.namespaces += 1;
                     continue;
                 }
@@ -280,39 +277,34 @@ pub async fn discover(
         })
         .cloned()
         .collect();
-    let props: Vec<Option<(NamespacePath, BTreeMap<String, String>)>> =
-        stream::iter(wanted)
-            .map(|ns| async move {
-                let at = ns.segments().to_vec();
-                match call(budget, &at, "loading namespace properties", async {
-                    client.load_namespace_properties(&up(&ns)).await
-                })
-                .await
-                {
-                    Ok(p) => {
-                        let bytes: usize = p.iter().map(|(k, v)| k.len() + v.len()).sum();
-                        budget.charge(1, bytes)?;
-                        Ok(Some((ns, p)))
-                    }
-                    Err(ReconcileError::Upstream {
-                        error: CatalogAccessError::Unsupported(_),
-                        ..
-                    }) => Ok(None),
-                    Err(ReconcileError::Upstream {
-                        error: CatalogAccessError::NotFound(_),
-                        ..
-                    }) => Err(ReconcileError::UpstreamChanged { path: at }),
-                    Err(e) => Err(e),
-                }
+    let props: Vec<Option<(NamespacePath, BTreeMap<String, String>)>> = stream::iter(wanted)
+        .map(|ns| async move {
+            let at = ns.segments().to_vec();
+            match call(budget, &at, "loading namespace properties", async {
+                client.load_namespace_properties(&up(&ns)).await
             })
-            .buffer_unordered(concurrency)
-            .try_collect()
-            .await?;
-    for p in props {
-        if let Some((ns, map)) = p {
-            out.namespace_properties.insert(ns, map);
-        }
-    }
+            .await
+            {
+                Ok(p) => {
+                    let bytes: usize = p.iter().map(|(k, v)| k.len() + v.len()).sum();
+                    budget.charge(1, bytes)?;
+                    Ok(Some((ns, p)))
+                }
+                Err(ReconcileError::Upstream {
+                    error: CatalogAccessError::Unsupported(_),
+                    ..
+                }) => Ok(None),
+                Err(ReconcileError::Upstream {
+                    error: CatalogAccessError::NotFound(_),
+                    ..
+                }) => Err(ReconcileError::UpstreamChanged { path: at }),
+                Err(e) => Err(e),
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    out.namespace_properties.extend(props.into_iter().flatten());
 
     // 3. Tables and views of every selected namespace: only those in it.
     type Listing = (NamespacePath, Vec<TableIdent>, Vec<TableIdent>);
@@ -422,11 +414,7 @@ pub async fn discover(
         .buffer_unordered(concurrency)
         .try_collect()
         .await?;
-    for t in loaded {
-        if let Some(t) = t {
-            out.tables.push(t);
-        }
-    }
+    out.tables.extend(loaded.into_iter().flatten());
     let views: Vec<Option<UpView>> = stream::iter(view_jobs)
         .map(|(ns, name)| async move {
             let mut at = ns.segments().to_vec();
@@ -454,11 +442,7 @@ pub async fn discover(
         .buffer_unordered(concurrency)
         .try_collect()
         .await?;
-    for v in views {
-        if let Some(v) = v {
-            out.views.push(v);
-        }
-    }
+    out.views.extend(views.into_iter().flatten());
     out.tables
         .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     out.views

@@ -75,7 +75,9 @@ pub struct KindCounts {
 pub enum Holder {
     Upstream,
     /// A directly managed relation of this kind.
-    Local { kind: &'static str },
+    Local {
+        kind: &'static str,
+    },
     /// A relation of this kind another overlay manages.
     Overlay {
         overlay_id: String,
@@ -550,7 +552,16 @@ async fn run_observed(
         started_at: crate::clock::rfc3339_from_ms(started_ms),
         ..ReconcileSummary::default()
     };
-    let result = attempt(state, account, &observed, source, opts, started_ms, &mut summary).await;
+    let result = attempt(
+        state,
+        account,
+        &observed,
+        source,
+        opts,
+        started_ms,
+        &mut summary,
+    )
+    .await;
     summary.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     summary.finished_at = state.clock.now_rfc3339();
     let overlay_id = observed.overlay.id.as_str();
@@ -586,7 +597,8 @@ async fn run_observed(
                 cause = %e.cause(),
                 "reconciliation failed"
             );
-            if let Err(w) = status::record(state, account, overlay_id, &mut summary, started_ms).await
+            if let Err(w) =
+                status::record(state, account, overlay_id, &mut summary, started_ms).await
             {
                 tracing::warn!(overlay_id, error = %w, "the failed run's outcome was not recorded");
             }
@@ -636,10 +648,9 @@ async fn attempt(
     let target = plan::TargetState::load(state.store.as_ref(), overlay)
         .await
         .map_err(|e| (Stage::Discovery, ReconcileError::Api(e)))?;
-    let discovered =
-        discovery::discover(client, &selection, &target, &overlay.id, opts, &budget)
-            .await
-            .map_err(at(Stage::Discovery))?;
+    let discovered = discovery::discover(client, &selection, &target, &overlay.id, opts, &budget)
+        .await
+        .map_err(at(Stage::Discovery))?;
     summary.dropped = discovered.dropped;
     let desired = plan::preflight(&discovered, &target, overlay);
     if !desired.conflicts.is_empty() {

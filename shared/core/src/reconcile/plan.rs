@@ -17,8 +17,8 @@ use flotilla_domain::names::{NamespacePath, validate_segment};
 use flotilla_metastore::{Consistency, Metastore, Query, query_all};
 use serde_json::Value;
 
-use super::{Conflict, Holder, ReconcileError};
 use super::discovery::{Discovered, TableLoad};
+use super::{Conflict, Holder, ReconcileError};
 use crate::error::ApiResult;
 
 /// A stored record and its item version.

@@ -247,8 +247,7 @@ async fn due_in_account(
                 let run = st.last_reconcile.as_ref();
                 let seen = |field: &str| run.and_then(|r| r[field].as_u64());
                 let changed = seen("observed_generation").is_some_and(|g| g != o.generation)
-                    || seen("integration_generation")
-                        .is_some_and(|g| g != integration.generation);
+                    || seen("integration_generation").is_some_and(|g| g != integration.generation);
                 changed
                     || st
                         .last_started_ms

@@ -1150,7 +1150,9 @@ async fn catalog_rows(raw: &dyn Metastore, catalog: &str) -> Vec<(String, Vec<u8
         .await
         .into_iter()
         .filter(|i| {
-            i.key.sk.starts_with("NS#") || i.key.sk.starts_with("REL#") || i.key.sk.starts_with("CLAIM#")
+            i.key.sk.starts_with("NS#")
+                || i.key.sk.starts_with("REL#")
+                || i.key.sk.starts_with("CLAIM#")
         })
         .map(|i| (i.key.sk.clone(), i.body))
         .collect()
@@ -1948,8 +1950,7 @@ impl World {
                     .is_some_and(|m| m.overlay_id == w.overlay)
                 {
                     let moved = rows.iter().any(|(_, b)| {
-                        serde_json::from_slice::<RelationRecord>(b)
-                            .is_ok_and(|r| r.id == rec.id)
+                        serde_json::from_slice::<RelationRecord>(b).is_ok_and(|r| r.id == rec.id)
                     });
                     if !moved {
                         return Err(format!(
