@@ -303,7 +303,7 @@ mod tests {
         assert_eq!(one.add(1, 1), Err(Exceeded::ListingItems { limit: 5 }));
         let mut two = b.listing();
         assert!(two.add(1, 10).is_ok());
-        assert_eq!(two.add(2, 10), Err(Exceeded::RunItems { limit: 8 }));
+        assert_eq!(two.add(3, 10), Err(Exceeded::RunItems { limit: 8 }));
         let mut three = b.listing();
         assert_eq!(
             three.add(0, 1001),
