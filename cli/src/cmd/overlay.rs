@@ -100,6 +100,7 @@ const CONFLICT_COLUMNS: &[Column] = &[
     col("PATH", |v| path(v, "path")),
     col("KIND", |v| text(v, "kind")),
     col("HOLDER", holder),
+    col("CODE", |v| text(v, "code")),
     col("REASON", |v| text(v, "reason")),
 ];
 
