@@ -190,12 +190,18 @@ struct Settings {
     vended_expires_at_ms: Option<i64>,
     camel_case_metadata_location: bool,
     namespaces_as_objects: bool,
+    /// Namespace listings answer every descendant of the parent, not only its children.
+    list_all_depths: bool,
+    /// Namespace listings never end: each page holds this many fresh names and a fresh
+    /// `next-page-token` (a hostile upstream).
+    endless_namespace_pages: Option<usize>,
     faults: Vec<IcebergFaultRule>,
 }
 
 #[derive(Debug, Default)]
 struct Catalog {
-    namespaces: BTreeMap<Vec<String>, ()>,
+    /// Namespaces and their properties.
+    namespaces: BTreeMap<Vec<String>, BTreeMap<String, String>>,
     tables: BTreeMap<(Vec<String>, String), TableEntry>,
     views: BTreeMap<(Vec<String>, String), ViewEntry>,
 }
@@ -325,6 +331,8 @@ impl IcebergFixture {
                 vended_expires_at_ms: Some(now_ms() + 3_600_000),
                 camel_case_metadata_location: false,
                 namespaces_as_objects: false,
+                list_all_depths: false,
+                endless_namespace_pages: None,
                 faults: Vec::new(),
             }),
             catalog: Mutex::new(Catalog::default()),
@@ -582,7 +590,30 @@ impl IcebergFixture {
     pub fn add_namespace(&self, levels: &[&str]) {
         lock(&self.inner.catalog)
             .namespaces
-            .insert(owned(levels), ());
+            .entry(owned(levels))
+            .or_default();
+    }
+
+    /// Replaces a namespace's properties (creating the namespace if needed).
+    pub fn set_namespace_properties(&self, levels: &[&str], properties: &[(&str, &str)]) {
+        lock(&self.inner.catalog).namespaces.insert(
+            owned(levels),
+            properties
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+    }
+
+    /// Namespace listings answer every depth below the parent (as some servers do).
+    pub fn set_list_all_depths(&self, on: bool) {
+        lock(&self.inner.settings).list_all_depths = on;
+    }
+
+    /// Namespace listings never end: `Some(n)` answers `n` fresh names and a fresh
+    /// `next-page-token` on every page.
+    pub fn set_endless_namespace_pages(&self, names_per_page: Option<usize>) {
+        lock(&self.inner.settings).endless_namespace_pages = names_per_page;
     }
 
     /// Removes a namespace and everything under it.
@@ -949,8 +980,9 @@ async fn handle(
         ["namespaces"] => list_namespaces(&inner, &query),
         ["namespaces", ns] => {
             let ns = split_ns(&inner, ns);
-            if lock(&inner.catalog).namespaces.contains_key(&ns) {
-                ok_json(json!({"namespace": ns, "properties": {}}))
+            let props = lock(&inner.catalog).namespaces.get(&ns).cloned();
+            if let Some(props) = props {
+                ok_json(json!({"namespace": ns, "properties": props}))
             } else {
                 error(404, "NoSuchNamespaceException", "namespace does not exist")
             }
@@ -1272,6 +1304,27 @@ fn list_namespaces(inner: &Inner, query: &BTreeMap<String, String>) -> Response 
         Some(p) if !p.is_empty() => split_ns(inner, p),
         _ => Vec::new(),
     };
+    let (all_depths, endless) = {
+        let s = lock(&inner.settings);
+        (s.list_all_depths, s.endless_namespace_pages)
+    };
+    if let Some(n) = endless {
+        let page: u64 = query
+            .get("pageToken")
+            .and_then(|t| t.strip_prefix("endless-"))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        let items: Vec<Value> = (0..n)
+            .map(|i| {
+                let mut p = parent.clone();
+                p.push(format!("ns{page:08}x{i:05}"));
+                json!(p)
+            })
+            .collect();
+        return ok_json(
+            json!({"namespaces": items, "next-page-token": format!("endless-{}", page + 1)}),
+        );
+    }
     let children: Vec<Vec<String>> = {
         let c = lock(&inner.catalog);
         if !parent.is_empty() && !c.namespaces.contains_key(&parent) {
@@ -1279,7 +1332,10 @@ fn list_namespaces(inner: &Inner, query: &BTreeMap<String, String>) -> Response 
         }
         c.namespaces
             .keys()
-            .filter(|k| k.len() == parent.len() + 1 && k.starts_with(&parent))
+            .filter(|k| {
+                k.starts_with(&parent)
+                    && (k.len() == parent.len() + 1 || (all_depths && k.len() > parent.len()))
+            })
             .cloned()
             .collect()
     };

@@ -98,9 +98,127 @@ const COLUMNS: &[Column] = &[
 
 const CONFLICT_COLUMNS: &[Column] = &[
     col("PATH", |v| path(v, "path")),
+    col("KIND", |v| text(v, "kind")),
+    col("HOLDER", holder),
     col("CODE", |v| text(v, "code")),
     col("REASON", |v| text(v, "reason")),
 ];
+
+/// Who holds a conflicting destination path: `local TABLE`, `overlay <id> VIEW`, `upstream`.
+fn holder(v: &Value) -> String {
+    let h = &v["holder"];
+    let kind = h["kind"].as_str().unwrap_or("");
+    let shown = match h["type"].as_str() {
+        Some("LOCAL") => format!("local {kind}"),
+        Some("OVERLAY") => format!("overlay {} {kind}", h["overlay_id"].as_str().unwrap_or("?")),
+        Some("UPSTREAM") => "upstream".to_owned(),
+        _ => String::new(),
+    };
+    crate::output::clean(shown.trim())
+}
+
+fn yes_no(v: &Value) -> &'static str {
+    if v.as_bool() == Some(true) {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn counts(v: &Value) -> String {
+    format!(
+        "created {}, updated {}, unchanged {}, retired {}",
+        crate::output::scalar(&v["created"]),
+        crate::output::scalar(&v["updated"]),
+        crate::output::scalar(&v["unchanged"]),
+        crate::output::scalar(&v["retired"])
+    )
+}
+
+/// The overlay's last run for people: outcome, why it failed, failures in a row, last
+/// success, what it wrote, and its conflicts.
+pub fn render_last_run(run: &Value) -> String {
+    if run.is_null() {
+        return "last reconcile:  never\n".to_owned();
+    }
+    let mut lines: Vec<(String, String)> = Vec::new();
+    let mut add = |k: &str, v: String| lines.push((k.to_owned(), v));
+    add("outcome", text(run, "outcome"));
+    add("started_at", text(run, "started_at"));
+    add("duration_ms", text(run, "duration_ms"));
+    let err = &run["error"];
+    if err.is_object() {
+        add(
+            "error",
+            format!(
+                "{} in {} (retryable: {})",
+                text(err, "code"),
+                text(err, "stage"),
+                yes_no(&err["retryable"])
+            ),
+        );
+        add("cause", text(err, "message"));
+        if err["object"].is_array() {
+            add("object", path(err, "object"));
+        }
+    }
+    add("consecutive_failures", text(run, "consecutive_failures"));
+    add(
+        "last_success_time",
+        run["last_success_time"]
+            .as_str()
+            .map_or_else(|| "never".to_owned(), crate::output::clean),
+    );
+    for kind in ["namespaces", "tables", "views"] {
+        if run[kind].is_object() {
+            add(kind, counts(&run[kind]));
+        }
+    }
+    if let Some(d) = run["dropped"].as_object()
+        && d.values().any(|n| n.as_u64().unwrap_or(0) > 0)
+    {
+        add("dropped", counts_of(&run["dropped"]));
+    }
+    let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let mut out = String::from("last reconcile:\n");
+    for (k, v) in lines {
+        out.push_str(&format!(
+            "  {:width$}  {}\n",
+            format!("{k}:"),
+            v,
+            width = width
+        ));
+    }
+    let conflicts = run["conflicts"].as_array().cloned().unwrap_or_default();
+    if !conflicts.is_empty() {
+        let total = run["conflicts_total"]
+            .as_u64()
+            .unwrap_or(conflicts.len() as u64);
+        out.push_str(&format!("  conflicts: {total}\n"));
+        for line in render_table(CONFLICT_COLUMNS, &conflicts).lines() {
+            out.push_str(&format!("    {line}\n"));
+        }
+    }
+    out
+}
+
+fn counts_of(v: &Value) -> String {
+    format!(
+        "namespaces {}, tables {}, views {}",
+        crate::output::scalar(&v["namespaces"]),
+        crate::output::scalar(&v["tables"]),
+        crate::output::scalar(&v["views"])
+    )
+}
+
+/// `overlay get` for people: the overlay's fields, then its last run.
+pub fn render_overlay(v: &Value) -> String {
+    let mut head = v.as_object().cloned().unwrap_or_default();
+    let run = head.remove("last_reconcile").unwrap_or(Value::Null);
+    let mut out = render_object(&Value::Object(head));
+    out.push_str(&render_last_run(&run));
+    out
+}
 
 fn path_list(p: &[NsPath]) -> Value {
     Value::Array(p.iter().map(NsPath::json).collect())
@@ -195,11 +313,14 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
         }
         OverlayCmd::Get { overlay } => {
             let id = resolve::id(api, Kind::Overlay, &overlay).await?;
-            ctx.out.object(
-                &api.send(Req::get(api.acct(&["overlays", &id])?))
-                    .await?
-                    .body,
-            );
+            let body = api
+                .send(Req::get(api.acct(&["overlays", &id])?))
+                .await?
+                .body;
+            match ctx.out.format {
+                Format::Json => ctx.out.json(&body),
+                Format::Table => crate::output::print_out(&render_overlay(&body)),
+            }
         }
         OverlayCmd::List {
             integration,
@@ -275,7 +396,19 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
             // An empty JSON object: the API answers 415 to a body-less POST on JSON routes.
             let req =
                 Req::new(Method::POST, api.acct(&["overlays", &id, "reconcile"])?).body(json!({}));
-            let summary = with_progress(&id, api.send(req)).await?.body;
+            let summary = match with_progress(&id, api.send(req)).await {
+                Ok(r) => r.body,
+                Err(CliError::Api(f)) => {
+                    // A conflicting run lists every conflict; show them before the error line.
+                    if let Some(list) = f.details.get("conflicts").and_then(Value::as_array)
+                        && ctx.out.format == Format::Table
+                    {
+                        eprint!("{}", render_table(CONFLICT_COLUMNS, list));
+                    }
+                    return Err(CliError::Api(f));
+                }
+                Err(e) => return Err(e),
+            };
             match ctx.out.format {
                 Format::Json => ctx.out.json(&summary),
                 Format::Table => crate::output::print_out(&render_summary(&summary)),
@@ -327,17 +460,58 @@ mod tests {
     use super::*;
 
     #[test]
+    fn overlay_get_shows_the_last_failed_run() {
+        let v = json!({
+            "id": "o1", "display_name": "crm",
+            "last_reconcile": {
+                "outcome": "FAILED", "started_at": "2026-01-01T00:00:00.000Z", "duration_ms": 5,
+                "error": {"code": "MAPPING_CONFLICT", "message": "1 destination paths conflict",
+                          "retryable": false, "stage": "PREFLIGHT", "object": null},
+                "consecutive_failures": 2, "last_success_time": null,
+                "namespaces": {"created": 0, "updated": 0, "unchanged": 0, "retired": 0},
+                "conflicts": [{"path": ["crm", "orders"], "kind": "TABLE",
+                               "holder": {"type": "OVERLAY", "overlay_id": "o2", "kind": "TABLE"},
+                               "code": "MAPPING_CONFLICT", "reason": "managed by overlay o2"}],
+                "conflicts_total": 1
+            }
+        });
+        let t = render_overlay(&v);
+        assert!(t.contains("display_name:") && t.contains("crm"), "{t}");
+        assert!(t.contains("outcome:") && t.contains("FAILED"), "{t}");
+        assert!(
+            t.contains("MAPPING_CONFLICT in PREFLIGHT (retryable: no)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("consecutive_failures:") && t.contains("2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("last_success_time:") && t.contains("never"),
+            "{t}"
+        );
+        assert!(
+            t.contains("crm.orders") && t.contains("overlay o2 TABLE"),
+            "{t}"
+        );
+        let never = render_overlay(&json!({"id": "o1", "last_reconcile": null}));
+        assert!(never.contains("last reconcile:  never"), "{never}");
+    }
+
+    #[test]
     fn summary_shows_counts_conflicts_and_skips() {
         let v = json!({
             "created": 3, "updated": 1, "unchanged": 7, "retired": 0, "duration_ms": 42,
-            "conflicts": [{"path": ["crm", "orders"], "code": "MAPPING_CONFLICT", "reason": "exists"}],
+            "conflicts": [{"path": ["crm", "orders"], "kind": "TABLE",
+                           "holder": {"type": "LOCAL", "kind": "VIEW"},
+                           "code": "MAPPING_CONFLICT", "reason": "exists"}],
             "skipped": [["tmp"]]
         });
         let t = render_summary(&v);
         assert!(t.contains("created:") && t.contains("3"), "{t}");
         assert!(t.contains("conflicts: 1"), "{t}");
         assert!(
-            t.contains("crm.orders") && t.contains("MAPPING_CONFLICT"),
+            t.contains("crm.orders") && t.contains("TABLE") && t.contains("local VIEW"),
             "{t}"
         );
         assert!(t.contains("skipped: 1") && t.contains("  tmp"), "{t}");

@@ -385,9 +385,22 @@ async fn local_worker_redelivers_failures_and_dead_letters_after_max_receives() 
         handle_delivery(&env.state, &AdapterConnector, &queue, d, &opts).await,
         DeliveryResult::DeadLettered
     );
-    // Healthy again: the next pass queues it anew and the worker reconciles it.
+    // Healthy again. The failed run is recorded, so the scheduler waits for the next
+    // interval (or a change) rather than enqueueing it at once; a message sent now runs.
     env.fx.clear_faults();
-    assert_eq!(schedule_once(&env.state, &queue).await.expect("pass"), 1);
+    assert_eq!(
+        schedule_once(&env.state, &queue).await.expect("pass"),
+        0,
+        "a recorded failure is not due again before its interval"
+    );
+    let current = ReconcileMessage {
+        account_id: "acme".into(),
+        overlay_id: env.overlay.clone(),
+        observed_generation: 1,
+    };
+    flotilla_runtime::queue::ReconcileQueue::send(&queue, &[current])
+        .await
+        .expect("send");
     let d = rx.recv().await.expect("delivery");
     assert_eq!(
         handle_delivery(&env.state, &AdapterConnector, &queue, d, &opts).await,
@@ -480,4 +493,95 @@ async fn scheduler_messages_carry_the_trace_header_to_sqs() {
         .expect("pass");
     let bodies = sent.0.lock().expect("lock").clone();
     assert!(!bodies[0].contains("AWSTraceHeader"), "{bodies:?}");
+}
+
+async fn last_run(env: &Env) -> Value {
+    let req = Request::builder()
+        .uri(format!("/v1/accounts/acme/overlays/{}", env.overlay))
+        .header("authorization", format!("Bearer {ACME}"))
+        .body(Body::empty())
+        .expect("request");
+    let resp = flotilla_core::router(env.state.clone())
+        .oneshot(req)
+        .await
+        .expect("infallible");
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let v: Value = serde_json::from_slice(&bytes).expect("json");
+    v["last_reconcile"].clone()
+}
+
+/// Polls until the queue answers empty twice (or 20 rounds).
+async fn drain(env: &Env, client: &aws_sdk_sqs::Client, url: &str) {
+    let (mut rounds, mut empty) = (0, 0);
+    while empty < 2 && rounds < 20 {
+        rounds += 1;
+        if poll_once(env, client, url).await == 0 {
+            empty += 1;
+        }
+    }
+}
+
+async fn dlq_bodies(client: &aws_sdk_sqs::Client, dlq: &str) -> Vec<String> {
+    let dead = client
+        .receive_message()
+        .queue_url(dlq)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .expect("dlq receive");
+    dead.messages()
+        .iter()
+        .filter_map(|m| m.body().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqs_permanent_failures_are_recorded_and_acknowledged_transient_ones_reach_the_dlq() {
+    let env = env().await;
+    let client = sqs();
+    let (url, dlq) = queues(&client, 2).await;
+    let current = ReconcileMessage {
+        account_id: "acme".into(),
+        overlay_id: env.overlay.clone(),
+        observed_generation: 1,
+    };
+    // Authentication refused: permanent. Recorded, acknowledged, never dead-lettered.
+    env.fx
+        .add_fault(flotilla_testkit::iceberg_fixture::IcebergFaultRule::always(
+            flotilla_testkit::iceberg_fixture::IcebergFault::Unauthorized,
+        ));
+    send_raw(&client, &url, &current.to_body()).await;
+    drain(&env, &client, &url).await;
+    assert!(
+        dlq_bodies(&client, &dlq).await.is_empty(),
+        "not dead-lettered"
+    );
+    let run = last_run(&env).await;
+    assert_eq!(run["outcome"], "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "UPSTREAM_AUTHENTICATION");
+    assert_eq!(run["error"]["retryable"], false);
+    assert_eq!(
+        run["consecutive_failures"], 1,
+        "handled once, not redelivered"
+    );
+    // Upstream unavailable: transient. Redelivered until maxReceiveCount, then the DLQ.
+    env.fx.clear_faults();
+    env.fx
+        .add_fault(flotilla_testkit::iceberg_fixture::IcebergFaultRule::always(
+            flotilla_testkit::iceberg_fixture::IcebergFault::Status(503),
+        ));
+    send_raw(&client, &url, &current.to_body()).await;
+    drain(&env, &client, &url).await;
+    assert_eq!(dlq_bodies(&client, &dlq).await, vec![current.to_body()]);
+    let run = last_run(&env).await;
+    assert_eq!(run["error"]["code"], "UPSTREAM_UNAVAILABLE", "{run}");
+    assert_eq!(
+        run["consecutive_failures"], 3,
+        "two deliveries of the transient failure"
+    );
+    assert_eq!(
+        relation_count(&env).await,
+        0,
+        "a failed run publishes nothing"
+    );
 }

@@ -47,6 +47,7 @@ pub const CREDENTIAL_RENEW_MARGIN: Duration = Duration::from_secs(300);
 pub const ACCESS_DELEGATION_HEADER: &str = "x-iceberg-access-delegation";
 
 const EP_LIST_NAMESPACES: &str = "GET /v1/{prefix}/namespaces";
+const EP_LOAD_NAMESPACE: &str = "GET /v1/{prefix}/namespaces/{namespace}";
 const EP_LIST_TABLES: &str = "GET /v1/{prefix}/namespaces/{namespace}/tables";
 const EP_LOAD_TABLE: &str = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}";
 const EP_LIST_VIEWS: &str = "GET /v1/{prefix}/namespaces/{namespace}/views";
@@ -722,25 +723,37 @@ impl CatalogClient for IcebergRestClient {
                 ));
             }
         };
-        let parent_levels = parent.map(NamespacePath::levels).unwrap_or(&[]);
+        // Entries other than direct children (some servers answer every depth, or paths
+        // outside the parent) are passed on as answered: the callers keep the direct children
+        // and count the rest.
         let mut out = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             let field = format!("namespaces[{i}]");
-            let ns = parse_namespace(item, &field)?;
-            if ns.levels().len() <= parent_levels.len()
-                || &ns.levels()[..parent_levels.len()] != parent_levels
-            {
-                return Err(CatalogAccessError::protocol(
-                    field,
-                    "a child namespace must be the full path under the requested parent",
-                ));
-            }
-            out.push(ns);
+            out.push(parse_namespace(item, &field)?);
         }
         Ok(Page {
             items: out,
             next_page_token: next,
         })
+    }
+
+    async fn load_namespace_properties(
+        &self,
+        namespace: &NamespacePath,
+    ) -> Result<BTreeMap<String, String>> {
+        self.require(EP_LOAD_NAMESPACE, "load namespace").await?;
+        let ns = self.encode_namespace(namespace).await?;
+        let url = self.catalog_url(&["namespaces", &ns]).await?;
+        let response = self.get(url, &[]).await?;
+        if response.status != 200 {
+            return Err(classify_status(
+                &response,
+                &format!("load namespace {namespace}"),
+            ));
+        }
+        let body = response.json_value()?;
+        let obj = as_object(&body, "<load namespace>")?;
+        filtered_properties(get_field(obj, "properties", "properties")?, "properties")
     }
 
     async fn list_tables(

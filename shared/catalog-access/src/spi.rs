@@ -787,6 +787,18 @@ pub trait CatalogClient: Send + Sync {
         ))
     }
 
+    /// The properties of one namespace (secret-like keys withheld). Providers without
+    /// namespace properties answer `Unsupported`, which callers treat as "none".
+    async fn load_namespace_properties(
+        &self,
+        namespace: &NamespacePath,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        let _ = namespace;
+        Err(CatalogAccessError::unsupported(
+            "this catalog protocol has no namespace properties",
+        ))
+    }
+
     /// Loads a table. With `if_none_match` set to a previous entity tag, an unchanged table
     /// answers [`LoadTableOutcome::NotModified`].
     async fn load_table(

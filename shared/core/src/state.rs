@@ -20,6 +20,8 @@ pub struct Config {
     /// How long a delete's emptiness guard blocks creates before a writer may clear it as
     /// abandoned (its deleter crashed).
     pub guard_lease_ms: i64,
+    /// Bounds of a reconciliation run (listing and run sizes, time budget).
+    pub reconcile: crate::reconcile::Limits,
 }
 
 impl Default for Config {
@@ -28,6 +30,7 @@ impl Default for Config {
             allow_insecure_upstreams: false,
             idempotency_ttl_secs: 24 * 3600,
             guard_lease_ms: 30_000,
+            reconcile: crate::reconcile::Limits::default(),
         }
     }
 }

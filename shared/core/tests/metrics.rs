@@ -1,4 +1,4 @@
-//! `/v1/admin/metrics` (API.md "Metrics"): the five counter families appear from the first
+//! `/v1/admin/metrics` (docs/api.md "Metrics"): the six counter families appear from the first
 //! scrape (at 0), upstream requests made through the API are counted under their protocol,
 //! no label value is an identifier, a name, a secret or a generation, and only an operator
 //! may read the endpoint.
@@ -125,7 +125,17 @@ fn value(text: &str, family: &str, label: Option<(&str, &str)>) -> Option<u64> {
 const ALLOWED_LABELS: &[(&str, &[&str])] = &[
     ("op", &["get", "batch_get", "query", "count", "transact"]),
     ("protocol", &["iceberg_rest", "unity", "delta_sharing"]),
-    ("outcome", &["unchanged", "reloaded", "failed"]),
+    (
+        "outcome",
+        &[
+            "unchanged",
+            "reloaded",
+            "failed",
+            "succeeded",
+            "failed_retryable",
+            "failed_permanent",
+        ],
+    ),
 ];
 
 /// Whether `k=v` is a value the metric catalogue allows: a closed label's value (or `other`),
@@ -166,7 +176,12 @@ fn assert_contract(text: &str) {
         (
             "flotilla_directory_refresh_total",
             Some("outcome"),
-            ALLOWED_LABELS[2].1,
+            &["unchanged", "reloaded", "failed"][..],
+        ),
+        (
+            "flotilla_reconcile_run_outcomes_total",
+            Some("outcome"),
+            &flotilla_core::reconcile::metrics::OUTCOMES[..],
         ),
         ("flotilla_metastore_items_read_total", None, &[][..]),
         ("flotilla_metastore_items_written_total", None, &[][..]),

@@ -1,6 +1,6 @@
-//! Overlay metadata reconciliation (seed 004, "Materialized metadata and deferred capture",
-//! "Reconciliation publication and failure semantics", "Catalog overlay", the reconcile row
-//! of "Lifecycle"), against the Iceberg REST fixture through the real catalog-access adapter.
+//! Overlay metadata reconciliation (`docs/reconciliation.md`), against the Iceberg REST
+//! fixture through the real catalog-access adapter. Failure outcomes, bounds and mid-run
+//! fences are in `reconcile_outcomes.rs`.
 
 #[path = "support/overlay_env.rs"]
 mod overlay_env;
@@ -32,7 +32,7 @@ both_backends!(redb: (Kind::Redb), dynamo: (Kind::Dynamo);
     first_run_materializes_namespaces_tables_and_views_with_provenance,
     no_op_rerun_writes_only_the_status_item_and_loads_conditionally,
     rename_with_stable_ids_keeps_the_flotilla_identity,
-    collisions_with_local_relations_and_other_overlays_are_mapping_conflicts,
+    collisions_with_local_relations_and_other_overlays_fail_the_whole_run,
     a_directly_managed_table_in_a_materialized_namespace_is_left_alone,
     an_overlay_patch_mid_run_fails_the_remaining_publications,
 );
@@ -259,40 +259,70 @@ async fn rename_without_stable_ids_is_delete_plus_create() {
 }
 
 #[tokio::test]
-async fn failed_branch_is_skipped_and_nothing_under_it_is_retired() {
+async fn a_failed_branch_fails_the_run_and_nothing_is_published_or_retired() {
     let env = Env::new(sample_fixture().await, json!([])).await;
     env.run().await.expect("first run");
+    let first = env.last_run().await;
+    assert_eq!(first["outcome"], "SUCCEEDED", "{first}");
     assert!(env.fx.remove_table(&["hr"], "people"));
     assert!(env.fx.remove_table(&["sales"], "orders"));
+    env.fx.add_table(&["sales"], "fresh");
     env.fx
         .add_fault(IcebergFaultRule::always(IcebergFault::Status(503)).on_path("/namespaces/hr/"));
-    let s = env.run().await.expect("run with a failed branch");
-    assert_eq!(s.skipped.len(), 1, "{s:?}");
-    assert_eq!(s.skipped[0].path, names(&["hr"]));
+    let before = env.catalog_items().await;
+    let err = env.run().await.expect_err("a failed branch fails the run");
     assert!(
-        env.rel(&["hr"], "people").await.is_some(),
-        "nothing under a skipped branch is retired"
+        matches!(err, ReconcileError::Upstream { .. }) && err.is_retryable(),
+        "{err:?}"
     );
+    assert_eq!(
+        env.catalog_items().await,
+        before,
+        "nothing published (sales.fresh) and nothing retired (sales.orders)"
+    );
+    let run = env.last_run().await;
+    assert_eq!(run["outcome"], "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "UPSTREAM_UNAVAILABLE");
+    assert_eq!(run["error"]["stage"], "DISCOVERY");
+    assert_eq!(run["error"]["retryable"], true);
+    assert_eq!(run["error"]["object"], json!(["hr"]));
     assert!(
-        env.rel(&["sales"], "orders").await.is_none(),
-        "other branches still converge"
+        run["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("503")),
+        "the cause names the upstream status: {run}"
     );
-    assert!(
-        env.claim_paths(&env.overlay)
-            .await
-            .contains(&names(&["hr"]))
-    );
+    assert_eq!(run["consecutive_failures"], 1);
+    assert_eq!(run["last_success_time"], first["finished_at"]);
+    // The RPC answers 503 without detail; the cause is in the overlay.
+    let r = env
+        .h
+        .post(
+            &format!("{}/reconcile", ovl_path(&env.overlay)),
+            ACME,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
+    assert_eq!(env.last_run().await["consecutive_failures"], 2);
     env.fx.clear_faults();
     let s = env.run().await.expect("healthy run");
-    assert!(s.skipped.is_empty());
-    assert!(
-        env.rel(&["hr"], "people").await.is_none(),
-        "retired once the walk is complete"
+    assert_eq!((s.tables.retired, s.tables.created), (2, 1), "{s:?}");
+    assert!(env.rel(&["hr"], "people").await.is_none());
+    let run = env.last_run().await;
+    assert_eq!(
+        (
+            run["outcome"].as_str(),
+            run["consecutive_failures"].as_u64()
+        ),
+        (Some("SUCCEEDED"), Some(0)),
+        "{run}"
     );
+    assert!(run["error"].is_null());
     env.assert_consistent().await;
 }
 
-async fn collisions_with_local_relations_and_other_overlays_are_mapping_conflicts(kind: Kind) {
+async fn collisions_with_local_relations_and_other_overlays_fail_the_whole_run(kind: Kind) {
     let env = Env::on(kind, sample_fixture().await, json!([])).await;
     // A directly managed table at a destination path, in a directly created namespace.
     env.h
@@ -321,46 +351,102 @@ async fn collisions_with_local_relations_and_other_overlays_are_mapping_conflict
     )
     .await;
     env.run_overlay(&other).await.expect("other overlay");
-    let s = env.run().await.expect("run");
-    let mut paths: Vec<(Vec<String>, &str)> = s
-        .conflicts
+    let before = env.catalog_items().await;
+    let err = env.run().await.expect_err("conflicts fail the run");
+    let ReconcileError::Conflicts(list) = &err else {
+        panic!("{err:?}");
+    };
+    assert!(!err.is_retryable());
+    let got: Vec<(Vec<String>, &str, serde_json::Value)> = list
         .iter()
-        .map(|c| (c.path.clone(), c.code))
+        .map(|c| {
+            (
+                c.path.clone(),
+                c.kind,
+                serde_json::to_value(&c.holder).expect("holder"),
+            )
+        })
         .collect();
-    paths.sort();
     assert_eq!(
-        paths,
+        got,
         vec![
-            (names(&["hr", "people"]), "MAPPING_CONFLICT"),
-            (names(&["sales", "orders"]), "MAPPING_CONFLICT")
+            (
+                names(&["hr", "people"]),
+                "TABLE",
+                json!({"type": "OVERLAY", "overlay_id": other, "kind": "TABLE"})
+            ),
+            (
+                names(&["sales", "orders"]),
+                "TABLE",
+                json!({"type": "LOCAL", "kind": "TABLE"})
+            ),
         ]
+    );
+    assert_eq!(
+        env.catalog_items().await,
+        before,
+        "a conflicting run publishes nothing: no claim, no namespace, no relation"
     );
     let local = env.rel(&["sales"], "orders").await.expect("local");
     assert_eq!(local.id, local_id, "a local relation is never overwritten");
     assert!(local.managed_by.is_none());
-    let hr = env.rel(&["hr"], "people").await.expect("hr");
+    assert!(env.claim_paths(&env.overlay).await.is_empty());
+    // The RPC answers 409 MAPPING_CONFLICT listing every conflict; the overlay records it.
+    let r = env
+        .h
+        .post(
+            &format!("{}/reconcile", ovl_path(&env.overlay)),
+            ACME,
+            json!({}),
+        )
+        .await;
     assert_eq!(
-        hr.managed_by.expect("m").overlay_id,
-        other,
-        "one writer per destination path"
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "MAPPING_CONFLICT"),
+        "{:?}",
+        r.body
     );
-    // The pre-existing namespace was used, not created; both overlays claim `hr`.
+    let conflicts = r.body["error"]["details"]["conflicts"]
+        .as_array()
+        .expect("conflicts");
+    assert_eq!(conflicts.len(), 2, "{:?}", r.body);
+    assert!(
+        conflicts.iter().all(|c| c["path"].is_array()
+            && c["kind"] == "TABLE"
+            && c["holder"]["type"].is_string())
+    );
+    let run = env.last_run().await;
+    assert_eq!(run["outcome"], "FAILED");
+    assert_eq!(run["error"]["code"], "MAPPING_CONFLICT");
+    assert_eq!(run["error"]["stage"], "PREFLIGHT");
+    assert_eq!(run["error"]["retryable"], false);
+    assert_eq!(run["conflicts_total"], 2);
+    assert_eq!(run["consecutive_failures"], 2);
+    assert!(run["last_success_time"].is_null());
+    assert_eq!(env.catalog_items().await, before);
+    // Removing the local table and the other overlay's selection lets the run converge.
+    let r = env
+        .h
+        .delete(
+            &format!(
+                "/v1/accounts/acme/catalogs/{}/namespaces/sales/tables/orders",
+                env.catalog
+            ),
+            ACME,
+        )
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    let r = env.h.delete(&ovl_path(&other), ACME).await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    let s = env.run().await.expect("converges");
+    assert_eq!(s.tables.created, 3, "{s:?}");
+    // The pre-existing namespace was used, not created.
     let claims = env.claims().await;
     let sales = claims
         .iter()
         .find(|c| c.overlay_id == env.overlay && c.path.segments() == ["sales"])
         .expect("claim");
     assert!(!sales.created_namespace);
-    assert_eq!(
-        claims
-            .iter()
-            .filter(|c| c.path.segments() == ["hr"])
-            .count(),
-        2
-    );
-    // A rerun changes nothing, and the conflicting paths are still reported.
-    let s = env.run().await.expect("rerun");
-    assert!(!s.wrote_catalog() && s.conflicts.len() == 2, "{s:?}");
     env.assert_consistent().await;
 }
 
@@ -370,16 +456,19 @@ async fn a_name_that_is_both_a_table_and_a_view_upstream_is_a_conflict() {
     fx.add_table(&["hr"], "both");
     fx.add_view(&["hr"], "both", "SELECT 1", &["hr"]);
     let env = Env::new(fx, json!([])).await;
-    let s = env.run().await.expect("run");
-    assert_eq!(s.conflicts.len(), 1, "{s:?}");
-    assert_eq!(s.conflicts[0].path, names(&["hr", "both"]));
-    assert!(
-        s.conflicts[0]
-            .reason
-            .contains("both as a table and as a view")
+    let err = env.run().await.expect_err("a conflict fails the run");
+    let ReconcileError::Conflicts(list) = err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0].path, names(&["hr", "both"]));
+    assert!(list[0].reason.contains("both as a table and as a view"));
+    assert_eq!(
+        serde_json::to_value(&list[0].holder).expect("holder"),
+        json!({"type": "UPSTREAM"})
     );
-    assert!(env.rel(&["hr"], "both").await.is_none());
-    assert!(env.rel(&["hr"], "people").await.is_some());
+    assert!(env.relations().await.is_empty(), "nothing is published");
+    assert!(env.namespaces().await.is_empty());
 }
 
 #[tokio::test]
@@ -396,8 +485,14 @@ async fn shared_stable_identities_and_wrong_objects_are_conflicts() {
         answers_for_other: vec!["orders".to_owned()],
         ..Twist::default()
     };
-    let s = env.run_with(&TwistConnector(twist)).await.expect("run");
-    let mut paths: Vec<Vec<String>> = s.conflicts.iter().map(|c| c.path.clone()).collect();
+    let err = env
+        .run_with(&TwistConnector(twist))
+        .await
+        .expect_err("conflicts fail the run");
+    let ReconcileError::Conflicts(list) = err else {
+        panic!("{err:?}");
+    };
+    let mut paths: Vec<Vec<String>> = list.iter().map(|c| c.path.clone()).collect();
     paths.sort();
     assert_eq!(
         paths,
@@ -407,22 +502,16 @@ async fn shared_stable_identities_and_wrong_objects_are_conflicts() {
             names(&["sales", "eu", "orders"]),
             names(&["sales", "orders"])
         ],
-        "{s:?}"
+        "{list:?}"
     );
     assert!(
-        s.conflicts
-            .iter()
+        list.iter()
             .any(|c| c.reason.contains("same stable identity"))
     );
+    assert!(list.iter().any(|c| c.reason.contains("answered for")));
     assert!(
-        s.conflicts
-            .iter()
-            .any(|c| c.reason.contains("answered for"))
-    );
-    assert_eq!(
-        env.rel_names().await,
-        names(&["sales.eu_orders"]),
-        "conflicting paths are not published"
+        env.relations().await.is_empty(),
+        "a run with conflicts publishes nothing"
     );
 }
 
@@ -649,11 +738,13 @@ async fn an_overlay_patch_mid_run_fails_the_remaining_publications(kind: Kind) {
     });
     let router = env.h.router.clone();
     let path = ovl_path(&env.overlay);
+    let etag = env.h.get(&path, ACME).await.etag();
     *hooked.hook.lock().await = Some(Box::pin(async move {
         let req = Request::builder()
             .method(Method::PATCH)
             .uri(path)
             .header("authorization", format!("Bearer {ACME}"))
+            .header("if-match", etag)
             .header("content-type", "application/json")
             // A selection change needs an etag precondition; `*` accepts any version.
             .header("if-match", "*")
@@ -682,11 +773,14 @@ async fn an_overlay_patch_mid_run_fails_the_remaining_publications(kind: Kind) {
         env.relations().await.is_empty(),
         "no publication after the fence moved"
     );
-    let st = env.h.get(&ovl_path(&env.overlay), ACME).await;
-    assert!(
-        st.body["last_reconcile"].is_null(),
-        "a fenced-out run records no summary"
+    let run = env.last_run().await;
+    assert_eq!(
+        (run["outcome"].as_str(), run["error"]["code"].as_str()),
+        (Some("FAILED"), Some("FENCE_LOST")),
+        "a fenced-out run records its outcome: {run}"
     );
+    assert_eq!(run["error"]["stage"], "PUBLICATION");
+    assert_eq!(run["observed_generation"], 1);
     // A new run observes the new generation and converges.
     let s = env.run().await.expect("new run");
     assert_eq!(s.observed_generation, 2);
@@ -843,6 +937,28 @@ async fn worker_acks_superseded_and_gone_messages_and_reconciles_current_ones() 
         .add_fault(IcebergFaultRule::always(IcebergFault::Status(503)));
     let out = handle_message(&env.h.state, &AdapterConnector, &msg(1)).await;
     assert!(out.redeliver(), "{out:?}");
+    assert_eq!(out.label(), "retry");
+    // Authentication refused: permanent, recorded and acknowledged (not redelivered).
+    env.fx.clear_faults();
+    env.fx
+        .add_fault(IcebergFaultRule::always(IcebergFault::Unauthorized));
+    let out = handle_message(&env.h.state, &AdapterConnector, &msg(1)).await;
+    assert!(
+        matches!(
+            out,
+            MessageOutcome::Failed {
+                retryable: false,
+                code: "UPSTREAM_AUTHENTICATION",
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert!(!out.redeliver());
+    let run = env.last_run().await;
+    assert_eq!(run["error"]["code"], "UPSTREAM_AUTHENTICATION", "{run}");
+    assert_eq!(run["error"]["retryable"], false);
+    env.fx.clear_faults();
     assert!(ReconcileMessage::parse("{\"account_id\":\"acme\"}").is_err());
     assert!(ReconcileMessage::parse("not json").is_err());
     assert_eq!(

@@ -82,6 +82,7 @@ fn run_shard(shard: u64) {
                 total.requests += stats.requests;
                 total.concurrent_steps += stats.concurrent_steps;
                 total.reconciles += stats.reconciles;
+                total.failed_runs += stats.failed_runs;
                 total.faults += stats.faults;
                 for (k, v) in stats.statuses {
                     *total.statuses.entry(k).or_default() += v;
@@ -109,12 +110,13 @@ fn run_shard(shard: u64) {
         }
     }
     println!(
-        "shard {shard}: {} seeds x {steps} steps in {:.1}s: {} requests, {} concurrent steps, {} reconciles, {} injected faults, statuses {:?}",
+        "shard {shard}: {} seeds x {steps} steps in {:.1}s: {} requests, {} concurrent steps, {} reconciles ({} failed, checked), {} injected faults, statuses {:?}",
         seeds.len(),
         started.elapsed().as_secs_f64(),
         total.requests,
         total.concurrent_steps,
         total.reconciles,
+        total.failed_runs,
         total.faults,
         total.statuses
     );

@@ -445,6 +445,12 @@ pub struct OverlayStatus {
     /// When the last run started (epoch ms); the scheduler compares the refresh interval.
     #[serde(default)]
     pub last_started_ms: Option<i64>,
+    /// Failed runs since the last successful one.
+    #[serde(default)]
+    pub consecutive_failures: u64,
+    /// When the last successful run finished (RFC 3339).
+    #[serde(default)]
+    pub last_success_time: Option<String>,
 }
 
 #[cfg(test)]

@@ -57,7 +57,10 @@ pub async fn build_state(settings: &AwsSettings) -> AppState {
         Arc::new(counting),
         Arc::new(SystemClock),
         Arc::new(ClaimsOnly),
-        Config::default(),
+        Config {
+            reconcile: flotilla_core::reconcile::Limits::from_env(),
+            ..Config::default()
+        },
     )
     .with_metric_source(counters)
     // Index warehouses on S3 (`FLOTILLA_S3_ENDPOINT` only for emulators).

@@ -118,6 +118,7 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
 
     let config = Config {
         allow_insecure_upstreams: opts.allow_insecure_upstreams,
+        reconcile: flotilla_core::reconcile::Limits::from_env(),
         ..Config::default()
     };
     let state = AppState::new(

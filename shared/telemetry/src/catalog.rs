@@ -226,6 +226,11 @@ pub const RUN_OUTCOME: Label = Label::closed(
         "poison",
     ],
 );
+pub const RUN_RESULT: Label = Label::closed(
+    "outcome",
+    "Outcome",
+    &["succeeded", "failed_retryable", "failed_permanent"],
+);
 pub const FAILURE_REASON: Label = Label::closed(
     "reason",
     "Reason",
@@ -233,6 +238,8 @@ pub const FAILURE_REASON: Label = Label::closed(
         "upstream",
         "fence_lost",
         "incomplete",
+        "conflict",
+        "limit",
         "deleting",
         "metastore",
         "internal",
@@ -324,6 +331,13 @@ pub static RECONCILE_RUNS: MetricDef = MetricDef::counter(
     &[RUN_OUTCOME],
 )
 .with_rollups(&[&[STAGE, RUN_OUTCOME.dimension]]);
+pub static RECONCILE_RUN_OUTCOMES: MetricDef = MetricDef::counter(
+    "flotilla_reconcile_run_outcomes_total",
+    "ReconcileRunOutcomes",
+    "Reconcile runs that started (API, queue worker, serve), by outcome and retryability.",
+    &[RUN_RESULT],
+)
+.with_rollups(&[&[STAGE, RUN_RESULT.dimension]]);
 pub static RECONCILE_FAILURES: MetricDef = MetricDef::counter(
     "flotilla_reconcile_failures_total",
     "ReconcileFailures",
@@ -384,6 +398,7 @@ pub static ALL: &[&MetricDef] = &[
     &DIRECTORY_REFRESHES,
     &DIRECTORY_STALE,
     &RECONCILE_RUNS,
+    &RECONCILE_RUN_OUTCOMES,
     &RECONCILE_FAILURES,
     &RECONCILE_DURATION,
     &RECONCILE_ENQUEUED,

@@ -13,6 +13,13 @@
 //! the upstream page were already answered (`k`) and the hint that page was fetched with
 //! (`h`), and the page is fetched again with the same hint to resume inside it. The objects
 //! listing runs tables, then views, as phases of one cursor.
+//!
+//! Both listings answer only the direct children of what was asked for: some servers answer
+//! every depth at the root, or entries under another parent. Those are dropped before
+//! paging (so the cursor's position counts kept items only) and counted in the answer's
+//! `dropped` (entries dropped from the upstream pages this API page read).
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -262,8 +269,18 @@ pub async fn list_namespaces(
     let tag = binding("namespaces", &record, &json!({"parent": parent}));
     let client: &dyn CatalogClient = client.as_ref();
     let parent = parent.as_ref();
+    let dropped = AtomicU64::new(0);
+    let dropped_ref = &dropped;
     let (items, next) = page_through(tag, &[true], page_size, token, |_, t, h| async move {
-        client.list_namespaces(parent, t.as_deref(), Some(h)).await
+        let mut page = client
+            .list_namespaces(parent, t.as_deref(), Some(h))
+            .await?;
+        let levels = parent.map(NamespacePath::levels).unwrap_or(&[]);
+        let before = page.items.len();
+        page.items
+            .retain(|ns| ns.levels().len() == levels.len() + 1 && ns.levels().starts_with(levels));
+        dropped_ref.fetch_add((before - page.items.len()) as u64, Ordering::Relaxed);
+        Ok(page)
     })
     .await
     .map_err(namespace_error)?;
@@ -271,7 +288,15 @@ pub async fn list_namespaces(
         .into_iter()
         .map(|(_, ns)| json!({"path": ns.levels()}))
         .collect();
-    Ok(crate::service::page_body(items, next))
+    Ok(with_dropped(
+        crate::service::page_body(items, next),
+        dropped.load(Ordering::Relaxed),
+    ))
+}
+
+fn with_dropped(mut body: Value, dropped: u64) -> Value {
+    body["dropped"] = json!(dropped);
+    body
 }
 
 /// `GET .../upstream/objects`: tables, then views, of one namespace.
@@ -299,17 +324,23 @@ pub async fn list_objects(
             .map_err(|e| upstream_error(&e))?
             .list_views;
     let ns = &namespace;
+    let dropped = AtomicU64::new(0);
+    let dropped_ref = &dropped;
     let (items, next) = page_through(
         tag,
         &[kinds.tables, views],
         page_size,
         token,
         |phase, t, h| async move {
-            if phase == 0 {
-                client.list_tables(ns, t.as_deref(), Some(h)).await
+            let mut page = if phase == 0 {
+                client.list_tables(ns, t.as_deref(), Some(h)).await?
             } else {
-                client.list_views(ns, t.as_deref(), Some(h)).await
-            }
+                client.list_views(ns, t.as_deref(), Some(h)).await?
+            };
+            let before = page.items.len();
+            page.items.retain(|i| i.namespace == *ns);
+            dropped_ref.fetch_add((before - page.items.len()) as u64, Ordering::Relaxed);
+            Ok(page)
         },
     )
     .await
@@ -320,7 +351,10 @@ pub async fn list_objects(
             json!({"namespace": namespace.levels(), "name": name, "kind": if phase == 0 { "TABLE" } else { "VIEW" }})
         })
         .collect();
-    Ok(crate::service::page_body(items, next))
+    Ok(with_dropped(
+        crate::service::page_body(items, next),
+        dropped.load(Ordering::Relaxed),
+    ))
 }
 
 #[cfg(test)]

@@ -1,37 +1,42 @@
-//! Overlay metadata reconciliation (seed 004, "Materialized metadata and deferred capture",
-//! "Reconciliation publication and failure semantics", "Refresh and reconciliation
-//! ownership").
+//! Overlay metadata reconciliation (`docs/reconciliation.md`).
 //!
-//! A run materializes an overlay's selection into its target catalog in the seed's
-//! publication order, which gives a monotonic safety contract without one atomic
-//! transaction over an unbounded catalog:
+//! A run materializes an overlay's selection into its target catalog in a fixed publication
+//! order, which gives a monotonic safety contract without one atomic transaction over an
+//! unbounded catalog:
 //!
 //! 1. **Discovery** ([`discovery`]): breadth-first over the selected upstream namespaces,
-//!    writing nothing. A branch whose listing (or a load inside it) failed is reported as
-//!    skipped; nothing at or below it is ever classified as absent.
+//!    writing nothing, within the run's [`bounds`]. Any failure fails the run: nothing is
+//!    published and nothing retired.
 //! 2. **Preflight** ([`plan`]): the complete desired inventory is checked against the target
 //!    catalog. Destination paths held by a local relation or another overlay, a name that is
 //!    both a table and a view upstream, two upstream objects with one stable identity, and a
-//!    provider answering for another object than asked are `MAPPING_CONFLICT`s; those paths
-//!    are not published (and not retired).
+//!    provider answering for another object than asked are mapping conflicts; any conflict
+//!    fails the run (`409 MAPPING_CONFLICT` listing every one), as does an upstream object
+//!    too large to be stored. Nothing is published.
 //! 3. **Publication** ([`publish`]): namespace claims (creating namespaces where needed),
 //!    then tables and views. Every transaction carries the run's [`publish::Fence`]: the
 //!    overlay and integration items at the versions observed at the start, and the absence of
 //!    the account, integration and overlay deletion fences and of the target catalog's delete
 //!    guard. A run whose fence fails stops publishing and answers [`ReconcileError::FenceLost`],
 //!    a retryable outcome. Every relation create, delete, move and schema change replaces the
-//!    catalog's directory generation in the same transaction (seed 000).
+//!    catalog's directory generation in the same transaction.
 //! 4. **Retirement**, only after every desired resource was published: relations this overlay
 //!    manages that the complete walk observed absent, then claims no longer needed, then
 //!    overlay-created namespaces left empty and unclaimed.
 //!
+//! Every run that starts (after the overlay was observed) leaves its outcome in the overlay's
+//! status item, failures included ([`status`]), and is counted by outcome ([`metrics`]).
+//!
 //! Idempotence: every write is preceded by a comparison with what is stored, so a run with no
-//! upstream change writes nothing but the overlay's status item (the summary). Tables whose
-//! stored upstream ETag is still current cost one conditional load answered `304`.
+//! upstream change writes nothing but the overlay's status item. Tables whose stored upstream
+//! ETag is still current cost one conditional load answered `304`.
 
+pub mod bounds;
 pub mod discovery;
+pub mod metrics;
 pub mod plan;
 pub mod publish;
+pub mod status;
 pub mod work;
 
 use std::sync::Arc;
@@ -40,14 +45,18 @@ use std::time::Instant;
 use async_trait::async_trait;
 use flotilla_catalog_access::spi::{CatalogAccessError, CatalogClient};
 use flotilla_domain::keys;
-use flotilla_domain::model::{IntegrationRecord, OverlayRecord, OverlayStatus};
+use flotilla_domain::model::{IntegrationRecord, OverlayRecord};
 use flotilla_domain::selection::Selection;
-use flotilla_metastore::{Condition, Consistency, MetastoreError, Op, Transaction};
+use flotilla_metastore::{Consistency, MetastoreError};
 use serde::Serialize;
 use serde_json::Value;
 
+pub use bounds::{Exceeded, Limits};
+pub use discovery::Dropped;
+pub use status::{Outcome, RunError, Stage};
+
 use crate::error::{ApiError, Code};
-use crate::service::{key, read, to_body};
+use crate::service::{key, read};
 use crate::state::AppState;
 
 /// Counts of one kind of resource in a run's summary.
@@ -59,47 +68,107 @@ pub struct KindCounts {
     pub retired: u64,
 }
 
-/// A destination path that was not published because of a mapping conflict.
+/// What holds a destination path a run wanted, or `UPSTREAM` when the upstream itself is
+/// inconsistent (a name listed twice, identities shared, a load answering for another object).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Holder {
+    Upstream,
+    /// A directly managed relation of this kind.
+    Local {
+        kind: &'static str,
+    },
+    /// A relation of this kind another overlay manages.
+    Overlay {
+        overlay_id: String,
+        kind: &'static str,
+    },
+}
+
+/// A destination path that cannot be published because of a mapping conflict.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Conflict {
     /// Namespace segments followed by the relation name.
     pub path: Vec<String>,
+    /// The upstream object's kind: `TABLE`, `VIEW` or `NAMESPACE`.
+    pub kind: &'static str,
+    pub holder: Holder,
     pub code: &'static str,
     pub reason: String,
 }
 
 impl Conflict {
-    pub fn new(path: Vec<String>, reason: impl Into<String>) -> Self {
+    pub fn new(
+        path: Vec<String>,
+        kind: &'static str,
+        holder: Holder,
+        reason: impl Into<String>,
+    ) -> Self {
         Self {
             path,
+            kind,
+            holder,
             code: "MAPPING_CONFLICT",
             reason: reason.into(),
         }
     }
 }
 
-/// An upstream branch whose discovery failed: nothing at or below `path` was retired.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Skipped {
-    pub path: Vec<String>,
-    pub reason: String,
-}
-
-/// What one run did; stored in the overlay's status item and answered by the RPC.
-#[derive(Clone, Debug, Default, Serialize)]
+/// One run's record: answered by the RPC on success and stored in the overlay's status item
+/// (`last_reconcile`) whatever the outcome.
+#[derive(Clone, Debug, Serialize)]
 pub struct ReconcileSummary {
+    pub outcome: Outcome,
+    /// Why the run failed (`null` when it succeeded).
+    pub error: Option<RunError>,
+    /// What the run wrote (a run that failed while publishing may have written some).
     pub namespaces: KindCounts,
     pub tables: KindCounts,
     pub views: KindCounts,
+    /// The mapping conflicts that failed the run (at most [`status::MAX_STATUS_CONFLICTS`]
+    /// in the stored record; `conflicts_total` counts them all).
     pub conflicts: Vec<Conflict>,
-    pub skipped: Vec<Skipped>,
+    pub conflicts_total: usize,
+    /// Always empty: discovery is all or nothing, so no branch is ever skipped. Kept for
+    /// clients of the earlier summary shape.
+    pub skipped: Vec<Value>,
+    /// Listing entries dropped because they were not direct children of what was listed.
+    pub dropped: Dropped,
     pub duration_ms: u64,
     /// The overlay generation the run observed and published under.
     pub observed_generation: u64,
     /// The integration generation the run observed and published under.
     pub integration_generation: u64,
-    /// When the run started (RFC 3339).
+    /// When the run started and finished (RFC 3339).
     pub started_at: String,
+    pub finished_at: String,
+    /// Failed runs since the last successful one (this one included).
+    pub consecutive_failures: u64,
+    /// When the last successful run finished (this one, when it succeeded).
+    pub last_success_time: Option<String>,
+}
+
+impl Default for ReconcileSummary {
+    fn default() -> Self {
+        Self {
+            outcome: Outcome::Succeeded,
+            error: None,
+            namespaces: KindCounts::default(),
+            tables: KindCounts::default(),
+            views: KindCounts::default(),
+            conflicts: Vec::new(),
+            conflicts_total: 0,
+            skipped: Vec::new(),
+            dropped: Dropped::default(),
+            duration_ms: 0,
+            observed_generation: 0,
+            integration_generation: 0,
+            started_at: String::new(),
+            finished_at: String::new(),
+            consecutive_failures: 0,
+            last_success_time: None,
+        }
+    }
 }
 
 impl ReconcileSummary {
@@ -132,10 +201,36 @@ pub enum ReconcileError {
     /// state.
     #[error("the overlay or its integration changed during reconciliation; retry")]
     FenceLost,
-    /// Discovery could not start or could not complete its root listing; nothing was
-    /// published.
-    #[error("upstream discovery failed: {0}")]
-    Upstream(CatalogAccessError),
+    /// An upstream request of discovery failed; nothing was published.
+    #[error("{what} at {} failed: {error}", display_path(path))]
+    Upstream {
+        /// The namespace (or relation) the request was about; empty for the catalog root.
+        path: Vec<String>,
+        what: &'static str,
+        error: CatalogAccessError,
+    },
+    /// A namespace the walk listed vanished before its content was listed: the upstream
+    /// changed during discovery (retryable).
+    #[error("namespace {} vanished upstream during discovery", display_path(path))]
+    UpstreamChanged { path: Vec<String> },
+    /// The preflight found mapping conflicts; nothing was published.
+    #[error("{} destination paths conflict; nothing was published", .0.len())]
+    Conflicts(Vec<Conflict>),
+    /// The run hit one of its bounds; nothing was published.
+    #[error("{0}")]
+    Exceeded(Exceeded),
+    /// An upstream object whose record would exceed the metastore's item limit.
+    #[error(
+        "upstream {} {} cannot be stored: its record would be {size} bytes; the limit is {limit}",
+        kind.to_ascii_lowercase(),
+        display_path(path)
+    )]
+    Unstorable {
+        path: Vec<String>,
+        kind: &'static str,
+        size: usize,
+        limit: usize,
+    },
     /// Some desired resources could not be published (lost races that did not converge,
     /// retryable backend failures); nothing was retired.
     #[error("{failed} publications did not complete; nothing was retired")]
@@ -144,29 +239,92 @@ pub enum ReconcileError {
     Api(#[from] ApiError),
 }
 
+fn display_path(path: &[String]) -> String {
+    if path.is_empty() {
+        "the catalog root".to_owned()
+    } else {
+        format!("`{}`", path.join("."))
+    }
+}
+
 impl From<MetastoreError> for ReconcileError {
     fn from(e: MetastoreError) -> Self {
         ReconcileError::Api(e.into())
     }
 }
 
+impl From<Exceeded> for ReconcileError {
+    fn from(e: Exceeded) -> Self {
+        ReconcileError::Exceeded(e)
+    }
+}
+
 impl ReconcileError {
-    /// Whether running again later may succeed (the SQS worker reports these as batch item
-    /// failures so the queue redelivers them).
+    /// Whether running again soon may succeed. The SQS worker reports these as batch item
+    /// failures so the queue redelivers them; the others are recorded and acknowledged.
     pub fn is_retryable(&self) -> bool {
         match self {
             ReconcileError::FenceLost
             | ReconcileError::Incomplete { .. }
+            | ReconcileError::UpstreamChanged { .. }
             | ReconcileError::Deleting(_) => true,
-            ReconcileError::Upstream(e) => e.is_retryable(),
+            ReconcileError::Upstream { error, .. } => error.is_retryable(),
             ReconcileError::Api(e) => matches!(e.code, Code::Unavailable | Code::Internal),
-            ReconcileError::NotFound | ReconcileError::Paused(_) => false,
+            ReconcileError::NotFound
+            | ReconcileError::Paused(_)
+            | ReconcileError::Conflicts(_)
+            | ReconcileError::Exceeded(_)
+            | ReconcileError::Unstorable { .. } => false,
         }
+    }
+
+    /// The code recorded in the overlay's status for a failed run.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ReconcileError::NotFound => "NOT_FOUND",
+            ReconcileError::Paused(_) => "FAILED_PRECONDITION",
+            ReconcileError::Deleting(_) => "DELETING",
+            ReconcileError::FenceLost => "FENCE_LOST",
+            ReconcileError::Upstream { error, .. } => match error {
+                CatalogAccessError::Authentication { .. } => "UPSTREAM_AUTHENTICATION",
+                e if e.is_retryable() => "UPSTREAM_UNAVAILABLE",
+                _ => "UPSTREAM_ERROR",
+            },
+            ReconcileError::UpstreamChanged { .. } => "UPSTREAM_CHANGED",
+            ReconcileError::Conflicts(_) => "MAPPING_CONFLICT",
+            ReconcileError::Exceeded(e) => e.code(),
+            ReconcileError::Unstorable { .. } => "UPSTREAM_OBJECT_TOO_LARGE",
+            ReconcileError::Incomplete { .. } => "INCOMPLETE",
+            ReconcileError::Api(e) => e.code.as_str(),
+        }
+    }
+
+    /// The upstream object the failure is about, when there is one.
+    pub fn object(&self) -> Option<&[String]> {
+        match self {
+            ReconcileError::Upstream { path, .. }
+            | ReconcileError::UpstreamChanged { path }
+            | ReconcileError::Unstorable { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// A bounded, secret-free explanation. Upstream text arrives bounded and scrubbed from
+    /// catalog-access; a backend failure shows only its public message.
+    pub fn cause(&self) -> String {
+        let text = match self {
+            ReconcileError::Api(e) => e.message.clone(),
+            other => other.to_string(),
+        };
+        status::bound_text(&text)
     }
 }
 
 impl From<ReconcileError> for ApiError {
     fn from(e: ReconcileError) -> Self {
+        let code = e.code();
+        let cause = e.cause();
+        let object = e.object().map(<[String]>::to_vec);
         match e {
             ReconcileError::NotFound => ApiError::not_found("overlay"),
             ReconcileError::Paused(what) => ApiError::new(
@@ -175,20 +333,34 @@ impl From<ReconcileError> for ApiError {
             ),
             ReconcileError::Deleting(what) => ApiError::deleting(&what),
             ReconcileError::FenceLost => {
-                ApiError::new(Code::Conflict, e_text(&ReconcileError::FenceLost))
-                    .with_detail("retryable", true)
+                ApiError::new(Code::Conflict, cause).with_detail("retryable", true)
             }
-            ReconcileError::Upstream(err) => crate::access::upstream_error(&err),
-            ReconcileError::Incomplete { failed } => ApiError::unavailable(format!(
-                "{failed} reconciliation publications did not complete"
-            )),
-            ReconcileError::Api(e) => e,
+            ReconcileError::Conflicts(list) => {
+                let conflicts = serde_json::to_value(&list).unwrap_or(Value::Null);
+                ApiError::new(Code::MappingConflict, cause)
+                    .with_detail("conflicts", conflicts)
+                    .with_detail("retryable", false)
+            }
+            ref err if err.is_retryable() => {
+                // 5xx answers carry no detail: the cause is in the overlay's `last_reconcile`.
+                let mut api = ApiError::unavailable(format!("reconciliation failed: {cause}"));
+                api.message = "the reconciliation failed for a transient reason; its cause is \
+                               recorded in the overlay's last_reconcile; retry"
+                    .into();
+                api
+            }
+            ReconcileError::Api(api) => api,
+            _ => {
+                let mut api = ApiError::new(Code::FailedPrecondition, cause)
+                    .with_detail("reason", code)
+                    .with_detail("retryable", false);
+                if let Some(path) = object {
+                    api = api.with_detail("object", path);
+                }
+                api
+            }
         }
     }
-}
-
-fn e_text(e: &ReconcileError) -> String {
-    e.to_string()
 }
 
 /// Builds a connected catalog client for an integration. The production connector resolves
@@ -329,6 +501,12 @@ pub async fn observe(
     })
 }
 
+/// Where a run gets its catalog client.
+enum Source<'a> {
+    Connector(&'a dyn Connector),
+    Client(&'a dyn CatalogClient),
+}
+
 /// Runs one reconciliation of `overlay_id`, connecting through `connector`.
 pub async fn reconcile(
     state: &AppState,
@@ -343,8 +521,7 @@ pub async fn reconcile(
     {
         return Err(ReconcileError::FenceLost);
     }
-    let client = connector.connect(state, &observed.integration).await?;
-    run_observed(state, account, observed, client.as_ref(), opts).await
+    run_observed(state, account, observed, Source::Connector(connector), opts).await
 }
 
 /// Runs one reconciliation against an already connected client.
@@ -356,92 +533,155 @@ pub async fn run(
     opts: &RunOptions,
 ) -> Result<ReconcileSummary, ReconcileError> {
     let observed = observe(state, account, overlay_id).await?;
-    run_observed(state, account, observed, client, opts).await
+    run_observed(state, account, observed, Source::Client(client), opts).await
 }
 
+/// Runs an observed overlay and records the outcome, whatever it is, in the overlay's status.
 async fn run_observed(
     state: &AppState,
     account: &str,
     observed: Observed,
-    client: &dyn CatalogClient,
+    source: Source<'_>,
     opts: &RunOptions,
 ) -> Result<ReconcileSummary, ReconcileError> {
     let started = Instant::now();
     let started_ms = state.clock.now_ms();
-    let overlay = observed.overlay.clone();
-    let selection = Selection::normalize(
-        overlay.include_namespaces.clone(),
-        overlay.exclude_namespaces.clone(),
-    )
-    .map_err(ApiError::from)?;
-    let fence = publish::Fence::establish(state, account, &observed).await?;
-    // Reads only: what the catalog holds, so unchanged tables can be loaded conditionally.
-    let target = plan::TargetState::load(state.store.as_ref(), &overlay).await?;
-    let discovered = discovery::discover(client, &selection, &target, &overlay.id, opts).await?;
-    let desired = plan::preflight(&discovered, &target, &overlay);
     let mut summary = ReconcileSummary {
-        conflicts: desired.conflicts.clone(),
-        skipped: discovered.skipped.clone(),
-        observed_generation: overlay.generation,
+        observed_generation: observed.overlay.generation,
         integration_generation: observed.integration.generation,
         started_at: crate::clock::rfc3339_from_ms(started_ms),
         ..ReconcileSummary::default()
     };
-    let publisher = publish::Publisher::new(state, &overlay, &observed.integration, fence, opts);
-    publisher
-        .publish_namespaces(&desired, &target, &mut summary)
-        .await?;
-    let failed = publisher
-        .publish_relations(&desired, &target, &mut summary)
-        .await?;
-    if failed > 0 {
-        return Err(ReconcileError::Incomplete { failed });
-    }
-    publisher
-        .retire(&desired, &discovered, &target, &mut summary)
-        .await?;
+    let result = attempt(
+        state,
+        account,
+        &observed,
+        source,
+        opts,
+        started_ms,
+        &mut summary,
+    )
+    .await;
     summary.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    write_status(state, account, &overlay.id, &summary, started_ms).await?;
-    Ok(summary)
-}
-
-/// Records the summary in the overlay's status item: the one write of a no-op run. It
-/// asserts that the overlay exists and is not being deleted, so a run finishing after an
-/// overlay delete cannot leave an orphan status item behind.
-async fn write_status(
-    state: &AppState,
-    account: &str,
-    overlay_id: &str,
-    summary: &ReconcileSummary,
-    started_ms: i64,
-) -> Result<(), ReconcileError> {
-    let status = OverlayStatus {
-        last_reconcile: Some(summary.to_json()),
-        last_started_ms: Some(started_ms),
-    };
-    let tx = Transaction::new()
-        .with(Op::put(
-            key(keys::overlay_status(account, overlay_id)),
-            to_body(&status)?,
-        ))
-        .with(Op::check(
-            key(keys::overlay(account, overlay_id)),
-            Condition::Exists,
-        ))
-        .with(Op::check(
-            key(keys::overlay_fence(account, overlay_id)),
-            Condition::Absent,
-        ));
-    for attempt in 0..crate::service::MAX_ATTEMPTS {
-        match state.store.transact(tx.clone()).await {
-            Ok(()) => return Ok(()),
-            // The put is idempotent, so an unknown outcome is simply written again.
-            Err(e) if e.is_retryable() || e.is_outcome_unknown() => {
-                crate::service::backoff(attempt).await
+    summary.finished_at = state.clock.now_rfc3339();
+    let overlay_id = observed.overlay.id.as_str();
+    match result {
+        Ok(()) => {
+            summary.outcome = Outcome::Succeeded;
+            match status::record(state, account, overlay_id, &mut summary, started_ms).await {
+                Ok(()) => {
+                    metrics::record_run(Outcome::Succeeded, false);
+                    Ok(summary)
+                }
+                Err(e) => {
+                    metrics::record_run(Outcome::Failed, e.is_retryable());
+                    Err(e)
+                }
             }
-            Err(MetastoreError::ConditionFailed { .. }) => return Err(ReconcileError::FenceLost),
-            Err(e) => return Err(e.into()),
+        }
+        Err((stage, e)) => {
+            summary.outcome = Outcome::Failed;
+            summary.error = Some(RunError::new(&e, stage));
+            if let ReconcileError::Conflicts(list) = &e {
+                summary.conflicts_total = list.len();
+                summary.conflicts = list
+                    .iter()
+                    .take(status::MAX_STATUS_CONFLICTS)
+                    .cloned()
+                    .collect();
+            }
+            tracing::warn!(
+                overlay_id,
+                stage = stage.as_str(),
+                code = e.code(),
+                cause = %e.cause(),
+                "reconciliation failed"
+            );
+            if let Err(w) =
+                status::record(state, account, overlay_id, &mut summary, started_ms).await
+            {
+                tracing::warn!(overlay_id, error = %w, "the failed run's outcome was not recorded");
+            }
+            metrics::record_run(Outcome::Failed, e.is_retryable());
+            Err(e)
         }
     }
-    Err(ApiError::unavailable("status write did not converge").into())
+}
+
+/// The run itself; a failure names the stage it happened in.
+async fn attempt(
+    state: &AppState,
+    account: &str,
+    observed: &Observed,
+    source: Source<'_>,
+    opts: &RunOptions,
+    started_ms: i64,
+    summary: &mut ReconcileSummary,
+) -> Result<(), (Stage, ReconcileError)> {
+    let at = |stage: Stage| move |e: ReconcileError| (stage, e);
+    let overlay = &observed.overlay;
+    let selection = Selection::normalize(
+        overlay.include_namespaces.clone(),
+        overlay.exclude_namespaces.clone(),
+    )
+    .map_err(|e| (Stage::Connect, ReconcileError::Api(ApiError::from(e))))?;
+    let fence = publish::Fence::establish(state, account, observed)
+        .await
+        .map_err(at(Stage::Connect))?;
+    let owned;
+    let client: &dyn CatalogClient = match source {
+        Source::Client(c) => c,
+        Source::Connector(c) => {
+            owned = c
+                .connect(state, &observed.integration)
+                .await
+                .map_err(at(Stage::Connect))?;
+            owned.as_ref()
+        }
+    };
+    let budget = bounds::Budget::new(
+        state.clock.clone(),
+        started_ms,
+        state.config.reconcile.clone(),
+    );
+    // Reads only: what the catalog holds, so unchanged tables can be loaded conditionally.
+    let target = plan::TargetState::load(state.store.as_ref(), overlay)
+        .await
+        .map_err(|e| (Stage::Discovery, ReconcileError::Api(e)))?;
+    let discovered = discovery::discover(client, &selection, &target, &overlay.id, opts, &budget)
+        .await
+        .map_err(at(Stage::Discovery))?;
+    summary.dropped = discovered.dropped;
+    let desired = plan::preflight(&discovered, &target, overlay);
+    if !desired.conflicts.is_empty() {
+        let mut list = desired.conflicts;
+        list.sort_by(|a, b| a.path.cmp(&b.path));
+        return Err((Stage::Preflight, ReconcileError::Conflicts(list)));
+    }
+    let ctx = plan::Ctx {
+        overlay,
+        integration: &observed.integration,
+        now: state.clock.now_rfc3339(),
+    };
+    plan::check_storable(&desired, &discovered, &ctx).map_err(at(Stage::Preflight))?;
+    budget
+        .check_time()
+        .map_err(|e| (Stage::Preflight, ReconcileError::Exceeded(e)))?;
+    let publisher = publish::Publisher::new(state, overlay, &observed.integration, fence, opts);
+    publisher
+        .publish_namespaces(&desired, &discovered, &target, summary)
+        .await
+        .map_err(at(Stage::Publication))?;
+    let failed = publisher
+        .publish_relations(&desired, &target, summary)
+        .await
+        .map_err(at(Stage::Publication))?;
+    if failed > 0 {
+        return Err((Stage::Publication, ReconcileError::Incomplete { failed }));
+    }
+    publisher
+        .retire(&desired, &target, summary)
+        .await
+        .map_err(at(Stage::Retirement))?;
+    Ok(())
 }

@@ -17,8 +17,8 @@ use flotilla_domain::names::{NamespacePath, validate_segment};
 use flotilla_metastore::{Consistency, Metastore, Query, query_all};
 use serde_json::Value;
 
-use super::Conflict;
 use super::discovery::{Discovered, TableLoad};
+use super::{Conflict, Holder, ReconcileError};
 use crate::error::ApiResult;
 
 /// A stored record and its item version.
@@ -192,6 +192,13 @@ fn full_path(ns: &NamespacePath, name: &str) -> Vec<String> {
     p
 }
 
+fn kind_code(k: RelationKind) -> &'static str {
+    match k {
+        RelationKind::Table => "TABLE",
+        RelationKind::View => "VIEW",
+    }
+}
+
 fn kind_word(k: RelationKind) -> &'static str {
     match k {
         RelationKind::Table => "table",
@@ -210,10 +217,19 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
         }
     }
     out.conflicts.extend(found.invalid.iter().cloned());
-    let conflict = |out: &mut Desired, ns: &NamespacePath, name: &str, reason: String| {
+    let conflict = |out: &mut Desired,
+                    ns: &NamespacePath,
+                    name: &str,
+                    kind: RelationKind,
+                    holder: Holder,
+                    reason: String| {
         if out.conflict_slots.insert((ns.clone(), name.to_owned())) {
-            out.conflicts
-                .push(Conflict::new(full_path(ns, name), reason));
+            out.conflicts.push(Conflict::new(
+                full_path(ns, name),
+                kind_code(kind),
+                holder,
+                reason,
+            ));
         }
     };
     for (ns, name) in &found.both {
@@ -221,6 +237,8 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
             &mut out,
             ns,
             name,
+            RelationKind::Table,
+            Holder::Upstream,
             "the upstream lists this name both as a table and as a view".into(),
         );
     }
@@ -231,6 +249,8 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                 &mut out,
                 &t.namespace,
                 &t.name,
+                RelationKind::Table,
+                Holder::Upstream,
                 format!("upstream name cannot be held: {e}"),
             );
             continue;
@@ -251,6 +271,8 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                         &mut out,
                         &t.namespace,
                         &t.name,
+                        RelationKind::Table,
+                        Holder::Upstream,
                         format!(
                             "the provider answered for {} when asked for this table",
                             metadata.identifier
@@ -288,6 +310,8 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                 &mut out,
                 &v.namespace,
                 &v.name,
+                RelationKind::View,
+                Holder::Upstream,
                 format!("upstream name cannot be held: {e}"),
             );
             continue;
@@ -298,6 +322,8 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                 &mut out,
                 &v.namespace,
                 &v.name,
+                RelationKind::View,
+                Holder::Upstream,
                 format!(
                     "the provider answered for {} when asked for this view",
                     m.identifier
@@ -334,6 +360,8 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                 &mut out,
                 &c.namespace,
                 &c.name,
+                c.kind,
+                Holder::Upstream,
                 "two upstream objects report the same stable identity".into(),
             );
             continue;
@@ -345,7 +373,10 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                         "the destination holds a directly managed {}",
                         kind_word(held.value.kind)
                     );
-                    conflict(&mut out, &c.namespace, &c.name, why);
+                    let holder = Holder::Local {
+                        kind: kind_code(held.value.kind),
+                    };
+                    conflict(&mut out, &c.namespace, &c.name, c.kind, holder, why);
                     continue;
                 }
                 Some(m) if m.overlay_id != overlay.id => {
@@ -354,7 +385,11 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                         kind_word(held.value.kind),
                         m.overlay_id
                     );
-                    conflict(&mut out, &c.namespace, &c.name, why);
+                    let holder = Holder::Overlay {
+                        overlay_id: m.overlay_id.clone(),
+                        kind: kind_code(held.value.kind),
+                    };
+                    conflict(&mut out, &c.namespace, &c.name, c.kind, holder, why);
                     continue;
                 }
                 Some(_) => {}
@@ -363,6 +398,73 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
         out.relations.push(c);
     }
     out
+}
+
+/// Room left in an item estimate for what differs between the preflight's record and the
+/// published one (revision digits, timestamps, a replaced id).
+const ITEM_SLACK_BYTES: usize = 512;
+
+/// Whether every record the run would write fits the metastore's item limit: a relation or
+/// namespace the upstream made too large (a schema of tens of thousands of columns) fails
+/// the run as a permanent, upstream-caused error naming the object, before anything is
+/// published.
+pub fn check_storable(
+    desired: &Desired,
+    found: &Discovered,
+    ctx: &Ctx<'_>,
+) -> Result<(), ReconcileError> {
+    let limit = flotilla_metastore::MAX_ITEM_BYTES;
+    let cat = &ctx.overlay.catalog_id;
+    for d in &desired.relations {
+        let Some(record) = build(d, None, ctx) else {
+            continue;
+        };
+        let body = crate::service::to_body(&record)?;
+        let key = crate::service::key(keys::relation(cat, &d.namespace, &d.name));
+        let size = flotilla_metastore::item_size(&key, &body) + ITEM_SLACK_BYTES;
+        if size > limit {
+            return Err(ReconcileError::Unstorable {
+                path: full_path(&d.namespace, &d.name),
+                kind: kind_code(d.kind),
+                size,
+                limit,
+            });
+        }
+    }
+    for (ns, props) in &found.namespace_properties {
+        let record = namespace_record(cat, ns, props.clone(), &ctx.now);
+        let body = crate::service::to_body(&record)?;
+        let key = crate::service::key(keys::namespace(cat, ns));
+        let size = flotilla_metastore::item_size(&key, &body) + ITEM_SLACK_BYTES;
+        if size > limit {
+            return Err(ReconcileError::Unstorable {
+                path: ns.segments().to_vec(),
+                kind: "NAMESPACE",
+                size,
+                limit,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A namespace the overlay creates, carrying the upstream namespace's properties.
+pub fn namespace_record(
+    catalog_id: &str,
+    path: &NamespacePath,
+    properties: BTreeMap<String, String>,
+    now: &str,
+) -> NamespaceRecord {
+    NamespaceRecord {
+        id: flotilla_domain::names::new_id(),
+        catalog_id: catalog_id.to_owned(),
+        path: path.clone(),
+        properties,
+        created_by_overlay: true,
+        revision: 1,
+        create_time: now.to_owned(),
+        update_time: now.to_owned(),
+    }
 }
 
 /// A fingerprint of a table's content for upstreams that send no ETag (never sent upstream).

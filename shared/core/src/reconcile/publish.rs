@@ -238,19 +238,61 @@ impl<'a> Publisher<'a> {
     pub async fn publish_namespaces(
         &self,
         desired: &Desired,
+        found: &Discovered,
         target: &TargetState,
         summary: &mut ReconcileSummary,
     ) -> Result<(), ReconcileError> {
         let mut paths: Vec<&NamespacePath> = desired.namespaces.iter().collect();
         paths.sort_by(|a, b| a.depth().cmp(&b.depth()).then(a.cmp(b)));
         for path in paths {
-            let ns = target.namespaces.get(path).map(|s| s.version);
-            let claim = target.claims.get(path).map(|c| c.version);
-            if ns.is_some() && claim.is_some() {
-                summary.namespaces.unchanged += 1;
+            let props = found.namespace_properties.get(path);
+            let stored = target.namespaces.get(path);
+            let claim = target.claims.get(path);
+            if let (Some(n), Some(c)) = (stored, claim) {
+                // A namespace this overlay created follows the upstream's properties.
+                match props {
+                    Some(p)
+                        if c.value.created_namespace
+                            && n.value.created_by_overlay
+                            && n.value.properties != *p =>
+                    {
+                        self.refresh_namespace(n, p, summary).await?;
+                    }
+                    _ => summary.namespaces.unchanged += 1,
+                }
                 continue;
             }
-            self.claim_namespace(path, ns, claim, summary).await?;
+            self.claim_namespace(
+                path,
+                stored.map(|s| s.version),
+                claim.map(|c| c.version),
+                props,
+                summary,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Replaces an overlay-created namespace's properties with the upstream's.
+    async fn refresh_namespace(
+        &self,
+        stored: &Stored<NamespaceRecord>,
+        properties: &BTreeMap<String, String>,
+        summary: &mut ReconcileSummary,
+    ) -> Result<(), ReconcileError> {
+        let mut rec = stored.value.clone();
+        rec.properties = properties.clone();
+        rec.revision += 1;
+        rec.update_time = self.state.clock.now_rfc3339();
+        let ns_key = key(keys::namespace(&self.overlay.catalog_id, &rec.path));
+        match self
+            .commit(vec![Op::replace(ns_key, stored.version, to_body(&rec)?)])
+            .await?
+        {
+            Commit::Applied => summary.namespaces.updated += 1,
+            // Changed under the run (a PATCH, another run): the next run compares again.
+            Commit::Reread => summary.namespaces.unchanged += 1,
         }
         Ok(())
     }
@@ -260,6 +302,7 @@ impl<'a> Publisher<'a> {
         path: &NamespacePath,
         mut ns: Option<u64>,
         mut claim: Option<u64>,
+        properties: Option<&BTreeMap<String, String>>,
         summary: &mut ReconcileSummary,
     ) -> Result<(), ReconcileError> {
         let store = self.state.store.as_ref();
@@ -284,16 +327,12 @@ impl<'a> Publisher<'a> {
                     if let Some(parent) = path.parent() {
                         ops.extend(self.namespace_ops(&parent).await?);
                     }
-                    let rec = NamespaceRecord {
-                        id: flotilla_domain::names::new_id(),
-                        catalog_id: cat.clone(),
-                        path: path.clone(),
-                        properties: BTreeMap::new(),
-                        created_by_overlay: true,
-                        revision: 1,
-                        create_time: now.clone(),
-                        update_time: now,
-                    };
+                    let rec = super::plan::namespace_record(
+                        cat,
+                        path,
+                        properties.cloned().unwrap_or_default(),
+                        &now,
+                    );
                     ops.push(Op::create(ns_key.clone(), to_body(&rec)?));
                 }
                 Some(_) => {
@@ -627,13 +666,11 @@ impl<'a> Publisher<'a> {
     // ---- retirement ---------------------------------------------------------------------
 
     /// Retires what the complete walk observed absent, after everything desired was
-    /// published: this overlay's relations not in the inventory (never at a conflicting slot
-    /// or under a skipped branch), then claims no longer needed (deepest first), pruning the
+    /// published: this overlay's relations not in the inventory, then claims no longer needed (deepest first), pruning the
     /// overlay-created namespaces they leave empty and unclaimed.
     pub async fn retire(
         &self,
         desired: &Desired,
-        found: &Discovered,
         target: &TargetState,
         summary: &mut ReconcileSummary,
     ) -> Result<(), ReconcileError> {
@@ -650,7 +687,6 @@ impl<'a> Publisher<'a> {
                 !wanted.contains(*slot)
                     && !moved_from.contains(*slot)
                     && !desired.conflict_slots.contains(*slot)
-                    && !found.is_skipped(&slot.0)
             })
             .collect();
         stale.sort_by(|a, b| a.0.cmp(b.0));
@@ -673,14 +709,8 @@ impl<'a> Publisher<'a> {
                 }
             }
         }
-        // Claims: keep those the inventory needs, and any at, under or above a skipped branch.
-        let needed = |p: &NamespacePath| {
-            desired.namespaces.contains(p)
-                || found
-                    .skipped
-                    .iter()
-                    .any(|s| p.segments().starts_with(&s.path) || s.path.starts_with(p.segments()))
-        };
+        // Claims: keep those the inventory needs.
+        let needed = |p: &NamespacePath| desired.namespaces.contains(p);
         let mut release: Vec<(&NamespacePath, &Stored<ClaimRecord>)> =
             target.claims.iter().filter(|(p, _)| !needed(p)).collect();
         release.sort_by(|a, b| b.0.depth().cmp(&a.0.depth()).then(a.0.cmp(b.0)));

@@ -5,9 +5,13 @@
 //!
 //! A message names an overlay and the generation the scheduler observed. The worker acks
 //! (does nothing for) a message whose overlay is gone, paused or at another generation: a
-//! newer configuration has made it stale, and the scheduler enqueues the current one. Every
-//! other failure is reported back so the queue redelivers it, and a message that keeps
-//! failing reaches the dead-letter queue after the queue's `maxReceiveCount`.
+//! newer configuration has made it stale, and the scheduler enqueues the current one. A run
+//! that fails for a transient reason is reported back so the queue redelivers it (and a
+//! message that keeps failing reaches the dead-letter queue after the queue's
+//! `maxReceiveCount`); a run that fails permanently (a mapping conflict, refused
+//! authentication, a bound hit, an object too large) is recorded in the overlay's status and
+//! acknowledged: the next schedule, or a change of the overlay or its integration, runs it
+//! again.
 
 use std::collections::{HashMap, HashSet};
 
@@ -58,9 +62,11 @@ pub enum MessageOutcome {
     Gone,
     /// The overlay or its integration is paused.
     Paused,
-    /// Failed; the queue should deliver it again (and dead-letter it eventually).
+    /// The run failed. A retryable failure is delivered again (and dead-lettered
+    /// eventually); a permanent one is recorded and acknowledged.
     Failed {
         retryable: bool,
+        code: &'static str,
         reason: String,
         /// The `reason` label of `flotilla_reconcile_failures_total`.
         kind: &'static str,
@@ -70,7 +76,13 @@ pub enum MessageOutcome {
 impl MessageOutcome {
     /// Whether the message must be reported as a batch item failure.
     pub fn redeliver(&self) -> bool {
-        matches!(self, MessageOutcome::Failed { .. })
+        matches!(
+            self,
+            MessageOutcome::Failed {
+                retryable: true,
+                ..
+            }
+        )
     }
 
     pub fn label(&self) -> &'static str {
@@ -102,7 +114,10 @@ async fn current_generation(state: &AppState, m: &ReconcileMessage) -> ApiResult
 /// The `reason` label of a failed run.
 fn failure_kind(e: &ReconcileError) -> &'static str {
     match e {
-        ReconcileError::Upstream(_) => "upstream",
+        ReconcileError::Upstream { .. } | ReconcileError::Unstorable { .. } => "upstream",
+        ReconcileError::UpstreamChanged { .. } => "incomplete",
+        ReconcileError::Conflicts(_) => "conflict",
+        ReconcileError::Exceeded(_) => "limit",
         ReconcileError::FenceLost => "fence_lost",
         ReconcileError::Incomplete { .. } => "incomplete",
         ReconcileError::Deleting(_) => "deleting",
@@ -148,6 +163,7 @@ async fn run_message(
         Err(e) => {
             return MessageOutcome::Failed {
                 retryable: true,
+                code: e.code.as_str(),
                 reason: e.to_string(),
                 kind: "metastore",
             };
@@ -167,6 +183,7 @@ async fn run_message(
             Ok(Some(g)) if g != m.observed_generation => MessageOutcome::Superseded { current: g },
             _ => MessageOutcome::Failed {
                 retryable: true,
+                code: ReconcileError::FenceLost.code(),
                 reason: ReconcileError::FenceLost.to_string(),
                 kind: "fence_lost",
             },
@@ -174,19 +191,19 @@ async fn run_message(
         Err(e) => MessageOutcome::Failed {
             retryable: e.is_retryable(),
             kind: failure_kind(&e),
-            reason: e.to_string(),
+            code: e.code(),
+            reason: e.cause(),
         },
     };
     match &outcome {
         MessageOutcome::Reconciled(s) => tracing::info!(
             outcome = outcome.label(),
             duration_ms = s.duration_ms,
-            conflicts = s.conflicts.len(),
-            skipped = s.skipped.len(),
+            dropped_namespaces = s.dropped.namespaces,
             "reconciled"
         ),
-        MessageOutcome::Failed { reason, .. } => {
-            tracing::warn!(outcome = outcome.label(), reason = %reason, "reconcile failed")
+        MessageOutcome::Failed { reason, code, .. } => {
+            tracing::warn!(outcome = outcome.label(), code, reason = %reason, "reconcile failed")
         }
         other => tracing::info!(
             outcome = other.label(),
@@ -196,9 +213,11 @@ async fn run_message(
     outcome
 }
 
-/// Every active overlay whose refresh interval has elapsed since its last run started, across
-/// all accounts: one message each, at the overlay's current generation. Paused overlays,
-/// overlays of paused or missing integrations, and overlays being deleted are not due.
+/// Every active overlay whose refresh interval has elapsed since its last run started, or
+/// whose configuration (the overlay's or its integration's generation) changed since its last
+/// run, across all accounts: one message each, at the overlay's current generation. Paused
+/// overlays, overlays of paused or missing integrations, and overlays being deleted are not
+/// due.
 pub async fn due_overlays(store: &dyn Metastore, now_ms: i64) -> ApiResult<Vec<ReconcileMessage>> {
     let accounts = query_all(
         store,
@@ -237,15 +256,12 @@ async fn due_in_account(
         let rec: IntegrationRecord = item.json()?;
         integrations.insert(rec.id.clone(), rec);
     }
-    let mut last_started: HashMap<String, i64> = HashMap::new();
+    let mut last: HashMap<String, OverlayStatus> = HashMap::new();
     for item in scan("OVLSTATUS#").await? {
         let Some(id) = item.key.sk.strip_prefix("OVLSTATUS#") else {
             continue;
         };
-        let st: OverlayStatus = item.json()?;
-        if let Some(ms) = st.last_started_ms {
-            last_started.insert(id.to_owned(), ms);
-        }
+        last.insert(id.to_owned(), item.json()?);
     }
     let fenced: HashSet<String> = scan("OVLFENCE#")
         .await?
@@ -258,15 +274,25 @@ async fn due_in_account(
         if o.paused || fenced.contains(&o.id) {
             continue;
         }
-        if integrations.get(&o.integration_id).is_none_or(|i| i.paused) {
+        let Some(integration) = integrations.get(&o.integration_id).filter(|i| !i.paused) else {
             continue;
-        }
+        };
         let interval_ms = i64::try_from(o.refresh_interval_secs)
             .unwrap_or(i64::MAX / 1000)
             .saturating_mul(1000);
-        let due = last_started
-            .get(&o.id)
-            .is_none_or(|last| now_ms.saturating_sub(*last) >= interval_ms);
+        let due = match last.get(&o.id) {
+            None => true,
+            Some(st) => {
+                let run = st.last_reconcile.as_ref();
+                let seen = |field: &str| run.and_then(|r| r[field].as_u64());
+                let changed = seen("observed_generation").is_some_and(|g| g != o.generation)
+                    || seen("integration_generation").is_some_and(|g| g != integration.generation);
+                changed
+                    || st
+                        .last_started_ms
+                        .is_none_or(|ms| now_ms.saturating_sub(ms) >= interval_ms)
+            }
+        };
         if due {
             out.push(ReconcileMessage {
                 account_id: account.to_owned(),

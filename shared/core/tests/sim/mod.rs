@@ -20,7 +20,11 @@
 //!   Retry jitter is seeded too (`service::seed_retry_jitter`) and the paused clock makes
 //!   backoff sleeps instantaneous and ordered by deadline;
 //! - *reconcile* steps run alone (their upstream HTTP traffic is real loopback I/O, which
-//!   cannot be ordered by the seed); the clock runs in real time while they run.
+//!   cannot be ordered by the seed); the clock runs in real time while they run. A run that
+//!   failed (as its recorded outcome says) before publication left the target catalog's
+//!   namespaces, relations and claims byte for byte as they were; one that failed while
+//!   publishing retired nothing (no claim, namespace or relation identity of the overlay
+//!   went away, except an identity replaced in place at its own path).
 //!
 //! Server-generated ids (UUIDv7) differ between runs, but nothing the simulation decides
 //! depends on their bytes: resources are chosen by position in sorted scans, and v7 ids sort
@@ -470,6 +474,17 @@ pub struct World {
     pub step: usize,
     pub stats: Stats,
     key_counter: u64,
+    /// Answers the last lone request took (1 unless it was retried).
+    last_attempts: usize,
+}
+
+/// What a reconcile step looked like before it ran.
+struct RunWatch {
+    account: String,
+    overlay: String,
+    catalog: String,
+    status: Option<Vec<u8>>,
+    rows: Vec<(String, Vec<u8>)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -478,6 +493,9 @@ pub struct Stats {
     pub requests: u64,
     pub concurrent_steps: u64,
     pub reconciles: u64,
+    /// Reconcile steps whose one attempt failed and recorded its outcome (the failed-run
+    /// invariant was checked).
+    pub failed_runs: u64,
     pub faults: u64,
     pub statuses: BTreeMap<u16, u64>,
 }
@@ -556,6 +574,7 @@ impl World {
             step: 0,
             stats: Stats::default(),
             key_counter: 0,
+            last_attempts: 0,
         };
         w.note(format!(
             "seed {seed}: tx faults {tx_permille}/1000, read faults {read_permille}/1000"
@@ -1123,6 +1142,20 @@ impl World {
             Err(errors.join("\n"))
         }
     }
+}
+
+/// The namespaces, relations and claims of a catalog partition, as stored.
+async fn catalog_rows(raw: &dyn Metastore, catalog: &str) -> Vec<(String, Vec<u8>)> {
+    scan(raw, &keys::catalog_pk(catalog))
+        .await
+        .into_iter()
+        .filter(|i| {
+            i.key.sk.starts_with("NS#")
+                || i.key.sk.starts_with("REL#")
+                || i.key.sk.starts_with("CLAIM#")
+        })
+        .map(|i| (i.key.sk.clone(), i.body))
+        .collect()
 }
 
 // ---- operation generation -----------------------------------------------------------------
@@ -1739,10 +1772,14 @@ impl World {
             // Real loopback I/O: the paused clock would jump to the next timer (an HTTP
             // timeout) whenever the thread waits for the fixture, so time runs for real while
             // the reconcile (alone) runs.
+            let watch = self.watch_run(&req).await;
             tokio::time::resume();
             let r = self.run_lone(&req).await;
             tokio::time::pause();
             r?;
+            if let Some(w) = watch {
+                self.check_failed_run(w).await?;
+            }
         } else if roll < 35 {
             // Concurrent group: two or three clients at once.
             self.stats.concurrent_steps += 1;
@@ -1799,6 +1836,7 @@ impl World {
         self.set_faults(true);
         let answers = self.send_with_retries(req).await;
         self.set_faults(false);
+        self.last_attempts = answers.len();
         for (s, _) in &answers[..answers.len().saturating_sub(1)] {
             self.note(format!("  (retried after {s})"));
         }
@@ -1811,6 +1849,121 @@ impl World {
             }
             _ => Ok(None),
         }
+    }
+
+    /// The overlay's status item and its target catalog's namespaces, relations and claims
+    /// before a reconcile step.
+    async fn watch_run(&self, req: &Req) -> Option<RunWatch> {
+        let account = req.account()?.to_owned();
+        let overlay = req
+            .path
+            .strip_suffix("/reconcile")?
+            .rsplit('/')
+            .next()?
+            .to_owned();
+        let catalog = self
+            .prev
+            .accounts
+            .get(&account)?
+            .overlays
+            .iter()
+            .find(|o| o.id == overlay)?
+            .catalog_id
+            .clone();
+        let raw: &dyn Metastore = self.faults.inner();
+        let (pk, sk) = keys::overlay_status(&account, &overlay);
+        let status = raw
+            .get(&Key::new(pk, sk), Consistency::Strong)
+            .await
+            .ok()
+            .flatten()
+            .map(|i| i.body);
+        let rows = catalog_rows(raw, &catalog).await;
+        Some(RunWatch {
+            account,
+            overlay,
+            catalog,
+            status,
+            rows,
+        })
+    }
+
+    /// Invariant: a failed run publishes nothing and retires nothing. Checked when the step
+    /// was one attempt (a retried request may have published in an earlier attempt) and
+    /// the run recorded its outcome.
+    async fn check_failed_run(&mut self, w: RunWatch) -> Result<(), String> {
+        if self.last_attempts != 1 {
+            return Ok(());
+        }
+        let raw: &dyn Metastore = self.faults.inner();
+        let (pk, sk) = keys::overlay_status(&w.account, &w.overlay);
+        let Some(after) = raw
+            .get(&Key::new(pk, sk), Consistency::Strong)
+            .await
+            .ok()
+            .flatten()
+        else {
+            return Ok(());
+        };
+        if w.status.as_deref() == Some(after.body.as_slice()) {
+            return Ok(());
+        }
+        let status: Value = serde_json::from_slice(&after.body).unwrap_or(Value::Null);
+        let run = &status["last_reconcile"];
+        if run["outcome"] != "FAILED" {
+            return Ok(());
+        }
+        let stage = run["error"]["stage"].as_str().unwrap_or("");
+        self.stats.failed_runs += 1;
+        let rows = catalog_rows(raw, &w.catalog).await;
+        if matches!(stage, "CONNECT" | "DISCOVERY" | "PREFLIGHT") {
+            if rows != w.rows {
+                let before: BTreeSet<&String> = w.rows.iter().map(|r| &r.0).collect();
+                let now: BTreeSet<&String> = rows.iter().map(|r| &r.0).collect();
+                return Err(format!(
+                    "overlay {}: a run that failed in {stage} ({}) changed its catalog: added {:?}, removed {:?}",
+                    w.overlay,
+                    run["error"]["code"],
+                    now.difference(&before).collect::<Vec<_>>(),
+                    before.difference(&now).collect::<Vec<_>>()
+                ));
+            }
+        } else if stage == "PUBLICATION" {
+            let now: BTreeMap<&String, &Vec<u8>> = rows.iter().map(|(k, v)| (k, v)).collect();
+            for (k, body) in &w.rows {
+                if now.contains_key(k) {
+                    continue;
+                }
+                if k.starts_with("NS#") || k.starts_with("CLAIM#") {
+                    return Err(format!(
+                        "overlay {}: a run that failed while publishing removed {k}",
+                        w.overlay
+                    ));
+                }
+                // A relation slot that vanished: allowed only as a move of its identity.
+                let Ok(rec) = serde_json::from_slice::<RelationRecord>(body) else {
+                    continue;
+                };
+                if rec
+                    .managed_by
+                    .as_ref()
+                    .is_some_and(|m| m.overlay_id == w.overlay)
+                {
+                    let moved = rows.iter().any(|(_, b)| {
+                        serde_json::from_slice::<RelationRecord>(b).is_ok_and(|r| r.id == rec.id)
+                    });
+                    if !moved {
+                        return Err(format!(
+                            "overlay {}: a run that failed while publishing retired {}.{}",
+                            w.overlay,
+                            rec.namespace.segments().join("."),
+                            rec.name
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn check_after(&mut self, allowed: &[Target], acked: &[String]) -> Result<(), String> {

@@ -133,6 +133,22 @@ impl Env {
 
     /// The same environment on another metastore backend (DynamoDB needs moto).
     pub async fn on(kind: Kind, fx: IcebergFixture, include: Value) -> Self {
+        let config = Config {
+            allow_insecure_upstreams: true,
+            ..Config::default()
+        };
+        Self::with(kind, fx, include, config, false).await
+    }
+
+    /// An environment with its own configuration, optionally on a manual clock
+    /// (`h.clock`).
+    pub async fn with(
+        kind: Kind,
+        fx: IcebergFixture,
+        include: Value,
+        config: Config,
+        manual_clock: bool,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let backend: flotilla_metastore::DynMetastore = match kind {
             Kind::Redb => {
@@ -145,11 +161,7 @@ impl Env {
             Backend(backend),
         )));
         let creds = Creds::new();
-        let config = Config {
-            allow_insecure_upstreams: true,
-            ..Config::default()
-        };
-        let h = Harness::with_store(store.clone(), None, false)
+        let h = Harness::with_store(store.clone(), None, manual_clock)
             .with_credentials(creds.dyn_store())
             .with_config(config);
         h.account("acme").await;
@@ -166,6 +178,27 @@ impl Env {
             overlay,
             _dir: dir,
         }
+    }
+
+    /// The overlay's `last_reconcile` as `GET` answers it.
+    pub async fn last_run(&self) -> Value {
+        let r = self.h.get(&ovl_path(&self.overlay), ACME).await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+        r.body["last_reconcile"].clone()
+    }
+
+    /// Every namespace, relation and claim of the target catalog, for before/after equality.
+    pub async fn catalog_items(&self) -> Vec<(String, Vec<u8>)> {
+        super::items(self.dyn_store(), &keys::catalog_pk(&self.catalog), "")
+            .await
+            .into_iter()
+            .filter(|i| {
+                i.key.sk.starts_with(keys::RELATION_PREFIX)
+                    || i.key.sk.starts_with(keys::NAMESPACE_PREFIX)
+                    || i.key.sk.starts_with(keys::CLAIM_PREFIX)
+            })
+            .map(|i| (i.key.sk.clone(), i.body.clone()))
+            .collect()
     }
 
     pub fn faults(&self) -> &FaultInjectingMetastore<Backend> {
@@ -446,6 +479,9 @@ impl CatalogClient for Twisted {
     }
     async fn load_view(&self, ns: &UpPath, name: &str) -> CaResult<ViewMetadata> {
         self.inner.load_view(ns, name).await
+    }
+    async fn load_namespace_properties(&self, ns: &UpPath) -> CaResult<BTreeMap<String, String>> {
+        self.inner.load_namespace_properties(ns).await
     }
     async fn vend_storage_credentials(
         &self,
