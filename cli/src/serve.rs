@@ -59,7 +59,8 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let app = flotilla_iceberg_rest::router(stack.state.clone(), iceberg_config(&opts.warehouse_root()));
+    let app =
+        flotilla_iceberg_rest::router(stack.state.clone(), iceberg_config(&opts.warehouse_root()));
     // The same scheduler and reconciler as the Lambdas, in-process (stopped on drop).
     let _reconcile = flotilla_runtime::local::spawn_reconcile(&stack.state);
     tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "flotilla serve ready on http://{addr}");
@@ -84,7 +85,8 @@ pub async fn run(args: ServeArgs) -> ExitCode {
 /// (one directory per account, the account's tenant prefix), the only local path the
 /// warehouse stores admit.
 fn iceberg_config(warehouse_root: &std::path::Path) -> flotilla_iceberg_rest::IcebergConfig {
-    let root = std::fs::canonicalize(warehouse_root).unwrap_or_else(|_| warehouse_root.to_path_buf());
+    let root =
+        std::fs::canonicalize(warehouse_root).unwrap_or_else(|_| warehouse_root.to_path_buf());
     flotilla_iceberg_rest::IcebergConfig {
         local_warehouse_root: Some(root),
         vending: flotilla_iceberg_rest::vending::from_env(),

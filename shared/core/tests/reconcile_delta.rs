@@ -68,7 +68,11 @@ impl Connector for FixtureConnector {
                 ResolvedCatalogCredentials::Token(token.into()),
                 &options(),
             )
-            .map_err(ReconcileError::Upstream)
+            .map_err(|error| ReconcileError::Upstream {
+                path: Vec::new(),
+                what: "connect",
+                error,
+            })
     }
 }
 
