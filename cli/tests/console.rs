@@ -544,7 +544,23 @@ async fn console_end_to_end_in_headless_chromium() {
         .text()
         .await
         .expect("text");
-    assert_eq!(created, "2", "customers and the hostile name are created");
+    assert_eq!(created, "0", "a run with a conflict publishes nothing");
+    ui.shot("overlay-conflict").await.expect("shot");
+    // The operator resolves the conflict (the directly managed table goes) and runs again:
+    // customers, orders and the hostile name appear.
+    api(
+        &base,
+        ACME,
+        "DELETE",
+        &format!("{cat}/namespaces/sales/tables/orders"),
+        None,
+    )
+    .await;
+    ui.click("button[data-action=reconcile]").await;
+    ui.wait(Locator::XPath(
+        "//*[@data-field='last-run']//tr[@data-kind='tables']/td[1][normalize-space(.)='3']",
+    ))
+    .await;
     ui.shot("overlay").await.expect("shot");
 
     // ---- the catalog: namespace tree, tables, provenance -----------------------------------

@@ -59,6 +59,10 @@ fn api(r: &Recorded) -> (u16, Value) {
             ]),
         ),
         ("GET", "/v1/accounts/acme/overlays") => (200, list(vec![overlay(OV_ID, "crm-import")])),
+        // Read before a selection change, for the etag it must carry.
+        ("GET", _) if p == format!("/v1/accounts/acme/overlays/{OV_ID}") => {
+            (200, overlay(OV_ID, "crm-import"))
+        }
         ("POST", "/v1/accounts/acme/integrations") => {
             let mut v = integration(INT_ID, r.body["display_name"].as_str().unwrap_or(""));
             v["authentication"] = r.body["authentication"].clone();

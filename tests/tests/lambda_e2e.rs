@@ -446,8 +446,12 @@ async fn cargo_lambda_invokes_the_samples_against_moto() {
     assert_eq!(directory["entries"], serde_json::json!([]), "{directory}");
     assert_eq!(directory["health"]["mode"], "AUTHORITATIVE", "{directory}");
 
-    // scheduler: the EventBridge sample; nothing is due in this deployment.
+    // scheduler: the EventBridge sample; nothing is due in this deployment, and the credential
+    // sweep's bounded pass finds no orphaned generation in the one account.
     let scheduled = call("scheduler", &sample("scheduler/scheduled.json"));
-    assert_eq!(scheduled, serde_json::json!({"enqueued": 0}));
+    assert_eq!(scheduled["enqueued"], 0, "{scheduled}");
+    assert_eq!(scheduled["sweep"]["failures"], 0, "{scheduled}");
+    assert_eq!(scheduled["sweep"]["generations_deleted"], 0, "{scheduled}");
+    assert_eq!(scheduled["sweep"]["orphans_deleted"], 0, "{scheduled}");
     drop(watch);
 }

@@ -747,6 +747,12 @@ impl CatalogClient for SharedClient {
     ) -> flotilla_catalog_access::Result<VendedCredentials> {
         self.0.vend_storage_credentials(namespace, name).await
     }
+    async fn load_namespace_properties(
+        &self,
+        namespace: &NamespacePath,
+    ) -> flotilla_catalog_access::Result<std::collections::BTreeMap<String, String>> {
+        self.0.load_namespace_properties(namespace).await
+    }
 }
 
 /// Loads the integration `id` of `account` and connects it (`404` when absent).

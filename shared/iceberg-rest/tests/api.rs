@@ -76,10 +76,16 @@ async fn setup() -> Env {
         Arc::new(tokens),
         Config::default(),
     );
+    // The host's warehouse root: the only local path the warehouse stores admit.
+    let root = dir.path().canonicalize().unwrap().join("warehouse");
+    std::fs::create_dir_all(&root).unwrap();
+    let policy = flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(&root).unwrap();
+    let state = state
+        .with_index_stores(flotilla_core::service::index_catalogs::local_warehouse_stores(policy));
     let app = flotilla_iceberg_rest::router(
         state,
         IcebergConfig {
-            local_warehouse_root: Some(dir.path().join("warehouse")),
+            local_warehouse_root: Some(root),
             vending: None,
         },
     );

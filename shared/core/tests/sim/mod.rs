@@ -828,14 +828,15 @@ impl World {
             }
             // A keyed create sent to a deleted account reserves its pending receipt before it
             // learns the account is gone (the reservation asserts nothing about the account);
-            // the receipt expires by TTL. Known and reported; everything else is an orphan.
+            // the receipt (pending, or failed once the create answered NOT_FOUND) expires by TTL.
+            // Known and reported; everything else is an orphan.
             let leftovers: Vec<&Item> = items
                 .iter()
                 .filter(|i| {
                     !(i.key.sk.starts_with("IDEM#")
                         && i.json::<Value>()
                             .ok()
-                            .is_some_and(|v| v["state"] == "pending"))
+                            .is_some_and(|v| v["state"] == "pending" || v["state"] == "failed"))
                 })
                 .collect();
             if !view.exists && !view.fenced && !leftovers.is_empty() {
