@@ -5,7 +5,7 @@ A user's clone has nothing beside it, so no test, script, doc or code may read o
 above the repository root. The only exception is the optional ParqDB conformance switch in
 scripts/test.sh (a line naming FLOTILLA_PARQDB_CONFORMANCE_DIR), which is used only when the
 directory exists. Docs also may not cite the design documents the project was built from by
-number ("seed 004"): they describe the project itself.
+number ("seed 004") or name ("API.md"): docs and comments describe the project itself.
 
 Usage: scripts/check_self_contained.py [REPO_ROOT]   (exit 1 and a list of offending lines)
 """
@@ -21,7 +21,9 @@ SWITCH = "FLOTILLA_PARQDB_CONFORMANCE_DIR"
 UP_REF = re.compile(r"((?:\.\./)+)([\w.-]+(?:/[\w.-]+)*)")
 # Names of the brief's material, whatever the path in front of them.
 BRIEF = re.compile(r"(?:\.\./)+shared/(?:seeds|specs|hooks|API\.md|DESIGN\.md|STYLE\.md|INTEROP\.md)\b")
-SEED_CITATION = re.compile(r"\bseeds?\s+0\d\d\b|\bseeds/0\d\d", re.IGNORECASE)
+SEED_CITATION = re.compile(r"\bseeds?[\s-]+0\d\d\b|\bseeds/0\d\d", re.IGNORECASE)
+# The brief's documents by name (the project's own docs are lowercase: docs/api.md).
+BRIEF_NAME = re.compile(r"(?<![\w/.-])(?:API|DESIGN|STYLE|INTEROP)\.md\b|/work/shared\b")
 SKIP_SUFFIXES = (".lock", ".png", ".jpg", ".ico", ".woff", ".woff2", ".parquet", ".avro", ".gz")
 
 
@@ -72,7 +74,7 @@ def main():
                     problems.append(where)
                     break
             else:
-                if (rel.endswith(".md") or rel.startswith("docs/")) and SEED_CITATION.search(line):
+                if SEED_CITATION.search(line) or BRIEF_NAME.search(line):
                     problems.append(where)
     if problems:
         print("these tracked lines reach outside the repository or cite the design documents by number:")

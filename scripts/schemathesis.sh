@@ -14,7 +14,7 @@
 #      checks: no 5xx; responses conform to the documented schema, status codes, content
 #      types and headers; requests that violate the document are refused (4xx); a deleted
 #      resource is gone and a created one is there (stateful phase over the document's links);
-#   4. reads /v1/admin/metrics and requires the five counter families of API.md.
+#   4. reads /v1/admin/metrics and requires the five counter families of docs/api.md.
 #
 # Environment: SCHEMATHESIS_EXAMPLES (default 25), SCHEMATHESIS_SEED (default 20250101),
 # SCHEMATHESIS_TIMEOUT seconds per run (default 600), SCHEMATHESIS_CHECKS (comma list),

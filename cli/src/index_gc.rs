@@ -1,4 +1,4 @@
-//! `flotilla index gc`: garbage collection of one ParqDB index catalog's warehouse (seed 002).
+//! `flotilla index gc`: garbage collection of one ParqDB index catalog's warehouse.
 //!
 //! An operator maintenance job, so it runs against the metastore directly rather than through
 //! the API (it needs no token and no running server):

@@ -1,4 +1,4 @@
-//! Display names to ids, by listing the resource type (seed 004, "Initial CLI name
+//! Display names to ids, by listing the resource type ("Initial CLI name
 //! resolution"): no generic resolver exists in the API, and the CLI does not ask for one.
 //!
 //! Rules, in order: an argument equal to an item's `id` is that item (ids are immutable, so a

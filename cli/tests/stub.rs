@@ -1,6 +1,6 @@
 //! Commands whose routes are still being built (integrations, overlays, index catalogs,
 //! directory, admin), against a stub that records what the CLI sent and answers the shapes of
-//! shared/API.md. These check argument parsing, request construction and rendering, and the
+//! docs/api.md. These check argument parsing, request construction and rendering, and the
 //! write-only handling of credentials.
 
 mod support;

@@ -9,7 +9,7 @@
 //! client-credentials token endpoint (`/oauth/token`, standing in for the external identity
 //! provider a Lakekeeper deployment names as `token_uri`).
 //!
-//! Real servers differ (INTEROP.md), and the fixture can behave like them: `prefix` in
+//! Real servers differ (docs/catalog-access.md, "Real-server behaviours"), and the fixture can behave like them: `prefix` in
 //! `defaults` (Lakekeeper) or `overrides`, pagination honoured or ignored with no
 //! `next-page-token` (lakana), `metadataLocation` instead of `metadata-location`, namespaces
 //! listed as objects, remote signing instead of vended keys. Authentication: none, static

@@ -1,4 +1,4 @@
-//! `flotilla index`: ParqDB index catalogs (seed 002). Index catalogs are addressed by their
+//! `flotilla index`: ParqDB index catalogs. Index catalogs are addressed by their
 //! name, indexes by namespace path and name.
 
 use std::path::PathBuf;

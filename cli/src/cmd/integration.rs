@@ -1,4 +1,4 @@
-//! `flotilla integration`: connections to upstream catalogs (seed 004). Credentials are
+//! `flotilla integration`: connections to upstream catalogs. Credentials are
 //! write-only: read from stdin, a file or an environment variable, sent once in the
 //! `credentials` object of the body, never printed.
 

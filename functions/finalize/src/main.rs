@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-//! The catalog-finalize Lambda: enables directory authority (seed 000) once the operator
+//! The catalog-finalize Lambda: enables directory authority once the operator
 //! acknowledges a complete writer rollout and quiescent write admission.
 //!
 //! Event: `{"acknowledge_writer_rollout": true, "acknowledge_quiescent_writes": true}`

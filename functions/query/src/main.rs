@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-//! The query-replica Lambda (seed 000): answers a catalog's table-name/schema directory from
+//! The query-replica Lambda: answers a catalog's table-name/schema directory from
 //! a [`flotilla_core::directory::DirectoryCache`] that lives in the state built once at cold
 //! start, so a warm container refreshes with one strong point read while nothing changed.
 //!

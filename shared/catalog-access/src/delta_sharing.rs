@@ -23,7 +23,7 @@
 //!
 //! # Credential vending
 //!
-//! Per the seed's Delta Sharing paragraph: a table listing `accessModes` with `dir` is asked
+//! Delta Sharing access modes: a table listing `accessModes` with `dir` is asked
 //! for credentials (`POST .../temporary-table-credentials`); a table offering only `url`
 //! access is refused by name, because presigned per-file URLs cannot be represented as
 //! storage credentials; a table stating no access modes is asked anyway (the reference server

@@ -1,6 +1,6 @@
 //! HTTP hardening shared by every provider.
 //!
-//! Integration URIs are user input, so every upstream call is untrusted (DESIGN.md
+//! Integration URIs are user input, so every upstream call is untrusted (docs/architecture.md
 //! "Upstream calls are untrusted"):
 //!
 //! - [`AddressPolicy`] is enforced at *connect* time on the *resolved* addresses (a custom

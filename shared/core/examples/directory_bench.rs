@@ -1,4 +1,4 @@
-//! Directory refresh benchmark (seed 000; not a test): for T stable tables on the embedded
+//! Directory refresh benchmark (not a test): for T stable tables on the embedded
 //! (redb) metastore, the cost of one replica refresh in legacy mode (every refresh scans)
 //! versus authoritative mode (one strong point read while nothing changed), and the cost of
 //! the refresh that follows one DDL. Costs are counted by `CountingMetastore`, the same

@@ -1,4 +1,4 @@
-//! Catalog directory generations, the authority marker and the query replica (seed 000).
+//! Catalog directory generations, the authority marker and the query replica.
 //!
 //! A query replica (a warm `functions/query` container, or the cache inside `flotilla serve`)
 //! keeps the complete table-name/schema directory of a catalog. Two reserved items let it

@@ -85,7 +85,7 @@ pub fn page_tokens(data: &[u8]) {
     }
 }
 
-/// ParqDB metadata validation (seed 002): any bytes, never a panic.
+/// ParqDB metadata validation: any bytes, never a panic.
 pub fn parqdb_metadata(data: &[u8]) {
     let _ = flotilla_parqdb::metadata::validate_bytes(data);
 }

@@ -60,10 +60,10 @@ pub struct AppState {
     /// Where integration credentials live (Secrets Manager on AWS, the local encrypted store
     /// under `flotilla serve`). Secrets never enter the metastore.
     pub credentials: Arc<dyn CredentialStore>,
-    /// The query replica of catalog directories (seed 000), kept across requests and warm
+    /// The query replica of catalog directories, kept across requests and warm
     /// Lambda invocations; its refresh counters are one of `metrics`.
     pub directory: Arc<crate::directory::DirectoryCache>,
-    /// Object stores of ParqDB index catalog warehouses (seed 002), cached per warehouse. The
+    /// Object stores of ParqDB index catalog warehouses, cached per warehouse. The
     /// host chooses endpoints and credentials once
     /// ([`crate::service::index_catalogs::warehouse_stores_from_env`]); tests inject faults.
     pub index_stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,

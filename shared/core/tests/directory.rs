@@ -1,4 +1,4 @@
-//! Seed 000: directory generations, the query replica and catalog-finalize.
+//! Directory generations, the query replica and catalog-finalize.
 //!
 //! The race cases interleave real DDL (through the services) with a replica's refresh by a
 //! store decorator that runs the DDL at a chosen point of the refresh: between two pages of
@@ -522,7 +522,7 @@ async fn legacy_writer_is_visible_only_before_finalize() {
         Some(ReplicaMode::Authoritative)
     );
 
-    // After finalize a legacy write is invisible to a warmed replica (the seed's contract:
+    // After finalize a legacy write is invisible to a warmed replica (the directory contract:
     // an old writer after finalization violates the acknowledged deployment boundary)...
     legacy_write(store, &cat, "legacy_after").await;
     assert_eq!(

@@ -1,4 +1,4 @@
-//! Races and crash points of the durability primitives (seed 004, "Durability contract").
+//! Races and crash points of the durability primitives ("Durability contract").
 
 mod support;
 use support::both_backends;

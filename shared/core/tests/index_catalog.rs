@@ -1,4 +1,4 @@
-//! ParqDB index catalogs through the HTTP API (seed 002, API.md "index-catalogs"), on both
+//! ParqDB index catalogs through the HTTP API (docs/api.md "index-catalogs"), on both
 //! metastore backends, with the fixtures of `shared/parqdb/fixtures/v1` written into a
 //! temporary `file://` warehouse.
 

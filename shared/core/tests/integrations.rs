@@ -1,4 +1,4 @@
-//! CatalogIntegration (seed 004 "Catalog integration", "Authentication and credentials",
+//! CatalogIntegration ("Catalog integration", "Authentication and credentials",
 //! "Durability contract", "Create-conflict behavior", integration rows of "Lifecycle and
 //! garbage collection"): typed authentication, address and secret rules, write-only
 //! credentials, lifecycle, cascade, and the credential publication protocol at every crash

@@ -1,4 +1,4 @@
-//! CatalogOverlay (seed 004 "Resource and ownership model", "Catalog overlay", "Namespace
+//! CatalogOverlay ("Resource and ownership model", "Catalog overlay", "Namespace
 //! selection", overlay rows of "Lifecycle and garbage collection"): selection through the
 //! API, bindings and dependencies, contribution-scoped delete, races and crash points.
 //!
@@ -418,7 +418,7 @@ async fn create_verifies_both_bindings(h: Harness, _rounds: usize) {
     );
 }
 
-/// The catalog of the seed's ownership example: two overlays from two integrations, a
+/// The catalog of the ownership example in docs/integrations.md: two overlays from two integrations, a
 /// shared namespace, an overlay-created namespace chain, and directly managed content.
 async fn materialized(s: &Setup) -> (String, String, String) {
     let (h, i, c) = (&s.h, &s.integration, &s.catalog);

@@ -1,4 +1,4 @@
-//! Integration validation and upstream discovery (issue 7, seed 004 "Vended storage
+//! Integration validation and upstream discovery ("Vended storage
 //! credentials", "Follow-on API evolution") through the real router, against the fixture
 //! upstreams of `flotilla-testkit` and S3 on moto.
 

@@ -37,7 +37,7 @@ pub fn account_listing(account: &str) -> KeyParts {
 }
 pub const ACCOUNT_LISTING_PREFIX: &str = "ACCOUNT#";
 
-/// The directory authority marker (seed 000): present once catalog-finalize ran.
+/// The directory authority marker: present once catalog-finalize ran.
 pub fn directory_authority() -> KeyParts {
     (SYSTEM_PK.into(), "DIRECTORY_AUTHORITY".into())
 }
@@ -194,7 +194,7 @@ pub fn relations_in_prefix(ns: &NamespacePath) -> String {
     format!("REL#{}{}", ns_str(ns), REL_SEP)
 }
 
-/// Namespace claim of an overlay on a namespace path (seed 004 "Namespace claim state").
+/// Namespace claim of an overlay on a namespace path ("Namespace claim state").
 pub fn namespace_claim(catalog_id: &str, path: &NamespacePath, overlay_id: &str) -> KeyParts {
     (
         catalog_pk(catalog_id),
@@ -206,7 +206,7 @@ pub fn namespace_claims_prefix(path: &NamespacePath) -> String {
 }
 pub const CLAIM_PREFIX: &str = "CLAIM#";
 
-/// The catalog's directory generation (seed 000): replaced in the same transaction as
+/// The catalog's directory generation: replaced in the same transaction as
 /// every listed-object change. Control data: never exposed.
 pub fn directory_generation(catalog_id: &str) -> KeyParts {
     (catalog_pk(catalog_id), "DIRGEN".into())

@@ -86,7 +86,7 @@ pub struct NamespaceRecord {
     pub path: NamespacePath,
     #[serde(default)]
     pub properties: Properties,
-    /// True when overlay materialization created this namespace (seed 004 claim state).
+    /// True when overlay materialization created this namespace (claim state).
     #[serde(default)]
     pub created_by_overlay: bool,
     pub revision: u64,
@@ -114,7 +114,7 @@ pub enum RelationKind {
     View,
 }
 
-/// Provenance of an overlay-materialized relation (seed 004 "UpstreamRef").
+/// Provenance of an overlay-materialized relation ("UpstreamRef").
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ManagedBy {
     pub integration_id: String,
@@ -231,7 +231,7 @@ pub fn canonical_auth_type(name: &str) -> Option<&'static str> {
     })
 }
 
-/// Non-secret authentication configuration (seed 004 "Authentication and credentials").
+/// Non-secret authentication configuration ("Authentication and credentials").
 /// Secret values live only in the credential store. The `type` tag follows
 /// [`canonical_auth_type`]; it is always written canonically.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

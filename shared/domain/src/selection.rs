@@ -1,4 +1,4 @@
-//! Namespace selection of an overlay (seed 004, "Namespace selection").
+//! Namespace selection of an overlay ("Namespace selection").
 //!
 //! Paths run from the upstream root to a leaf and match case-sensitively, segment by
 //! segment (never by joined text, so `["a.b"]` and `["a", "b"]` are different paths). An

@@ -1,6 +1,6 @@
 //! Request and item counters for any metastore.
 //!
-//! Seed 000 promises that a warm query replica's steady refresh costs one point read; these
+//! The directory design promises that a warm query replica's steady refresh costs one point read; these
 //! counters are how that promise (and the cost of every other path) is observed. The counters
 //! live behind an `Arc`, so the router's metrics endpoint can render them while the store is
 //! in use. Labels are only the operation name: never keys, tenants or generations.

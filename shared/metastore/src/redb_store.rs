@@ -4,7 +4,7 @@
 //! time, so conditions are evaluated and operations applied with no other writer in between
 //! (serializable), and a commit is either wholly on disk or not at all. redb's default
 //! durability (`Immediate`) fsyncs before `commit` returns, so a committed transaction
-//! survives a process crash. This is seed 000's "RocksDB batch".
+//! survives a process crash. It is the embedded equivalent of one atomic batch.
 //!
 //! Layout: one table, `items`. The redb key is `pk ‖ 0x00 ‖ sk` (pk may not contain NUL, see
 //! `codec::check_key`), so all items of a partition are contiguous and ordered by the bytes

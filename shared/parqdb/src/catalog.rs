@@ -1,4 +1,4 @@
-//! The index catalog service (seed 002): index catalogs, namespaces and the index operations
+//! The index catalog service: index catalogs, namespaces and the index operations
 //! `load`, `register`, `commit`, `drop`, `rename` and `list` over the metastore.
 //!
 //! Every mutation is one metastore transaction whose conditions carry the invariant:

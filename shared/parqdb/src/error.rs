@@ -1,4 +1,4 @@
-//! The catalog's typed errors. Codes are the seed-002 names plus the API's generic ones; the
+//! The catalog's typed errors. Codes are the ParqDB catalog names plus the API's generic ones; the
 //! HTTP layer maps them to statuses in one place.
 
 use flotilla_metastore::MetastoreError;

@@ -1,6 +1,6 @@
 //! Garbage collection of warehouse objects that lost catalog reachability.
 //!
-//! Reachability is decided by catalog mappings only (seed 002): an object is *reachable* when
+//! Reachability is decided by catalog mappings only: an object is *reachable* when
 //! a current mapping names it as its metadata file, or when a retained snapshot of such a
 //! metadata file references it (index relations; for IVF also the centroid metadata). A
 //! relation with a trailing `/` references every object below it.

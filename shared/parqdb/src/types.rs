@@ -1,4 +1,4 @@
-//! Request and response shapes of the `index-catalogs` routes (shared/API.md), and the input
+//! Request and response shapes of the `index-catalogs` routes (docs/api.md), and the input
 //! checks they share. Field names are snake_case; unknown fields are refused.
 
 use serde::{Deserialize, Serialize};
@@ -104,7 +104,7 @@ pub struct RenameIndexRequest {
     pub destination: IndexIdentifier,
 }
 
-/// What `load` answers (API.md "Index catalog entries").
+/// What `load` answers (docs/api.md "Index catalog entries").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexEntry {
     pub identifier: IndexIdentifier,

@@ -1,7 +1,7 @@
 #![forbid(unsafe_code)]
 //! The credential store: where integration secrets live, and the only place they live.
 //!
-//! Seed 004 ("Authentication and credentials", "Durability contract") requires every
+//! The integration design's durability contract requires every
 //! credential version to be an *immutable generation* reserved with an atomic put-if-absent
 //! before the resource compare-and-swap that publishes it, retired only after a newer
 //! generation is published, and deliberately retained when publication is

@@ -1,4 +1,4 @@
-//! Read-only, paginated upstream listings of an integration (seed 004, "Follow-on API
+//! Read-only, paginated upstream listings of an integration ("Follow-on API
 //! evolution": "object listing distinguishes namespaces, tables, and views"):
 //! `GET {A}/integrations/{id}/upstream/namespaces?parent=` and
 //! `GET {A}/integrations/{id}/upstream/objects?namespace=&kinds=table,view`.

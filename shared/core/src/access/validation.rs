@@ -1,4 +1,4 @@
-//! `POST {A}/integrations/{id}/validate` (seed 004, "Vended storage credentials"): the two
+//! `POST {A}/integrations/{id}/validate` ("Vended storage credentials"): the two
 //! credential boundaries tested independently.
 //!
 //! 1. `CATALOG_CONNECTION` / `CATALOG_AUTHENTICATION`: a namespace listing with the
@@ -426,7 +426,7 @@ async fn discover(
             }
         }
     }
-    // A provider that advertises views must be able to list them (seed 004, "Catalog
+    // A provider that advertises views must be able to list them ("Catalog
     // access boundary"); one page in the table's namespace proves it.
     if let (true, Some((ns, _))) = (capabilities.list_views, &found)
         && let Err(e) = client.list_views(ns, None, Some(1)).await

@@ -1,4 +1,4 @@
-//! Directory routes (seed 000): the query-replica read of a catalog's directory and the
+//! Directory routes: the query-replica read of a catalog's directory and the
 //! operator's catalog-finalize. Merged into the one router by `routes.rs`.
 
 use axum::Router;

@@ -177,7 +177,7 @@ fn short(e: &serde_json::Error) -> String {
 }
 
 /// Drops the values serde quotes in its messages (`invalid type: string "..."`, `unknown
-/// variant `...``): a value sent in the wrong place may be a secret (seed 004: secrets never
+/// variant `...``): a value sent in the wrong place may be a secret (secrets never
 /// appear in an error). The field path and the expectation stay.
 fn redact_values(message: &str) -> String {
     let mut out = message.to_owned();

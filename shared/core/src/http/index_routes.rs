@@ -1,4 +1,4 @@
-//! Routes of ParqDB index catalogs (seed 002, API.md "index-catalogs"). Merged into the one
+//! Routes of ParqDB index catalogs (docs/api.md "index-catalogs"). Merged into the one
 //! router by `routes.rs`; the protocols live in `flotilla-parqdb`, reached through
 //! [`crate::service::index_catalogs`].
 //!

@@ -1,4 +1,4 @@
-//! Routes of integration validation and upstream discovery (seed 004, "Vended storage
+//! Routes of integration validation and upstream discovery ("Vended storage
 //! credentials", "Follow-on API evolution"). Handlers parse and authorize; the work is in
 //! `crate::access`.
 

@@ -1,4 +1,4 @@
-//! Accounts and the account deletion fence (seed 004, "Account deletion fence").
+//! Accounts and the account deletion fence ("Account deletion fence").
 //!
 //! Delete installs a durable fence in the same transaction that removes the account record,
 //! then cleans up every descendant, and removes the fence last. Every create in the account

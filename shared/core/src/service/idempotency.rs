@@ -1,4 +1,4 @@
-//! Receipt-in-batch idempotency (seed 004, "Durability contract").
+//! Receipt-in-batch idempotency ("Durability contract").
 //!
 //! A create carrying an `Idempotency-Key`:
 //! 1. reserves a *pending* receipt (put-if-absent) that fixes the request fingerprint and the

@@ -1,4 +1,4 @@
-//! ParqDB index catalogs (seed 002) as a product resource: the glue between the
+//! ParqDB index catalogs as a product resource: the glue between the
 //! `flotilla-parqdb` service and the rest of the control plane.
 //!
 //! - Every index catalog mutation carries the account guards ([`super::account_guards`]: the
@@ -83,7 +83,7 @@ impl flotilla_parqdb::clock::Clock for FixedClock {
 
 /// Adds the account guards to every mutating transaction of the index catalog service, and
 /// for an idempotent create the success receipt, so that receipt and resource are published
-/// in one transaction (API.md "Idempotency").
+/// in one transaction (docs/api.md "Idempotency").
 struct Guard {
     receipt: Option<Op>,
 }

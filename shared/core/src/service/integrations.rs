@@ -1,4 +1,4 @@
-//! CatalogIntegration (seed 004, "Catalog integration", "Authentication and credentials",
+//! CatalogIntegration ("Catalog integration", "Authentication and credentials",
 //! "Durability contract", "Lifecycle and garbage collection").
 //!
 //! Credential publication, for create and rotation alike:

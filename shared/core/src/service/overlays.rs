@@ -1,4 +1,4 @@
-//! CatalogOverlay (seed 004, "Resource and ownership model", "Catalog overlay",
+//! CatalogOverlay ("Resource and ownership model", "Catalog overlay",
 //! "Namespace selection", overlay rows of "Lifecycle and garbage collection").
 //!
 //! An overlay binds one integration and one existing catalog by id. Create publishes the

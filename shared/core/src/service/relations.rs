@@ -1,6 +1,6 @@
 //! Tables and views ("relations"). Both share one name slot per namespace. Every create,
 //! exact delete, rename/move and schema change replaces the catalog's directory generation in
-//! the same transaction (seed 000); metadata-location and property updates do not.
+//! the same transaction; metadata-location and property updates do not.
 //! Relations materialized by an overlay refuse direct mutation (`MANAGED_BY_OVERLAY`).
 
 use std::collections::BTreeMap;

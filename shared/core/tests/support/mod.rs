@@ -254,7 +254,7 @@ pub fn urlencode(s: &str) -> String {
     out
 }
 
-// ---- integrations and overlays (seed 004) ----------------------------------------------
+// ---- integrations and overlays ----------------------------------------------
 
 /// The local encrypted credential store behind a fault injector (no faults planned until a
 /// test injects one).

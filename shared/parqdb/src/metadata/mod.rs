@@ -115,7 +115,7 @@ impl fmt::Display for Rule {
 }
 
 /// Why a metadata document (or a base/new pair) is refused. Each variant maps to one catalog
-/// error code of seed 002.
+/// error code of the ParqDB catalog.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataError {
     /// `INVALID_INDEX_METADATA`.
@@ -133,7 +133,7 @@ pub enum MetadataError {
 }
 
 impl MetadataError {
-    /// The seed-002 error code.
+    /// The ParqDB catalog's error code.
     pub fn code(&self) -> &'static str {
         match self {
             MetadataError::InvalidIndexMetadata { .. } => "INVALID_INDEX_METADATA",
