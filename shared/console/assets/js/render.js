@@ -129,7 +129,7 @@ export function counts(c) {
 
 const EXPLAIN = {
   MAPPING_CONFLICT:
-    'Flotilla left this object out: its destination in the catalog is already taken, or the upstream described it in a way that cannot be mapped. Nothing at that name was changed.',
+    'This object cannot be mapped: its destination in the catalog is already taken, or the upstream described it in a way that cannot be mapped. A run with a conflict publishes nothing; resolve it and run again.',
 };
 
 /** Conflicts and skipped branches: the path, the code and the reason, explained. */
