@@ -43,7 +43,7 @@ UNSCOPABLE = {"secretsmanager:ListSecrets"}
 # by sqs:SendMessage). Sources: shared/metastore/src/dynamo.rs (GetItem, BatchGetItem,
 # Query, TransactWriteItems), shared/secrets/src/aws.rs (CreateSecret, GetSecretValue,
 # DeleteSecret, ListSecrets), shared/runtime/src/queue.rs (SendMessageBatch),
-# shared/core/src/directory.rs (finalize: strong GetItem + put-if-absent of the marker).
+# shared/services/src/service/directory.rs (finalize: strong GetItem + put-if-absent of the marker).
 METASTORE_RW = {
     "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:PutItem",
     "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem",

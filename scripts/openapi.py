@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Converts the API's OpenAPI source (shared/core/openapi/openapi.yaml) to the JSON copy the
-router serves at GET /v1/openapi.json (shared/core/openapi/openapi.json, compiled in with
+"""Converts the API's OpenAPI source (shared/http/openapi/openapi.yaml) to the JSON copy the
+router serves at GET /v1/openapi.json (shared/http/openapi/openapi.json, compiled in with
 include_str!).
 
     scripts/openapi.py           rewrite the JSON copy
@@ -15,8 +15,8 @@ import sys
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "shared/core/openapi/openapi.yaml"
-TARGET = ROOT / "shared/core/openapi/openapi.json"
+SOURCE = ROOT / "shared/http/openapi/openapi.yaml"
+TARGET = ROOT / "shared/http/openapi/openapi.json"
 
 
 def render() -> str:

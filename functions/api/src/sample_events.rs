@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::body::Body;
-use flotilla_core::clock::SystemClock;
-use flotilla_core::{AppState, Config};
+use flotilla_base::clock::SystemClock;
+use flotilla_services::{AppState, Config};
 use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_runtime::aws::ClaimsOnly;
 use http::StatusCode;

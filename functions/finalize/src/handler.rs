@@ -1,8 +1,9 @@
 //! The finalize handler, separate from `main` so tests call it on a local state.
 
-use flotilla_core::AppState;
-use flotilla_core::directory::{self, AuthorityStatus, FinalizeRequest};
-use flotilla_core::error::ApiError;
+use flotilla_services::AppState;
+use flotilla_directory::{AuthorityStatus, FinalizeRequest};
+use flotilla_services::service::directory;
+use flotilla_base::error::ApiError;
 
 /// The invocation payload: the same body as `POST /v1/admin/catalog-finalize`.
 pub type FinalizeEvent = FinalizeRequest;
@@ -64,9 +65,9 @@ pub async fn handle(
 mod tests {
     use std::sync::Arc;
 
-    use flotilla_core::clock::SystemClock;
-    use flotilla_core::error::Code;
-    use flotilla_core::{AppState, Config};
+    use flotilla_base::clock::SystemClock;
+    use flotilla_base::error::Code;
+    use flotilla_services::{AppState, Config};
     use flotilla_metastore::redb_store::RedbMetastore;
     use flotilla_runtime::aws::ClaimsOnly;
 
@@ -101,7 +102,7 @@ mod tests {
             assert!(err.to_string().starts_with("FAILED_PRECONDITION"), "{err}");
         }
         assert!(
-            !directory::authority_enabled(state.store.as_ref())
+            !flotilla_directory::authority_enabled(state.store.as_ref())
                 .await
                 .expect("read")
         );
@@ -114,7 +115,7 @@ mod tests {
         let first = handle(&state, event(sample)).await.expect("finalize");
         assert_eq!(first.authority, "ENABLED");
         assert!(
-            directory::authority_enabled(state.store.as_ref())
+            flotilla_directory::authority_enabled(state.store.as_ref())
                 .await
                 .expect("read")
         );

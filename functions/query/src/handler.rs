@@ -2,9 +2,9 @@
 //! with it the directory replica) is borrowed, so it outlives every invocation of a warm
 //! container.
 
-use flotilla_core::AppState;
-use flotilla_core::directory;
-use flotilla_core::error::ApiError;
+use flotilla_services::AppState;
+use flotilla_services::service::directory;
+use flotilla_base::error::ApiError;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -63,11 +63,11 @@ pub async fn handle(state: &AppState, event: QueryEvent) -> Result<Value, Handle
 mod tests {
     use std::sync::Arc;
 
-    use flotilla_core::clock::SystemClock;
-    use flotilla_core::error::Code;
-    use flotilla_core::service::accounts::{self, OnConflict};
-    use flotilla_core::service::{catalogs, namespaces, relations};
-    use flotilla_core::{AppState, Config};
+    use flotilla_base::clock::SystemClock;
+    use flotilla_base::error::Code;
+    use flotilla_services::service::accounts::{self, OnConflict};
+    use flotilla_services::service::{catalogs, namespaces, relations};
+    use flotilla_services::{AppState, Config};
     use flotilla_domain::names::NamespacePath;
     use flotilla_metastore::metrics::CountingMetastore;
     use flotilla_metastore::redb_store::RedbMetastore;
@@ -172,7 +172,7 @@ mod tests {
         assert_eq!(first["health"]["mode"], "LEGACY_SCAN");
         assert_eq!(first["catalog_id"], f.catalog.as_str());
 
-        flotilla_core::directory::finalize(&f.state, true, true)
+        flotilla_services::service::directory::finalize(&f.state, true, true)
             .await
             .expect("finalize");
         let second = handle(&f.state, event(&f)).await.expect("directory");

@@ -1,6 +1,6 @@
 #![forbid(unsafe_code)]
 //! The query-replica Lambda: answers a catalog's table-name/schema directory from
-//! a [`flotilla_core::directory::DirectoryCache`] that lives in the state built once at cold
+//! a [`flotilla_directory::DirectoryCache`] that lives in the state built once at cold
 //! start, so a warm container refreshes with one strong point read while nothing changed.
 //!
 //! Event: `{"account_id": "acme", "catalog_id": "..."}` (`events/query/directory.json`).

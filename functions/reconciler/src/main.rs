@@ -2,7 +2,7 @@
 //! The reconciler Lambda: SQS batches of reconcile messages (partial batch failures).
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use flotilla_core::reconcile::AdapterConnector;
+use flotilla_reconcile::AdapterConnector;
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 

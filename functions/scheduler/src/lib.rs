@@ -7,7 +7,7 @@
 //! continues the trace.
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
-use flotilla_core::AppState;
+use flotilla_services::AppState;
 use flotilla_runtime::queue::{QueueError, ReconcileQueue, schedule_once};
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use serde_json::{Value, json};

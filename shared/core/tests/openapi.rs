@@ -302,7 +302,7 @@ fn the_route_table_has_one_path_per_route_call_in_the_source() {
         paths.len(),
         calls,
         "src/http has {calls} .route( calls ({files:?}) but the table has {} paths: a route was added or \
-         removed without updating tests/openapi.rs and openapi/openapi.yaml",
+         removed without updating shared/core/tests/openapi.rs and shared/http/openapi/openapi.yaml",
         paths.len()
     );
 }

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use flotilla_core::auth::{Authenticator, Principal};
-use flotilla_core::clock::SystemClock;
-use flotilla_core::{AppState, Config};
+use flotilla_services::auth::{Authenticator, Principal};
+use flotilla_base::clock::SystemClock;
+use flotilla_services::{AppState, Config};
 use flotilla_metastore::dynamo::{DynamoMetastore, connect};
 use flotilla_metastore::metrics::CountingMetastore;
 
@@ -58,13 +58,13 @@ pub async fn build_state(settings: &AwsSettings) -> AppState {
         Arc::new(SystemClock),
         Arc::new(ClaimsOnly),
         Config {
-            reconcile: flotilla_core::reconcile::Limits::from_env(),
+            reconcile: flotilla_base::limits::Limits::from_env(),
             ..Config::default()
         },
     )
     .with_metric_source(counters)
     // Index warehouses on S3 (`FLOTILLA_S3_ENDPOINT` only for emulators).
-    .with_index_stores(flotilla_core::service::index_catalogs::warehouse_stores_from_env())
+    .with_index_stores(flotilla_services::service::index_catalogs::warehouse_stores_from_env())
     .with_credentials(credentials)
 }
 

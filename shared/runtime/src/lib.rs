@@ -1,6 +1,6 @@
 #![forbid(unsafe_code)]
 //! Host wiring shared by the Lambda functions and `flotilla serve`: logging set-up and the
-//! construction of [`flotilla_core::AppState`] from configuration, once per process.
+//! construction of [`flotilla_services::AppState`] from configuration, once per process.
 
 pub mod aws;
 pub mod local;

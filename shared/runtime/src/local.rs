@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use flotilla_core::auth::StaticTokens;
-use flotilla_core::clock::SystemClock;
-use flotilla_core::{AppState, Config};
+use flotilla_services::auth::StaticTokens;
+use flotilla_base::clock::SystemClock;
+use flotilla_services::{AppState, Config};
 use flotilla_metastore::metrics::CountingMetastore;
 use flotilla_metastore::redb_store::RedbMetastore;
 
@@ -118,7 +118,7 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
 
     let config = Config {
         allow_insecure_upstreams: opts.allow_insecure_upstreams,
-        reconcile: flotilla_core::reconcile::Limits::from_env(),
+        reconcile: flotilla_base::limits::Limits::from_env(),
         ..Config::default()
     };
     let state = AppState::new(
@@ -131,7 +131,7 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
     // `file://` index warehouses below the warehouse root; `s3://` ones too, sent to
     // `FLOTILLA_S3_ENDPOINT` if set.
     .with_index_stores(
-        flotilla_core::service::index_catalogs::local_warehouse_stores(warehouse_policy),
+        flotilla_services::service::index_catalogs::local_warehouse_stores(warehouse_policy),
     )
     .with_credentials(Arc::new(credentials));
     Ok(LocalStack {
@@ -225,8 +225,8 @@ pub fn spawn_reconcile(state: &AppState) -> ReconcileTasks {
         .filter(|s| *s > 0)
         .unwrap_or(60);
     let (queue, rx) = ChannelQueue::new();
-    let connector: flotilla_core::reconcile::DynConnector =
-        Arc::new(flotilla_core::reconcile::AdapterConnector);
+    let connector: flotilla_reconcile::DynConnector =
+        Arc::new(flotilla_reconcile::AdapterConnector);
     let worker = tokio::spawn(run_channel_worker(
         state.clone(),
         connector,

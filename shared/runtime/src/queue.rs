@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_core::AppState;
-use flotilla_core::reconcile::work::{ReconcileMessage, due_overlays, handle_message};
-use flotilla_core::reconcile::{Connector, DynConnector};
+use flotilla_services::AppState;
+use flotilla_reconcile::work::{ReconcileMessage, due_overlays, handle_message};
+use flotilla_reconcile::{Connector, DynConnector};
 use tokio::sync::mpsc;
 
 #[derive(Debug, thiserror::Error)]
@@ -268,8 +268,8 @@ pub async fn schedule_once(
 /// answers its report, or `None` after logging a failure.
 pub async fn sweep_once(
     state: &AppState,
-) -> Option<flotilla_core::service::integrations::ScheduledSweep> {
-    use flotilla_core::service::integrations::{SCHEDULED_SWEEP_ACCOUNTS, sweep_scheduled};
+) -> Option<flotilla_services::service::integrations::ScheduledSweep> {
+    use flotilla_services::service::integrations::{SCHEDULED_SWEEP_ACCOUNTS, sweep_scheduled};
     match sweep_scheduled(state, SCHEDULED_SWEEP_ACCOUNTS).await {
         Ok(report) => {
             if report.generations_deleted + report.orphans_deleted > 0 || report.failures > 0 {

@@ -12,8 +12,8 @@ use std::future::Future;
 use std::io::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use flotilla_core::AppState;
-use flotilla_core::state::MetricSource;
+use flotilla_services::AppState;
+use flotilla_services::state::MetricSource;
 use flotilla_telemetry::emf::EmfFlusher;
 use flotilla_telemetry::trace::{self, TraceContext};
 use tracing::Instrument as _;

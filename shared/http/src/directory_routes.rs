@@ -1,0 +1,54 @@
+//! Directory routes: the query-replica read of a catalog's directory and the
+//! operator's catalog-finalize. Merged into the one router by `routes.rs`.
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::{get, post};
+use flotilla_domain::names::validate_account_id;
+
+use super::extract::{Auth, JsonBody, P};
+use super::ok;
+use flotilla_directory::FinalizeRequest;
+use flotilla_services::service::directory;
+use flotilla_base::error::{ApiError, ApiResult};
+use flotilla_services::state::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/accounts/{account_id}/catalogs/{catalog_id}/directory",
+            get(get_directory),
+        )
+        .route("/v1/admin/catalog-finalize", post(catalog_finalize))
+}
+
+/// `GET {A}/catalogs/{catalog_id}/directory`: served from the replica, refreshed first.
+async fn get_directory(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c)): P<(String, String)>,
+) -> ApiResult<Response> {
+    validate_account_id(&a).map_err(|_| ApiError::not_found("account"))?;
+    p.require_account(&a)?;
+    Ok(ok(directory::get(&state, &a, &c).await?))
+}
+
+/// `POST /v1/admin/catalog-finalize`: operator only; refuses without both acknowledgements.
+async fn catalog_finalize(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    body: JsonBody<FinalizeRequest>,
+) -> ApiResult<Response> {
+    p.require_operator()?;
+    let req = body.value;
+    let status = directory::finalize(
+        &state,
+        req.acknowledge_writer_rollout,
+        req.acknowledge_quiescent_writes,
+    )
+    .await?;
+    Ok(ok(
+        serde_json::to_value(status).map_err(|e| ApiError::internal(format!("encode: {e}")))?
+    ))
+}

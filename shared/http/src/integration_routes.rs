@@ -1,0 +1,273 @@
+//! Routes of CatalogIntegration and CatalogOverlay.
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::{get, post, put};
+use serde::Deserialize;
+
+use super::extract::{Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, P, Q, idempotency};
+use super::{no_content, ok, recorded};
+use flotilla_base::error::{ApiError, ApiResult};
+use flotilla_services::service::idempotency::account_receipt_key;
+use flotilla_services::service::{integrations, overlays, page_size};
+use flotilla_services::state::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/accounts/{account_id}/integrations",
+            post(create_integration).get(list_integrations),
+        )
+        .route(
+            "/v1/accounts/{account_id}/integrations/{integration_id}",
+            get(get_integration)
+                .patch(patch_integration)
+                .delete(delete_integration),
+        )
+        .route(
+            "/v1/accounts/{account_id}/integrations/{integration_id}/authentication",
+            put(rotate_authentication),
+        )
+        .route("/v1/admin/sweep-credentials", post(sweep_credentials))
+        .route(
+            "/v1/accounts/{account_id}/overlays",
+            post(create_overlay).get(list_overlays),
+        )
+        .route(
+            "/v1/accounts/{account_id}/overlays/{overlay_id}",
+            get(get_overlay).patch(patch_overlay).delete(delete_overlay),
+        )
+}
+
+fn authorize(p: &flotilla_services::auth::Principal, account: &str) -> ApiResult<()> {
+    flotilla_domain::names::validate_account_id(account)
+        .map_err(|_| ApiError::not_found("account"))?;
+    p.require_account(account)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default)]
+    page_size: Option<usize>,
+    #[serde(default)]
+    page_token: Option<String>,
+    #[serde(default)]
+    integration_id: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    #[serde(default)]
+    cascade: bool,
+}
+
+async fn create_integration(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+    Q(params): Q<CreateParams>,
+    IdempotencyKey(k): IdempotencyKey,
+    body: JsonBody<integrations::CreateIntegration>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    let fingerprint = integrations::fingerprint_body(&body.canonical);
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        "integrations",
+        &fingerprint,
+    )?;
+    Ok(recorded(
+        integrations::create(&state, &a, body.value, params.on_conflict, idem).await?,
+    ))
+}
+
+async fn list_integrations(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+    Q(l): Q<ListQuery>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    if l.integration_id.is_some() {
+        return Err(ApiError::invalid(
+            "integration_id filters overlay listings only",
+        ));
+    }
+    Ok(ok(integrations::list(
+        &state,
+        &a,
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
+}
+
+async fn get_integration(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, id)): P<(String, String)>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(integrations::get(&state, &a, &id).await?))
+}
+
+async fn patch_integration(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, id)): P<(String, String)>,
+    IfMatch(m): IfMatch,
+    body: JsonBody<integrations::PatchIntegration>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(integrations::patch(
+        &state,
+        &a,
+        &id,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
+}
+
+async fn rotate_authentication(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, id)): P<(String, String)>,
+    IfMatch(m): IfMatch,
+    body: JsonBody<integrations::RotateAuthentication>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(integrations::rotate(
+        &state,
+        &a,
+        &id,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
+}
+
+async fn delete_integration(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, id)): P<(String, String)>,
+    Q(q): Q<DeleteQuery>,
+    IfMatch(m): IfMatch,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    integrations::delete(&state, &a, &id, q.cascade, m.as_deref()).await?;
+    Ok(no_content())
+}
+
+/// Body of `POST /v1/admin/sweep-credentials`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SweepRequest {
+    account_id: String,
+    /// Generations recorded more recently than this are left alone: they may belong to an
+    /// operation still in progress. Defaults to one hour.
+    #[serde(default = "default_sweep_age")]
+    min_age_secs: u64,
+}
+
+fn default_sweep_age() -> u64 {
+    3600
+}
+
+/// Operator only: reclaims retained credential generations of one account (the CLI's
+/// `flotilla admin sweep-credentials`). Answers what it did.
+async fn sweep_credentials(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    body: JsonBody<SweepRequest>,
+) -> ApiResult<Response> {
+    p.require_operator()?;
+    let req = body.value;
+    flotilla_domain::names::validate_account_id(&req.account_id)?;
+    let min_age_ms = i64::try_from(req.min_age_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let report = integrations::sweep(&state, &req.account_id, min_age_ms).await?;
+    Ok(ok(
+        serde_json::to_value(report).map_err(|e| ApiError::internal(e.to_string()))?
+    ))
+}
+
+async fn create_overlay(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+    Q(params): Q<CreateParams>,
+    IdempotencyKey(k): IdempotencyKey,
+    body: JsonBody<overlays::CreateOverlay>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        "overlays",
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        overlays::create(&state, &a, body.value, params.on_conflict, idem).await?,
+    ))
+}
+
+async fn list_overlays(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+    Q(l): Q<ListQuery>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(overlays::list(
+        &state,
+        &a,
+        l.integration_id.as_deref(),
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
+}
+
+async fn get_overlay(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, id)): P<(String, String)>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(overlays::get(&state, &a, &id).await?))
+}
+
+async fn patch_overlay(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, id)): P<(String, String)>,
+    IfMatch(m): IfMatch,
+    body: JsonBody<overlays::PatchOverlay>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(overlays::patch(
+        &state,
+        &a,
+        &id,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
+}
+
+async fn delete_overlay(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, id)): P<(String, String)>,
+    IfMatch(m): IfMatch,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    overlays::delete(&state, &a, &id, m.as_deref()).await?;
+    Ok(no_content())
+}

@@ -1,0 +1,566 @@
+//! Route table and handlers. Handlers parse, authorize and call a service; nothing else.
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use flotilla_domain::model::RelationKind;
+use flotilla_domain::names::{NamespacePath, validate_account_id};
+use serde_json::json;
+use tower_http::trace::TraceLayer;
+
+use super::extract::{
+    Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, ListParams, MAX_BODY_BYTES, P, Q,
+    idempotency,
+};
+use super::{no_content, ok, recorded};
+use flotilla_base::error::{ApiError, ApiResult};
+use flotilla_services::service::idempotency::{account_receipt_key, system_receipt_key};
+use flotilla_services::service::{accounts, catalogs, namespaces, page_size, relations};
+use flotilla_services::state::AppState;
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    router_with(state, Router::new())
+}
+
+/// The whole API plus `extra` routes served by crates built on this one (the Iceberg REST
+/// endpoint); they share the state, the body limit and the request tracing.
+pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
+    let account_routes = Router::new()
+        .route("/catalogs", post(create_catalog).get(list_catalogs))
+        .route(
+            "/catalogs/{catalog_id}",
+            get(get_catalog).patch(patch_catalog).delete(delete_catalog),
+        )
+        .route(
+            "/catalogs/{catalog_id}/namespaces",
+            post(create_namespace).get(list_namespaces),
+        )
+        .route(
+            "/catalogs/{catalog_id}/namespaces/{ns}",
+            get(get_namespace)
+                .patch(patch_namespace)
+                .delete(delete_namespace),
+        )
+        .route(
+            "/catalogs/{catalog_id}/namespaces/{ns}/tables",
+            post(create_table).get(list_tables),
+        )
+        .route(
+            "/catalogs/{catalog_id}/namespaces/{ns}/tables/{name}",
+            get(get_table).patch(patch_table).delete(delete_table),
+        )
+        .route(
+            "/catalogs/{catalog_id}/namespaces/{ns}/views",
+            post(create_view).get(list_views),
+        )
+        .route(
+            "/catalogs/{catalog_id}/namespaces/{ns}/views/{name}",
+            get(get_view).patch(patch_view).delete(delete_view),
+        );
+    let api = Router::new()
+        // The operator web console (static assets; it calls the routes below).
+        .merge(flotilla_console::routes())
+        .route("/v1/health", get(health))
+        .route("/v1/admin/metrics", get(metrics))
+        .route("/v1/accounts", post(create_account).get(list_accounts))
+        .route(
+            "/v1/accounts/{account_id}",
+            get(get_account).delete(delete_account),
+        )
+        .nest("/v1/accounts/{account_id}", account_routes)
+        .merge(super::directory_routes::routes())
+        .merge(super::index_routes::routes())
+        .merge(super::integration_routes::routes())
+        .merge(super::openapi_routes::routes())
+        .merge(super::reconcile_routes::routes())
+        .merge(super::upstream_routes::routes())
+        .merge(extra);
+    super::with_fallbacks(api)
+        // Our extractor enforces the limit with the API's error shape; this is a backstop.
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES + 1))
+        .layer(axum::middleware::from_fn(super::wire::request_limits))
+        .layer(axum::middleware::from_fn(super::metrics_layer::record))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
+                let route = req
+                    .extensions()
+                    .get::<axum::extract::MatchedPath>()
+                    .map(|p| p.as_str().to_owned())
+                    .unwrap_or_default();
+                tracing::info_span!("request", method = %req.method(), route = %route, principal = tracing::field::Empty)
+            }),
+        )
+        .with_state(state)
+}
+
+async fn health() -> Response {
+    ok(json!({"status": "ok"}))
+}
+
+async fn metrics(State(state): State<AppState>, Auth(p): Auth) -> ApiResult<Response> {
+    p.require_operator()?;
+    let text = state.render_metrics();
+    let mut resp = (StatusCode::OK, text).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    Ok(resp)
+}
+
+// ---- helpers --------------------------------------------------------------------------
+
+fn authorize(p: &flotilla_services::auth::Principal, account: &str) -> ApiResult<()> {
+    validate_account_id(account).map_err(|_| ApiError::not_found("account"))?;
+    p.require_account(account)
+}
+
+fn ns_path(segment: &str) -> ApiResult<NamespacePath> {
+    Ok(NamespacePath::from_url_segment(segment)?)
+}
+
+fn route_key(parts: &[&str]) -> String {
+    parts.join("/")
+}
+
+// ---- accounts -------------------------------------------------------------------------
+
+async fn create_account(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    Q(params): Q<CreateParams>,
+    IdempotencyKey(k): IdempotencyKey,
+    body: JsonBody<accounts::CreateAccount>,
+) -> ApiResult<Response> {
+    p.require_operator()?;
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        system_receipt_key,
+        "accounts",
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        accounts::create(&state, body.value, params.on_conflict, idem).await?,
+    ))
+}
+
+async fn list_accounts(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    Q(l): Q<ListParams>,
+) -> ApiResult<Response> {
+    p.require_operator()?;
+    Ok(ok(accounts::list(
+        &state,
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
+}
+
+async fn get_account(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(accounts::get(&state, &a).await?))
+}
+
+async fn delete_account(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+    IfMatch(m): IfMatch,
+) -> ApiResult<Response> {
+    p.require_operator()?;
+    validate_account_id(&a)?;
+    accounts::delete(&state, &a, m.as_deref(), &state.account_cleanups).await?;
+    Ok(no_content())
+}
+
+// ---- catalogs -------------------------------------------------------------------------
+
+async fn create_catalog(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+    Q(params): Q<CreateParams>,
+    IdempotencyKey(k): IdempotencyKey,
+    body: JsonBody<catalogs::CreateCatalog>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        "catalogs",
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        catalogs::create(&state, &a, body.value, params.on_conflict, idem).await?,
+    ))
+}
+
+async fn list_catalogs(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(a): P<String>,
+    Q(l): Q<ListParams>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    if l.parent.is_some() {
+        return Err(ApiError::invalid(
+            "parent applies to namespace listings only",
+        ));
+    }
+    Ok(ok(catalogs::list(
+        &state,
+        &a,
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
+}
+
+async fn get_catalog(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c)): P<(String, String)>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(catalogs::get(&state, &a, &c).await?))
+}
+
+async fn patch_catalog(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c)): P<(String, String)>,
+    IfMatch(m): IfMatch,
+    body: JsonBody<catalogs::PatchCatalog>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(catalogs::patch(
+        &state,
+        &a,
+        &c,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
+}
+
+async fn delete_catalog(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c)): P<(String, String)>,
+    IfMatch(m): IfMatch,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    catalogs::delete(&state, &a, &c, m.as_deref()).await?;
+    Ok(no_content())
+}
+
+// ---- namespaces -----------------------------------------------------------------------
+
+async fn create_namespace(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c)): P<(String, String)>,
+    Q(params): Q<CreateParams>,
+    IdempotencyKey(k): IdempotencyKey,
+    body: JsonBody<namespaces::CreateNamespace>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    let route = route_key(&["namespaces", &c]);
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        &route,
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        namespaces::create(&state, &a, &c, body.value, params.on_conflict, idem).await?,
+    ))
+}
+
+async fn list_namespaces(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c)): P<(String, String)>,
+    Q(l): Q<ListParams>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    let parent = match l.parent.as_deref() {
+        Some(s) if !s.is_empty() => Some(ns_path(s)?),
+        _ => None,
+    };
+    Ok(ok(namespaces::list(
+        &state,
+        &a,
+        &c,
+        parent.as_ref(),
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
+}
+
+async fn get_namespace(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c, ns)): P<(String, String, String)>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(namespaces::get(&state, &a, &c, &ns_path(&ns)?).await?))
+}
+
+async fn patch_namespace(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c, ns)): P<(String, String, String)>,
+    IfMatch(m): IfMatch,
+    body: JsonBody<namespaces::PatchNamespace>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    Ok(ok(namespaces::patch(
+        &state,
+        &a,
+        &c,
+        &ns_path(&ns)?,
+        body.value,
+        m.as_deref(),
+    )
+    .await?))
+}
+
+async fn delete_namespace(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c, ns)): P<(String, String, String)>,
+    IfMatch(m): IfMatch,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    namespaces::delete(&state, &a, &c, &ns_path(&ns)?, m.as_deref()).await?;
+    Ok(no_content())
+}
+
+// ---- tables and views -----------------------------------------------------------------
+
+async fn create_table(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c, ns)): P<(String, String, String)>,
+    Q(params): Q<CreateParams>,
+    IdempotencyKey(k): IdempotencyKey,
+    body: JsonBody<relations::CreateTable>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    let path = ns_path(&ns)?;
+    let route = route_key(&["tables", &c, &ns]);
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        &route,
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        relations::create_table(&state, &a, &c, &path, body.value, params.on_conflict, idem)
+            .await?,
+    ))
+}
+
+async fn create_view(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c, ns)): P<(String, String, String)>,
+    Q(params): Q<CreateParams>,
+    IdempotencyKey(k): IdempotencyKey,
+    body: JsonBody<relations::CreateView>,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    let path = ns_path(&ns)?;
+    let route = route_key(&["views", &c, &ns]);
+    let idem = idempotency(
+        k,
+        params.on_conflict,
+        |k| account_receipt_key(&a, k),
+        &route,
+        &body.canonical,
+    )?;
+    Ok(recorded(
+        relations::create_view(&state, &a, &c, &path, body.value, params.on_conflict, idem).await?,
+    ))
+}
+
+async fn list_relations(
+    state: AppState,
+    p: flotilla_services::auth::Principal,
+    a: String,
+    c: String,
+    ns: String,
+    l: ListParams,
+    kind: RelationKind,
+) -> ApiResult<Response> {
+    authorize(&p, &a)?;
+    if l.parent.is_some() {
+        return Err(ApiError::invalid(
+            "parent applies to namespace listings only",
+        ));
+    }
+    let path = ns_path(&ns)?;
+    Ok(ok(relations::list(
+        &state,
+        &a,
+        &c,
+        &path,
+        kind,
+        page_size(l.page_size)?,
+        l.page_token.as_deref(),
+    )
+    .await?))
+}
+
+async fn list_tables(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c, ns)): P<(String, String, String)>,
+    Q(l): Q<ListParams>,
+) -> ApiResult<Response> {
+    list_relations(state, p, a, c, ns, l, RelationKind::Table).await
+}
+
+async fn list_views(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P((a, c, ns)): P<(String, String, String)>,
+    Q(l): Q<ListParams>,
+) -> ApiResult<Response> {
+    list_relations(state, p, a, c, ns, l, RelationKind::View).await
+}
+
+type RelPath = P<(String, String, String, String)>;
+
+async fn get_relation(
+    state: AppState,
+    p: flotilla_services::auth::Principal,
+    path: (String, String, String, String),
+    kind: RelationKind,
+) -> ApiResult<Response> {
+    let (a, c, ns, name) = path;
+    authorize(&p, &a)?;
+    Ok(ok(relations::get(
+        &state,
+        &a,
+        &c,
+        &ns_path(&ns)?,
+        &name,
+        kind,
+    )
+    .await?))
+}
+
+async fn get_table(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+) -> ApiResult<Response> {
+    get_relation(state, p, path, RelationKind::Table).await
+}
+
+async fn get_view(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+) -> ApiResult<Response> {
+    get_relation(state, p, path, RelationKind::View).await
+}
+
+async fn patch_relation(
+    state: AppState,
+    p: flotilla_services::auth::Principal,
+    path: (String, String, String, String),
+    if_match: Option<String>,
+    body: relations::PatchRelation,
+    kind: RelationKind,
+) -> ApiResult<Response> {
+    let (a, c, ns, name) = path;
+    authorize(&p, &a)?;
+    Ok(ok(relations::patch(
+        &state,
+        &a,
+        &c,
+        &ns_path(&ns)?,
+        &name,
+        kind,
+        body,
+        if_match.as_deref(),
+    )
+    .await?))
+}
+
+async fn patch_table(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+    IfMatch(m): IfMatch,
+    body: JsonBody<relations::PatchRelation>,
+) -> ApiResult<Response> {
+    patch_relation(state, p, path, m, body.value, RelationKind::Table).await
+}
+
+async fn patch_view(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+    IfMatch(m): IfMatch,
+    body: JsonBody<relations::PatchRelation>,
+) -> ApiResult<Response> {
+    patch_relation(state, p, path, m, body.value, RelationKind::View).await
+}
+
+async fn delete_relation(
+    state: AppState,
+    p: flotilla_services::auth::Principal,
+    path: (String, String, String, String),
+    if_match: Option<String>,
+    kind: RelationKind,
+) -> ApiResult<Response> {
+    let (a, c, ns, name) = path;
+    authorize(&p, &a)?;
+    relations::delete(
+        &state,
+        &a,
+        &c,
+        &ns_path(&ns)?,
+        &name,
+        kind,
+        if_match.as_deref(),
+    )
+    .await?;
+    Ok(no_content())
+}
+
+async fn delete_table(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+    IfMatch(m): IfMatch,
+) -> ApiResult<Response> {
+    delete_relation(state, p, path, m, RelationKind::Table).await
+}
+
+async fn delete_view(
+    State(state): State<AppState>,
+    Auth(p): Auth,
+    P(path): RelPath,
+    IfMatch(m): IfMatch,
+) -> ApiResult<Response> {
+    delete_relation(state, p, path, m, RelationKind::View).await
+}

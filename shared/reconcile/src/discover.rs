@@ -1,0 +1,452 @@
+//! Discovery: a breadth-first walk of the selected upstream namespaces, their tables and
+//! views, through the catalog-access SPI. Writes nothing.
+//!
+//! Discovery is all or nothing (`docs/reconciliation.md`, "Failure semantics"): any failed
+//! listing or load fails the run before anything is published, because a partial inventory
+//! could otherwise classify what it missed as absent. The one exception is a definitive
+//! "does not exist" for a table or view the listing named: the object was dropped between the
+//! listing and the load, and is absent.
+//!
+//! Every listing keeps only the direct children of what it asked for (some servers answer
+//! every depth at the root, or paths under another parent) and counts what it dropped; every
+//! page and load is metered against the run's [`Budget`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::future::Future;
+
+use flotilla_catalog_access::spi::{
+    CatalogAccessError, CatalogClient, LoadTableOutcome, NamespacePath as UpPath, Page, TableIdent,
+    TableMetadata, ViewMetadata,
+};
+use flotilla_domain::names::NamespacePath;
+use flotilla_domain::selection::Selection;
+use futures::stream;
+use futures::{StreamExt, TryStreamExt};
+use serde::Serialize;
+
+use super::bounds::{Budget, Exceeded, Weight};
+use super::target::TargetState;
+use super::{Conflict, Holder, ReconcileError, RunOptions};
+
+/// Page size hint sent with every listing (upstreams may ignore it).
+const PAGE_SIZE: u32 = 1000;
+
+/// An upstream table as discovery saw it.
+#[derive(Debug)]
+pub struct UpTable {
+    pub namespace: NamespacePath,
+    pub name: String,
+    pub load: TableLoad,
+}
+
+#[derive(Debug)]
+pub enum TableLoad {
+    /// The upstream confirmed the stored ETag is current: the stored definition stands.
+    NotModified,
+    Loaded {
+        metadata: Box<TableMetadata>,
+        etag: Option<String>,
+    },
+}
+
+/// An upstream view as discovery saw it.
+#[derive(Debug)]
+pub struct UpView {
+    pub namespace: NamespacePath,
+    pub name: String,
+    pub metadata: ViewMetadata,
+}
+
+/// Listing entries dropped because they were not direct children of what was listed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Dropped {
+    pub namespaces: u64,
+    pub tables: u64,
+    pub views: u64,
+}
+
+/// The complete inventory of one walk.
+#[derive(Debug, Default)]
+pub struct Discovered {
+    /// Selected namespaces that were listed, in breadth-first order.
+    pub namespaces: Vec<NamespacePath>,
+    /// Upstream properties of the selected namespaces the overlay creates (or created).
+    pub namespace_properties: HashMap<NamespacePath, BTreeMap<String, String>>,
+    pub tables: Vec<UpTable>,
+    pub views: Vec<UpView>,
+    /// Names listed both as a table and as a view in one namespace.
+    pub both: Vec<(NamespacePath, String)>,
+    /// Upstream names Flotilla cannot hold (control characters, too long, too deep).
+    pub invalid: Vec<Conflict>,
+    pub dropped: Dropped,
+    /// Whether the provider advertises identities that survive renames.
+    pub stable_ids: bool,
+}
+
+fn up(path: &NamespacePath) -> UpPath {
+    UpPath::new(path.segments().iter().cloned())
+}
+
+fn segments(path: Option<&NamespacePath>) -> Vec<String> {
+    path.map(|p| p.segments().to_vec()).unwrap_or_default()
+}
+
+/// Runs one upstream request within the run's time budget.
+async fn call<T, Fut>(
+    budget: &Budget,
+    path: &[String],
+    what: &'static str,
+    fut: Fut,
+) -> Result<T, ReconcileError>
+where
+    Fut: Future<Output = Result<T, CatalogAccessError>>,
+{
+    budget.check_time()?;
+    match tokio::time::timeout(budget.remaining(), fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(error)) => Err(ReconcileError::Upstream {
+            path: path.to_vec(),
+            what,
+            error,
+        }),
+        Err(_) => Err(ReconcileError::Exceeded(Exceeded::Deadline {
+            budget_ms: budget.limits().run_budget_ms,
+        })),
+    }
+}
+
+/// Every page of one listing, metered.
+async fn all_pages<T, F, Fut>(
+    budget: &Budget,
+    path: &[String],
+    what: &'static str,
+    mut fetch: F,
+) -> Result<Vec<T>, ReconcileError>
+where
+    T: Weight,
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Result<Page<T>, CatalogAccessError>>,
+{
+    let mut meter = budget.listing();
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    let mut seen = HashSet::new();
+    loop {
+        let page = call(budget, path, what, fetch(token.clone())).await?;
+        let bytes = page.items.iter().map(Weight::weight).sum::<usize>()
+            + page.next_page_token.as_ref().map_or(0, String::len);
+        meter.add(page.items.len(), bytes)?;
+        out.extend(page.items);
+        match page.next_page_token {
+            None => return Ok(out),
+            Some(t) if t.is_empty() => return Ok(out),
+            Some(t) => {
+                if !seen.insert(t.clone()) {
+                    return Err(ReconcileError::Upstream {
+                        path: path.to_vec(),
+                        what,
+                        error: CatalogAccessError::protocol(
+                            "next-page-token",
+                            "the upstream repeated a page token",
+                        ),
+                    });
+                }
+                token = Some(t);
+            }
+        }
+    }
+}
+
+/// Bytes a loaded table holds while the run lasts.
+fn table_weight(m: &TableMetadata) -> usize {
+    let schema = serde_json::to_vec(&m.schema).map_or(0, |v| v.len());
+    let props: usize = m.properties.iter().map(|(k, v)| k.len() + v.len()).sum();
+    schema
+        + props
+        + m.location.as_ref().map_or(0, String::len)
+        + m.metadata_location.as_ref().map_or(0, String::len)
+}
+
+fn view_weight(m: &ViewMetadata) -> usize {
+    let schema = serde_json::to_vec(&m.schema).map_or(0, |v| v.len());
+    let props: usize = m.properties.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let sql: usize = m
+        .definitions
+        .iter()
+        .map(|d| d.sql.len() + d.dialect.len())
+        .sum();
+    schema + props + sql
+}
+
+/// Walks the selection. `target` supplies stored ETags for conditional loads of tables this
+/// overlay already manages at the same path, and tells which namespaces the overlay creates.
+pub async fn discover(
+    client: &dyn CatalogClient,
+    selection: &Selection,
+    target: &TargetState,
+    overlay_id: &str,
+    opts: &RunOptions,
+    budget: &Budget,
+) -> Result<Discovered, ReconcileError> {
+    let concurrency = opts.upstream_concurrency.max(1);
+    let caps = call(budget, &[], "reading the catalog's capabilities", async {
+        client.capabilities().await
+    })
+    .await?;
+    if !caps.list_namespaces || !caps.list_tables {
+        return Err(ReconcileError::Upstream {
+            path: Vec::new(),
+            what: "reading the catalog's capabilities",
+            error: CatalogAccessError::unsupported(
+                "the upstream catalog cannot list namespaces and tables",
+            ),
+        });
+    }
+    let with_views = caps.list_views && caps.load_views;
+    let mut out = Discovered {
+        stable_ids: caps.stable_ids,
+        ..Discovered::default()
+    };
+
+    // 1. Namespaces, level by level: only the direct children of each listed parent.
+    let mut visited: HashSet<Vec<String>> = HashSet::new();
+    let mut frontier: Vec<Option<NamespacePath>> = vec![None];
+    while !frontier.is_empty() {
+        let listed: Vec<(Option<NamespacePath>, Vec<UpPath>)> = stream::iter(frontier)
+            .map(|parent| async move {
+                let up_parent = parent.as_ref().map(up);
+                let at = segments(parent.as_ref());
+                let children = all_pages(budget, &at, "listing namespaces", |t| {
+                    let p = up_parent.clone();
+                    async move {
+                        client
+                            .list_namespaces(p.as_ref(), t.as_deref(), Some(PAGE_SIZE))
+                            .await
+                    }
+                })
+                .await?;
+                Ok::<_, ReconcileError>((parent, children))
+            })
+            .buffer_unordered(concurrency)
+            .try_collect()
+            .await?;
+        let mut next = Vec::new();
+        for (parent, children) in listed {
+            let parent_levels = segments(parent.as_ref());
+            for child in children {
+                let levels = child.0;
+                if levels.len() != parent_levels.len() + 1 || !levels.starts_with(&parent_levels) {
+                    out.dropped.namespaces += 1;
+                    continue;
+                }
+                if !visited.insert(levels.clone()) {
+                    continue;
+                }
+                let path = match NamespacePath::new(levels.clone()) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        out.invalid.push(Conflict::new(
+                            levels,
+                            "NAMESPACE",
+                            Holder::Upstream,
+                            format!("upstream namespace cannot be held: {e}"),
+                        ));
+                        continue;
+                    }
+                };
+                if selection.selects(&path) {
+                    out.namespaces.push(path.clone());
+                }
+                if selection.may_select_below(&path) {
+                    next.push(Some(path));
+                }
+            }
+        }
+        frontier = next;
+    }
+
+    // 2. Upstream properties of the namespaces this overlay creates or created.
+    let wanted: Vec<NamespacePath> = out
+        .namespaces
+        .iter()
+        .filter(|ns| {
+            target
+                .namespaces
+                .get(*ns)
+                .is_none_or(|n| n.value.created_by_overlay)
+        })
+        .cloned()
+        .collect();
+    let props: Vec<Option<(NamespacePath, BTreeMap<String, String>)>> = stream::iter(wanted)
+        .map(|ns| async move {
+            let at = ns.segments().to_vec();
+            match call(budget, &at, "loading namespace properties", async {
+                client.load_namespace_properties(&up(&ns)).await
+            })
+            .await
+            {
+                Ok(p) => {
+                    let bytes: usize = p.iter().map(|(k, v)| k.len() + v.len()).sum();
+                    budget.charge(1, bytes)?;
+                    Ok(Some((ns, p)))
+                }
+                Err(ReconcileError::Upstream {
+                    error: CatalogAccessError::Unsupported(_),
+                    ..
+                }) => Ok(None),
+                Err(ReconcileError::Upstream {
+                    error: CatalogAccessError::NotFound(_),
+                    ..
+                }) => Err(ReconcileError::UpstreamChanged { path: at }),
+                Err(e) => Err(e),
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    out.namespace_properties.extend(props.into_iter().flatten());
+
+    // 3. Tables and views of every selected namespace: only those in it.
+    type Listing = (NamespacePath, Vec<TableIdent>, Vec<TableIdent>);
+    let listings: Vec<Listing> = stream::iter(out.namespaces.clone())
+        .map(|ns| async move {
+            let upns = up(&ns);
+            let at = ns.segments().to_vec();
+            let vanished = |e: ReconcileError| match e {
+                ReconcileError::Upstream {
+                    error: CatalogAccessError::NotFound(_),
+                    ..
+                } => ReconcileError::UpstreamChanged { path: at.clone() },
+                other => other,
+            };
+            let tables = all_pages(budget, &at, "listing tables", |t| {
+                let n = upns.clone();
+                async move { client.list_tables(&n, t.as_deref(), Some(PAGE_SIZE)).await }
+            })
+            .await
+            .map_err(vanished)?;
+            let views = if with_views {
+                match all_pages(budget, &at, "listing views", |t| {
+                    let n = upns.clone();
+                    async move { client.list_views(&n, t.as_deref(), Some(PAGE_SIZE)).await }
+                })
+                .await
+                {
+                    Ok(v) => v,
+                    Err(ReconcileError::Upstream {
+                        error: CatalogAccessError::Unsupported(_),
+                        ..
+                    }) => Vec::new(),
+                    Err(e) => return Err(vanished(e)),
+                }
+            } else {
+                Vec::new()
+            };
+            Ok::<_, ReconcileError>((ns, tables, views))
+        })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+
+    let mut table_jobs: Vec<(NamespacePath, String, Option<String>)> = Vec::new();
+    let mut view_jobs: Vec<(NamespacePath, String)> = Vec::new();
+    for (ns, tables, views) in listings {
+        let own = ns.segments();
+        let keep = |idents: Vec<TableIdent>, dropped: &mut u64| -> BTreeSet<String> {
+            let mut names = BTreeSet::new();
+            for i in idents {
+                if i.namespace.0 == own {
+                    names.insert(i.name);
+                } else {
+                    *dropped += 1;
+                }
+            }
+            names
+        };
+        let tables = keep(tables, &mut out.dropped.tables);
+        let views = keep(views, &mut out.dropped.views);
+        for name in &tables {
+            if views.contains(name) {
+                out.both.push((ns.clone(), name.clone()));
+                continue;
+            }
+            let etag = target
+                .conditional_etag(&ns, name, overlay_id)
+                .map(str::to_owned);
+            table_jobs.push((ns.clone(), name.clone(), etag));
+        }
+        for name in views.into_iter().filter(|v| !tables.contains(v)) {
+            view_jobs.push((ns.clone(), name));
+        }
+    }
+
+    // 4. Loads: conditional for tables whose stored ETag we know. A load answered "does not
+    //    exist" means the object was dropped since the listing: it is absent.
+    let loaded: Vec<Option<UpTable>> = stream::iter(table_jobs)
+        .map(|(ns, name, etag)| async move {
+            let mut at = ns.segments().to_vec();
+            at.push(name.clone());
+            let res = call(budget, &at, "loading a table", async {
+                client.load_table(&up(&ns), &name, etag.as_deref()).await
+            })
+            .await;
+            let load = match res {
+                Ok(LoadTableOutcome::NotModified) => {
+                    budget.charge(1, 0)?;
+                    TableLoad::NotModified
+                }
+                Ok(LoadTableOutcome::Loaded { metadata, etag }) => {
+                    budget.charge(1, table_weight(&metadata))?;
+                    TableLoad::Loaded { metadata, etag }
+                }
+                Err(ReconcileError::Upstream {
+                    error: CatalogAccessError::NotFound(_),
+                    ..
+                }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            Ok::<_, ReconcileError>(Some(UpTable {
+                namespace: ns,
+                name,
+                load,
+            }))
+        })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    out.tables.extend(loaded.into_iter().flatten());
+    let views: Vec<Option<UpView>> = stream::iter(view_jobs)
+        .map(|(ns, name)| async move {
+            let mut at = ns.segments().to_vec();
+            at.push(name.clone());
+            match call(budget, &at, "loading a view", async {
+                client.load_view(&up(&ns), &name).await
+            })
+            .await
+            {
+                Ok(metadata) => {
+                    budget.charge(1, view_weight(&metadata))?;
+                    Ok(Some(UpView {
+                        namespace: ns,
+                        name,
+                        metadata,
+                    }))
+                }
+                Err(ReconcileError::Upstream {
+                    error: CatalogAccessError::NotFound(_),
+                    ..
+                }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    out.views.extend(views.into_iter().flatten());
+    out.tables
+        .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out.views
+        .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    budget.check_time()?;
+    Ok(out)
+}

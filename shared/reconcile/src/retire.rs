@@ -1,0 +1,141 @@
+//! Retirement, the last stage of a run and only after every desired resource was
+//! published: this overlay's relations the complete walk observed absent, then claims no
+//! longer needed, then overlay-created namespaces left empty and unclaimed. Every delete
+//! carries the run's fence, like publication.
+
+use std::collections::HashSet;
+
+use flotilla_domain::model::{ClaimRecord, RelationRecord};
+
+use flotilla_domain::keys;
+use flotilla_domain::names::NamespacePath;
+use flotilla_metastore::{Consistency, Op};
+
+use super::plan::Desired;
+use super::publish::{Commit, Publisher, counts_for, slot_key};
+use super::target::{Slot, Stored, TargetState};
+use super::{ReconcileError, ReconcileSummary};
+use flotilla_base::error::ApiError;
+use flotilla_base::store::{MAX_ATTEMPTS, backoff, key};
+use flotilla_services::service::relations::directory_bump;
+
+impl Publisher<'_> {
+    /// Retires what the complete walk observed absent, after everything desired was
+    /// published: this overlay's relations not in the inventory, then claims no longer needed (deepest first), pruning the
+    /// overlay-created namespaces they leave empty and unclaimed.
+    pub async fn retire(
+        &self,
+        desired: &Desired,
+        target: &TargetState,
+        summary: &mut ReconcileSummary,
+    ) -> Result<(), ReconcileError> {
+        let wanted = desired.slots();
+        let moved_from = self
+            .moved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let cat = &self.overlay.catalog_id;
+        let mut stale: Vec<(&Slot, &Stored<RelationRecord>)> = target
+            .ours(&self.overlay.id)
+            .filter(|(slot, _)| {
+                !wanted.contains(*slot)
+                    && !moved_from.contains(*slot)
+                    && !desired.conflict_slots.contains(*slot)
+            })
+            .collect();
+        stale.sort_by(|a, b| a.0.cmp(b.0));
+        for batch in stale.chunks(self.per_tx) {
+            let mut ops: Vec<Op> = batch
+                .iter()
+                .map(|(slot, r)| Op::delete_at(slot_key(cat, slot), r.version))
+                .collect();
+            ops.push(directory_bump(cat)?);
+            match self.commit(ops).await? {
+                Commit::Applied => {
+                    for (_, r) in batch {
+                        counts_for(summary, r.value.kind).retired += 1;
+                    }
+                }
+                Commit::Reread => {
+                    for (slot, _) in batch {
+                        self.retire_one(slot, summary).await?;
+                    }
+                }
+            }
+        }
+        // Claims: keep those the inventory needs.
+        let needed = |p: &NamespacePath| desired.namespaces.contains(p);
+        let mut release: Vec<(&NamespacePath, &Stored<ClaimRecord>)> =
+            target.claims.iter().filter(|(p, _)| !needed(p)).collect();
+        release.sort_by(|a, b| b.0.depth().cmp(&a.0.depth()).then(a.0.cmp(b.0)));
+        let mut prune: Vec<NamespacePath> = Vec::new();
+        for (path, claim) in release {
+            let ck = key(keys::namespace_claim(cat, path, &self.overlay.id));
+            match self
+                .commit(vec![Op::delete_at(ck.clone(), claim.version)])
+                .await?
+            {
+                Commit::Applied => summary.namespaces.retired += 1,
+                Commit::Reread => {
+                    if let Some(item) = self.state.store.get(&ck, Consistency::Strong).await?
+                        && let Commit::Applied =
+                            self.commit(vec![Op::delete_at(ck, item.version)]).await?
+                    {
+                        summary.namespaces.retired += 1;
+                    }
+                }
+            }
+            prune.push(path.clone());
+        }
+        // Overlay-created namespaces nobody claims any more (including ones a crashed run
+        // released but did not prune), deepest first. Pruning re-proves emptiness under the
+        // namespace's delete guard, so it never removes anything in use.
+        for (path, ns) in &target.namespaces {
+            if ns.value.created_by_overlay
+                && !target.claimed_by_anyone.contains(path)
+                && !desired.namespaces.contains(path)
+            {
+                prune.push(path.clone());
+            }
+        }
+        prune.sort_by(|a, b| b.depth().cmp(&a.depth()).then(a.cmp(b)));
+        prune.dedup();
+        for path in prune {
+            flotilla_services::service::overlays::prune_namespace(self.state, cat, &path).await?;
+        }
+        Ok(())
+    }
+
+    async fn retire_one(
+        &self,
+        slot: &Slot,
+        summary: &mut ReconcileSummary,
+    ) -> Result<(), ReconcileError> {
+        for attempt in 0..MAX_ATTEMPTS {
+            let Some(cur) = self.read_slot(slot).await? else {
+                return Ok(());
+            };
+            if cur
+                .value
+                .managed_by
+                .as_ref()
+                .is_none_or(|m| m.overlay_id != self.overlay.id)
+            {
+                return Ok(());
+            }
+            let ops = vec![
+                Op::delete_at(slot_key(&self.overlay.catalog_id, slot), cur.version),
+                directory_bump(&self.overlay.catalog_id)?,
+            ];
+            match self.commit(ops).await? {
+                Commit::Applied => {
+                    counts_for(summary, cur.value.kind).retired += 1;
+                    return Ok(());
+                }
+                Commit::Reread => backoff(attempt).await,
+            }
+        }
+        Err(ApiError::unavailable("retirement did not converge").into())
+    }
+}

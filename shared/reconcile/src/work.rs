@@ -1,0 +1,305 @@
+//! Scheduled reconciliation: which overlays are due (the scheduler), and what one queue
+//! message does (the reconciler worker). Both hosts use these: the `scheduler` and
+//! `reconciler` Lambdas on AWS (EventBridge -> SQS -> Lambda) and `flotilla serve` with an
+//! in-process queue.
+//!
+//! A message names an overlay and the generation the scheduler observed. The worker acks
+//! (does nothing for) a message whose overlay is gone, paused or at another generation: a
+//! newer configuration has made it stale, and the scheduler enqueues the current one. A run
+//! that fails for a transient reason is reported back so the queue redelivers it (and a
+//! message that keeps failing reaches the dead-letter queue after the queue's
+//! `maxReceiveCount`); a run that fails permanently (a mapping conflict, refused
+//! authentication, a bound hit, an object too large) is recorded in the overlay's status and
+//! acknowledged: the next schedule, or a change of the overlay or its integration, runs it
+//! again.
+
+use std::collections::{HashMap, HashSet};
+
+use flotilla_domain::keys;
+use flotilla_domain::model::{IntegrationRecord, OverlayRecord, OverlayStatus};
+use flotilla_metastore::{Consistency, Metastore, Query, query_all};
+use serde::{Deserialize, Serialize};
+
+use super::{Connector, ReconcileError, ReconcileSummary, RunOptions, reconcile};
+use flotilla_base::error::ApiResult;
+use flotilla_services::state::AppState;
+
+/// The body of one reconcile queue message (`events/reconciler/batch.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileMessage {
+    pub account_id: String,
+    pub overlay_id: String,
+    pub observed_generation: u64,
+}
+
+impl ReconcileMessage {
+    /// Parses a message body; anything else is a poison message.
+    pub fn parse(body: &str) -> Result<Self, String> {
+        let m: Self =
+            serde_json::from_str(body).map_err(|e| format!("malformed reconcile message: {e}"))?;
+        flotilla_domain::names::validate_account_id(&m.account_id)
+            .map_err(|e| format!("malformed account_id: {e}"))?;
+        flotilla_domain::names::validate_resource_id(&m.overlay_id)
+            .map_err(|e| format!("malformed overlay_id: {e}"))?;
+        Ok(m)
+    }
+
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// What handling one message came to.
+#[derive(Debug)]
+pub enum MessageOutcome {
+    Reconciled(Box<ReconcileSummary>),
+    /// The overlay is at another generation than the message observed.
+    Superseded {
+        current: u64,
+    },
+    /// The overlay (or its account) no longer exists.
+    Gone,
+    /// The overlay or its integration is paused.
+    Paused,
+    /// The run failed. A retryable failure is delivered again (and dead-lettered
+    /// eventually); a permanent one is recorded and acknowledged.
+    Failed {
+        retryable: bool,
+        code: &'static str,
+        reason: String,
+        /// The `reason` label of `flotilla_reconcile_failures_total`.
+        kind: &'static str,
+    },
+}
+
+impl MessageOutcome {
+    /// Whether the message must be reported as a batch item failure.
+    pub fn redeliver(&self) -> bool {
+        matches!(
+            self,
+            MessageOutcome::Failed {
+                retryable: true,
+                ..
+            }
+        )
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            MessageOutcome::Reconciled(_) => "reconciled",
+            MessageOutcome::Superseded { .. } => "superseded",
+            MessageOutcome::Gone => "gone",
+            MessageOutcome::Paused => "paused",
+            MessageOutcome::Failed {
+                retryable: true, ..
+            } => "retry",
+            MessageOutcome::Failed {
+                retryable: false, ..
+            } => "failed",
+        }
+    }
+}
+
+async fn current_generation(state: &AppState, m: &ReconcileMessage) -> ApiResult<Option<u64>> {
+    let rec = flotilla_base::store::read::<OverlayRecord>(
+        state.store.as_ref(),
+        keys::overlay(&m.account_id, &m.overlay_id),
+        Consistency::Strong,
+    )
+    .await?;
+    Ok(rec.map(|r| r.value.generation))
+}
+
+/// The `reason` label of a failed run.
+fn failure_kind(e: &ReconcileError) -> &'static str {
+    match e {
+        ReconcileError::Upstream { .. } | ReconcileError::Unstorable { .. } => "upstream",
+        ReconcileError::UpstreamChanged { .. } => "incomplete",
+        ReconcileError::Conflicts(_) => "conflict",
+        ReconcileError::Exceeded(_) => "limit",
+        ReconcileError::FenceLost => "fence_lost",
+        ReconcileError::Incomplete { .. } => "incomplete",
+        ReconcileError::Deleting(_) => "deleting",
+        ReconcileError::Api(e) if e.code == flotilla_base::error::Code::Unavailable => "metastore",
+        _ => "internal",
+    }
+}
+
+/// Handles one message: reconciles the overlay if the message is still current. Counts the
+/// outcome (`flotilla_reconcile_runs_total`, `..._failures_total`, `..._duration_ms`).
+pub async fn handle_message(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &ReconcileMessage,
+) -> MessageOutcome {
+    use flotilla_telemetry::catalog::{RECONCILE_DURATION, RECONCILE_FAILURES, RECONCILE_RUNS};
+    let outcome = run_message(state, connector, m).await;
+    RECONCILE_RUNS.inc(&[outcome.label()]);
+    match &outcome {
+        MessageOutcome::Failed { kind, .. } => RECONCILE_FAILURES.inc(&[kind]),
+        MessageOutcome::Reconciled(s) => {
+            RECONCILE_DURATION.observe_ms(&[], s.duration_ms as f64);
+        }
+        _ => {}
+    }
+    outcome
+}
+
+async fn run_message(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &ReconcileMessage,
+) -> MessageOutcome {
+    let span =
+        tracing::info_span!("reconcile", account_id = %m.account_id, overlay_id = %m.overlay_id);
+    let _enter = span.enter();
+    match current_generation(state, m).await {
+        Ok(None) => return MessageOutcome::Gone,
+        Ok(Some(g)) if g != m.observed_generation => {
+            return MessageOutcome::Superseded { current: g };
+        }
+        Ok(Some(_)) => {}
+        Err(e) => {
+            return MessageOutcome::Failed {
+                retryable: true,
+                code: e.code.as_str(),
+                reason: e.to_string(),
+                kind: "metastore",
+            };
+        }
+    }
+    let opts = RunOptions {
+        expect_generation: Some(m.observed_generation),
+        ..RunOptions::default()
+    };
+    let result = reconcile(state, connector, &m.account_id, &m.overlay_id, &opts).await;
+    let outcome = match result {
+        Ok(summary) => MessageOutcome::Reconciled(Box::new(summary)),
+        Err(ReconcileError::NotFound) => MessageOutcome::Gone,
+        Err(ReconcileError::Paused(_)) => MessageOutcome::Paused,
+        Err(ReconcileError::FenceLost) => match current_generation(state, m).await {
+            Ok(None) => MessageOutcome::Gone,
+            Ok(Some(g)) if g != m.observed_generation => MessageOutcome::Superseded { current: g },
+            _ => MessageOutcome::Failed {
+                retryable: true,
+                code: ReconcileError::FenceLost.code(),
+                reason: ReconcileError::FenceLost.to_string(),
+                kind: "fence_lost",
+            },
+        },
+        Err(e) => MessageOutcome::Failed {
+            retryable: e.is_retryable(),
+            kind: failure_kind(&e),
+            code: e.code(),
+            reason: e.cause(),
+        },
+    };
+    match &outcome {
+        MessageOutcome::Reconciled(s) => tracing::info!(
+            outcome = outcome.label(),
+            duration_ms = s.duration_ms,
+            dropped_namespaces = s.dropped.namespaces,
+            "reconciled"
+        ),
+        MessageOutcome::Failed { reason, code, .. } => {
+            tracing::warn!(outcome = outcome.label(), code, reason = %reason, "reconcile failed")
+        }
+        other => tracing::info!(
+            outcome = other.label(),
+            "reconcile message acknowledged without a run"
+        ),
+    }
+    outcome
+}
+
+/// Every active overlay whose refresh interval has elapsed since its last run started, or
+/// whose configuration (the overlay's or its integration's generation) changed since its last
+/// run, across all accounts: one message each, at the overlay's current generation. Paused
+/// overlays, overlays of paused or missing integrations, and overlays being deleted are not
+/// due.
+pub async fn due_overlays(store: &dyn Metastore, now_ms: i64) -> ApiResult<Vec<ReconcileMessage>> {
+    let accounts = query_all(
+        store,
+        Query::new(
+            keys::SYSTEM_PK,
+            keys::ACCOUNT_LISTING_PREFIX,
+            Consistency::Eventual,
+        ),
+    )
+    .await?;
+    let mut out = Vec::new();
+    for item in accounts {
+        let Some(account) = item.key.sk.strip_prefix(keys::ACCOUNT_LISTING_PREFIX) else {
+            continue;
+        };
+        out.extend(due_in_account(store, account, now_ms).await?);
+    }
+    Ok(out)
+}
+
+async fn due_in_account(
+    store: &dyn Metastore,
+    account: &str,
+    now_ms: i64,
+) -> ApiResult<Vec<ReconcileMessage>> {
+    let pk = keys::account_pk(account);
+    let scan = |prefix: &'static str| {
+        query_all(store, Query::new(pk.clone(), prefix, Consistency::Eventual))
+    };
+    let overlays = scan(keys::OVERLAY_PREFIX).await?;
+    if overlays.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut integrations: HashMap<String, IntegrationRecord> = HashMap::new();
+    for item in scan(keys::INTEGRATION_PREFIX).await? {
+        let rec: IntegrationRecord = item.json()?;
+        integrations.insert(rec.id.clone(), rec);
+    }
+    let mut last: HashMap<String, OverlayStatus> = HashMap::new();
+    for item in scan("OVLSTATUS#").await? {
+        let Some(id) = item.key.sk.strip_prefix("OVLSTATUS#") else {
+            continue;
+        };
+        last.insert(id.to_owned(), item.json()?);
+    }
+    let fenced: HashSet<String> = scan("OVLFENCE#")
+        .await?
+        .iter()
+        .filter_map(|i| i.key.sk.strip_prefix("OVLFENCE#").map(str::to_owned))
+        .collect();
+    let mut out = Vec::new();
+    for item in overlays {
+        let o: OverlayRecord = item.json()?;
+        if o.paused || fenced.contains(&o.id) {
+            continue;
+        }
+        let Some(integration) = integrations.get(&o.integration_id).filter(|i| !i.paused) else {
+            continue;
+        };
+        let interval_ms = i64::try_from(o.refresh_interval_secs)
+            .unwrap_or(i64::MAX / 1000)
+            .saturating_mul(1000);
+        let due = match last.get(&o.id) {
+            None => true,
+            Some(st) => {
+                let run = st.last_reconcile.as_ref();
+                let seen = |field: &str| run.and_then(|r| r[field].as_u64());
+                let changed = seen("observed_generation").is_some_and(|g| g != o.generation)
+                    || seen("integration_generation").is_some_and(|g| g != integration.generation);
+                changed
+                    || st
+                        .last_started_ms
+                        .is_none_or(|ms| now_ms.saturating_sub(ms) >= interval_ms)
+            }
+        };
+        if due {
+            out.push(ReconcileMessage {
+                account_id: account.to_owned(),
+                overlay_id: o.id,
+                observed_generation: o.generation,
+            });
+        }
+    }
+    Ok(out)
+}

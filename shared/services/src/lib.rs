@@ -1,0 +1,13 @@
+#![forbid(unsafe_code)]
+//! Flotilla's resource services: the application state every host builds once
+//! ([`AppState`], [`Config`]), authentication, the protocols behind the HTTP routes
+//! (`service`) and upstream access (`access`: connecting integrations, the session cache,
+//! validation and upstream listings).
+
+pub mod access;
+pub mod auth;
+pub mod service;
+pub mod state;
+
+pub use flotilla_base::{clock, error};
+pub use state::{AppState, Config};

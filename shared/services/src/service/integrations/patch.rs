@@ -1,0 +1,186 @@
+//! Integrations: update and rotation.
+
+use super::*;
+
+pub async fn patch(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    req: PatchIntegration,
+    if_match: Option<&str>,
+) -> ApiResult<Value> {
+    if req.kind.is_some() {
+        return Err(ApiError::invalid(
+            "type is immutable; create with on_conflict=replace to change it",
+        ));
+    }
+    if req.authentication.is_some() || req.credentials.is_some() {
+        return Err(ApiError::invalid(
+            "authentication and credentials change through PUT .../authentication",
+        ));
+    }
+    if let Some(n) = &req.display_name {
+        validate_display_name(n)?;
+    }
+    let store = state.store.as_ref();
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = load(store, account, id).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        if store
+            .get(
+                &key(keys::integration_fence(account, id)),
+                Consistency::Strong,
+            )
+            .await?
+            .is_some()
+        {
+            return Err(ApiError::deleting("the integration"));
+        }
+        let mut next = cur.value.clone();
+        if let Some(n) = &req.display_name {
+            next.display_name = n.clone();
+        }
+        if let Some(u) = &req.uri {
+            next.uri = u.clone();
+        }
+        if let Some(p) = &req.properties {
+            next.properties = p.clone();
+        }
+        if let Some(p) = req.paused {
+            next.paused = p;
+        }
+        if req.uri.is_some() || req.properties.is_some() {
+            validate_connection(state, &next.uri, &next.properties)?;
+            validate_signing(&next.authentication, &next.properties)?;
+            if next.uri != cur.value.uri || next.properties != cur.value.properties {
+                crate::service::require_if_match(if_match, "changing an integration's uri or properties")?;
+            }
+        }
+        let fences_work = next.uri != cur.value.uri
+            || next.properties != cur.value.properties
+            || next.paused != cur.value.paused;
+        if fences_work {
+            next.generation += 1;
+        }
+        next.revision += 1;
+        next.update_time = state.clock.now_rfc3339();
+        let mut tx = Transaction::new().with(Op::replace(
+            key(keys::integration(account, id)),
+            cur.version,
+            to_body(&next)?,
+        ));
+        let renamed = next.display_name != cur.value.display_name;
+        let new_name = keys::integration_name(account, &next.display_name);
+        if renamed {
+            let old_name = keys::integration_name(account, &cur.value.display_name);
+            for op in crate::service::rename_ops(old_name, new_name.clone(), id)? {
+                tx.push(op);
+            }
+        }
+        match store.transact(tx).await {
+            Ok(()) => return Ok(next.to_api()),
+            Err(e) if crate::service::is_condition_failure(&e) => {
+                if renamed
+                    && let Some(taken) =
+                        crate::service::name_taken(store, new_name, "an integration", &next.display_name)
+                            .await?
+                {
+                    return Err(taken);
+                }
+                backoff(attempt).await;
+            }
+            Err(e) if e.is_retryable() => backoff(attempt).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::unavailable("integration update did not converge"))
+}
+
+/// `PUT .../authentication`: new authentication configuration and/or credentials, published
+/// as a new credential generation (see the module documentation for the protocol).
+pub async fn rotate(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    req: RotateAuthentication,
+    if_match: Option<&str>,
+) -> ApiResult<Value> {
+    if req.authentication.is_none() && req.credentials.is_none() {
+        return Err(ApiError::invalid(
+            "give authentication, credentials, or both",
+        ));
+    }
+    let store = state.store.as_ref();
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = load(store, account, id).await?;
+        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        if store
+            .get(
+                &key(keys::integration_fence(account, id)),
+                Consistency::Strong,
+            )
+            .await?
+            .is_some()
+        {
+            return Err(ApiError::deleting("the integration"));
+        }
+        let auth = req
+            .authentication
+            .clone()
+            .unwrap_or_else(|| cur.value.authentication.clone());
+        validate_auth_for_type(state, cur.value.kind, &auth)?;
+        validate_signing(&auth, &cur.value.properties)?;
+        let secret = validate_credentials(&auth, &req.credentials)?;
+        let new_generation = match &secret {
+            Some(s) => Some(
+                prepare_generation(state, account, id, cur.value.credential_generation + 1, s)
+                    .await?,
+            ),
+            None => None,
+        };
+        let old_generation = cur.value.credential_generation;
+        let mut next = cur.value.clone();
+        next.authentication = auth;
+        next.credential_generation = new_generation.unwrap_or(0);
+        next.credentials_configured = new_generation.is_some();
+        next.generation += 1;
+        next.revision += 1;
+        next.update_time = state.clock.now_rfc3339();
+        let mut tx = Transaction::new().with(Op::replace(
+            key(keys::integration(account, id)),
+            cur.version,
+            to_body(&next)?,
+        ));
+        if let Some(g) = new_generation {
+            tx.push(publish_record_op(account, id, g));
+        }
+        if old_generation > 0 {
+            tx.ops
+                .extend(retiring_ops(state, account, id, &[old_generation])?);
+        }
+        match store.transact(tx).await {
+            Ok(()) => {
+                if let (Some(g), Some(s)) = (new_generation, &secret) {
+                    verify_published_secret(state, account, id, g, s).await;
+                }
+                retire_generation(state, account, id, old_generation).await;
+                return Ok(next.to_api());
+            }
+            // The CAS may have published the new generation: keep it (the sweep decides).
+            Err(e) if e.is_outcome_unknown() => return Err(e.into()),
+            Err(e) if crate::service::is_condition_failure(&e) || e.is_retryable() => {
+                if let Some(g) = new_generation {
+                    discard_prepared(state, account, id, g).await;
+                }
+                backoff(attempt).await;
+            }
+            Err(e) => {
+                if let Some(g) = new_generation {
+                    discard_prepared(state, account, id, g).await;
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    Err(ApiError::unavailable("rotation did not converge"))
+}

@@ -1,0 +1,205 @@
+//! What every handler and worker shares: the stores, the clock, the authenticator and the
+//! configuration, built once by the host (Lambda `main` or `flotilla serve`).
+
+use std::sync::Arc;
+
+use flotilla_metastore::DynMetastore;
+
+use crate::auth::Authenticator;
+use crate::clock::Clock;
+use crate::service::accounts::AccountCleanup;
+use flotilla_secrets::{CredentialStore, PutOutcome, SecretBytes, SecretRef, SecretStoreError};
+
+/// Deployment settings that change behaviour.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Allow loopback, private-range and plain-http upstream URIs (local mode only).
+    pub allow_insecure_upstreams: bool,
+    /// How long an idempotency receipt answers replays.
+    pub idempotency_ttl_secs: i64,
+    /// How long a delete's emptiness guard blocks creates before a writer may clear it as
+    /// abandoned (its deleter crashed).
+    pub guard_lease_ms: i64,
+    /// Bounds of a reconciliation run (listing and run sizes, time budget).
+    pub reconcile: flotilla_base::limits::Limits,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            allow_insecure_upstreams: false,
+            idempotency_ttl_secs: 24 * 3600,
+            guard_lease_ms: 30_000,
+            reconcile: flotilla_base::limits::Limits::default(),
+        }
+    }
+}
+
+/// Renders one block of Prometheus text for `/v1/admin/metrics`.
+pub use flotilla_base::MetricsRenderer;
+
+/// Holds catalogue metrics (`flotilla_telemetry::catalog`): rendered on `/v1/admin/metrics`
+/// and, on Lambda, flushed as CloudWatch EMF lines.
+pub type MetricSource = Arc<dyn flotilla_telemetry::Source>;
+
+/// Shared application state; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: DynMetastore,
+    pub clock: Arc<dyn Clock>,
+    pub auth: Arc<dyn Authenticator>,
+    pub config: Config,
+    /// Extra Prometheus text blocks (anything not in the metric catalogue).
+    pub metrics: Vec<MetricsRenderer>,
+    /// The catalogue metrics of this state: the directory replica, the process-wide registry
+    /// (upstream calls, reconcile outcomes, API requests, latencies) and what the host adds
+    /// (the metastore decorator's counters).
+    pub metric_sources: Vec<MetricSource>,
+    /// Cleanup of account-partition items owned by other modules, run by account delete.
+    pub account_cleanups: Vec<Arc<dyn AccountCleanup>>,
+    /// Where integration credentials live (Secrets Manager on AWS, the local encrypted store
+    /// under `flotilla serve`). Secrets never enter the metastore.
+    pub credentials: Arc<dyn CredentialStore>,
+    /// The query replica of catalog directories, kept across requests and warm
+    /// Lambda invocations; its refresh counters are one of `metrics`.
+    pub directory: Arc<flotilla_directory::DirectoryCache>,
+    /// Object stores of ParqDB index catalog warehouses, cached per warehouse. The
+    /// host chooses endpoints and credentials once
+    /// ([`crate::service::index_catalogs::warehouse_stores_from_env`]); tests inject faults.
+    pub index_stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,
+    /// Catalog-access providers by protocol (`crate::access` connects integrations through
+    /// it); tests swap in decorated providers with [`AppState::with_catalog_access`].
+    pub catalog_access: Arc<flotilla_catalog_access::CatalogClientFactory>,
+    /// Connected upstream clients (with their OAuth tokens, assumed-role sessions and vended
+    /// credentials) per integration and generation, for the life of the process.
+    pub sessions: Arc<crate::access::SessionCache>,
+    /// The deployment's own AWS identity and endpoints (the standard SDK configuration),
+    /// which assume-role and ambient integrations sign with.
+    pub aws: Arc<flotilla_catalog_access::sigv4::AwsDeployment>,
+}
+
+impl AppState {
+    pub fn new(
+        store: DynMetastore,
+        clock: Arc<dyn Clock>,
+        auth: Arc<dyn Authenticator>,
+        config: Config,
+    ) -> Self {
+        let directory = Arc::new(flotilla_directory::DirectoryCache::new());
+        // Index catalogs live in partitions of their own, which account delete must find.
+        let index_catalogs: Arc<dyn AccountCleanup> = Arc::new(
+            crate::service::index_catalogs::IndexCatalogCleanup::new(store.clone()),
+        );
+        Self {
+            store,
+            clock,
+            auth,
+            config,
+            metrics: Vec::new(),
+            // Upstream, reconcile and API metrics are process-wide; every host shows them.
+            metric_sources: vec![
+                directory.clone() as MetricSource,
+                Arc::new(flotilla_telemetry::Global),
+            ],
+            account_cleanups: vec![index_catalogs],
+            credentials: Arc::new(NoCredentialStore),
+            directory,
+            index_stores: Arc::new(flotilla_parqdb::store::DefaultWarehouseStores::new()),
+            catalog_access: Arc::new(
+                flotilla_catalog_access::CatalogClientFactory::with_builtin_providers(),
+            ),
+            sessions: Arc::new(crate::access::SessionCache::default()),
+            aws: Arc::new(flotilla_catalog_access::sigv4::AwsDeployment::from_environment()),
+        }
+    }
+
+    /// Another AWS configuration for the deployment's own identity (tests that need a second
+    /// identity); drops every cached session.
+    pub fn with_aws(mut self, aws: Arc<flotilla_catalog_access::sigv4::AwsDeployment>) -> Self {
+        self.aws = aws;
+        self.sessions = Arc::new(crate::access::SessionCache::default());
+        self
+    }
+
+    pub fn with_catalog_access(
+        mut self,
+        factory: Arc<flotilla_catalog_access::CatalogClientFactory>,
+    ) -> Self {
+        self.catalog_access = factory;
+        self.sessions = Arc::new(crate::access::SessionCache::default());
+        self
+    }
+
+    pub fn with_index_stores(
+        mut self,
+        stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,
+    ) -> Self {
+        self.index_stores = stores;
+        self
+    }
+
+    pub fn with_credentials(mut self, store: Arc<dyn CredentialStore>) -> Self {
+        self.credentials = store;
+        self
+    }
+
+    pub fn with_metrics(mut self, renderer: MetricsRenderer) -> Self {
+        self.metrics.push(renderer);
+        self
+    }
+
+    pub fn with_metric_source(mut self, source: MetricSource) -> Self {
+        self.metric_sources.push(source);
+        self
+    }
+
+    /// The sources as the borrowed list the renderers take.
+    pub fn metric_source_refs(&self) -> Vec<&dyn flotilla_telemetry::Source> {
+        self.metric_sources.iter().map(|s| s.as_ref()).collect()
+    }
+
+    /// The `/v1/admin/metrics` page: the catalogue metrics, then any extra blocks.
+    pub fn render_metrics(&self) -> String {
+        let mut text = flotilla_telemetry::prometheus::render(&self.metric_source_refs());
+        for render in &self.metrics {
+            text.push_str(&render());
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        text
+    }
+}
+
+/// The credential store of a host that configured none: every operation fails, so an
+/// integration with credentials cannot be created by accident without durable storage.
+struct NoCredentialStore;
+
+#[async_trait::async_trait]
+impl CredentialStore for NoCredentialStore {
+    async fn put_if_absent(
+        &self,
+        _r: &SecretRef,
+        _s: &SecretBytes,
+    ) -> Result<PutOutcome, SecretStoreError> {
+        Err(SecretStoreError::Backend(
+            "no credential store is configured".into(),
+        ))
+    }
+    async fn get(&self, _r: &SecretRef) -> Result<Option<SecretBytes>, SecretStoreError> {
+        Err(SecretStoreError::Backend(
+            "no credential store is configured".into(),
+        ))
+    }
+    async fn delete(&self, _r: &SecretRef) -> Result<(), SecretStoreError> {
+        Err(SecretStoreError::Backend(
+            "no credential store is configured".into(),
+        ))
+    }
+    async fn list(&self, _a: &str, _i: &str) -> Result<Vec<u64>, SecretStoreError> {
+        Ok(Vec::new())
+    }
+    async fn list_account(&self, _a: &str) -> Result<Vec<SecretRef>, SecretStoreError> {
+        Ok(Vec::new())
+    }
+}
