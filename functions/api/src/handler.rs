@@ -12,9 +12,9 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
+use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use flotilla_services::AppState;
 use flotilla_services::auth::Principal;
-use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use lambda_http::RequestExt;
 use lambda_http::request::RequestContext;
 

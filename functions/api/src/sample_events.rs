@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use flotilla_base::clock::SystemClock;
-use flotilla_services::{AppState, Config};
 use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_runtime::aws::ClaimsOnly;
+use flotilla_services::{AppState, Config};
 use http::StatusCode;
 use http_body_util::BodyExt as _;
 use serde_json::Value;

@@ -1,9 +1,9 @@
 //! The finalize handler, separate from `main` so tests call it on a local state.
 
-use flotilla_services::AppState;
-use flotilla_directory::{AuthorityStatus, FinalizeRequest};
-use flotilla_services::service::directory;
 use flotilla_base::error::ApiError;
+use flotilla_directory::{AuthorityStatus, FinalizeRequest};
+use flotilla_services::AppState;
+use flotilla_services::service::directory;
 
 /// The invocation payload: the same body as `POST /v1/admin/catalog-finalize`.
 pub type FinalizeEvent = FinalizeRequest;
@@ -67,9 +67,9 @@ mod tests {
 
     use flotilla_base::clock::SystemClock;
     use flotilla_base::error::Code;
-    use flotilla_services::{AppState, Config};
     use flotilla_metastore::redb_store::RedbMetastore;
     use flotilla_runtime::aws::ClaimsOnly;
+    use flotilla_services::{AppState, Config};
 
     use super::*;
 

@@ -2,9 +2,9 @@
 //! with it the directory replica) is borrowed, so it outlives every invocation of a warm
 //! container.
 
+use flotilla_base::error::ApiError;
 use flotilla_services::AppState;
 use flotilla_services::service::directory;
-use flotilla_base::error::ApiError;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -65,13 +65,13 @@ mod tests {
 
     use flotilla_base::clock::SystemClock;
     use flotilla_base::error::Code;
-    use flotilla_services::service::accounts::{self, OnConflict};
-    use flotilla_services::service::{catalogs, namespaces, relations};
-    use flotilla_services::{AppState, Config};
     use flotilla_domain::names::NamespacePath;
     use flotilla_metastore::metrics::CountingMetastore;
     use flotilla_metastore::redb_store::RedbMetastore;
     use flotilla_runtime::aws::ClaimsOnly;
+    use flotilla_services::service::accounts::{self, OnConflict};
+    use flotilla_services::service::{catalogs, namespaces, relations};
+    use flotilla_services::{AppState, Config};
     use serde_json::json;
 
     use super::*;

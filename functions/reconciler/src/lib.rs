@@ -12,10 +12,10 @@
 //! flushes the metrics as EMF lines afterwards.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use flotilla_services::AppState;
 use flotilla_reconcile::Connector;
 use flotilla_reconcile::work::{ReconcileMessage, handle_message};
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry, in_record};
+use flotilla_services::AppState;
 use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
 
 /// One invocation as `main` runs it: the batch, then the EMF flush.

@@ -7,9 +7,9 @@
 //! continues the trace.
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
-use flotilla_services::AppState;
 use flotilla_runtime::queue::{QueueError, ReconcileQueue, schedule_once};
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
+use flotilla_services::AppState;
 use serde_json::{Value, json};
 
 /// One invocation as `main` runs it: the schedule pass, then the EMF flush.

@@ -16,7 +16,6 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{ApiError, ApiResult};
 
-
 /// How many times a protocol re-reads and retries after losing a race or a retryable
 /// backend failure before answering `503`/`409`.
 pub const MAX_ATTEMPTS: usize = 8;

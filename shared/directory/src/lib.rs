@@ -26,9 +26,7 @@ use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 
 use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord, ViewDefinition};
-use flotilla_metastore::{
-    Consistency, MAX_PAGE_SIZE, Metastore, MetastoreError, Op, Query,
-};
+use flotilla_metastore::{Consistency, MAX_PAGE_SIZE, Metastore, MetastoreError, Op, Query};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -9,9 +9,9 @@ use flotilla_domain::names::validate_account_id;
 
 use super::extract::{Auth, JsonBody, P};
 use super::ok;
+use flotilla_base::error::{ApiError, ApiResult};
 use flotilla_directory::FinalizeRequest;
 use flotilla_services::service::directory;
-use flotilla_base::error::{ApiError, ApiResult};
 use flotilla_services::state::AppState;
 
 pub fn routes() -> Router<AppState> {

@@ -10,9 +10,9 @@ use serde::Deserialize;
 
 use super::extract::{Auth, P, Q};
 use super::ok;
+use flotilla_base::error::{ApiError, ApiResult};
 use flotilla_services::access::upstream::{self, Kinds, parse_namespace};
 use flotilla_services::access::validation::{self, TableChoice};
-use flotilla_base::error::{ApiError, ApiResult};
 use flotilla_services::service::page_size;
 use flotilla_services::state::AppState;
 

@@ -10,14 +10,14 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use flotilla_catalog_access::spi::TableMetadata;
 use flotilla_domain::model::{
-    IntegrationRecord, ManagedBy, NamespaceRecord, OverlayRecord, RelationKind,
-    RelationRecord, ViewDefinition,
+    IntegrationRecord, ManagedBy, NamespaceRecord, OverlayRecord, RelationKind, RelationRecord,
+    ViewDefinition,
 };
 use flotilla_domain::names::NamespacePath;
 use serde_json::Value;
 
-use super::target::{CONTENT_FINGERPRINT_PREFIX, Slot, Stored};
 use super::Conflict;
+use super::target::{CONTENT_FINGERPRINT_PREFIX, Slot, Stored};
 
 /// The normalized full upstream path: the explicitly unstable identity of an object whose
 /// provider has no stable id. JSON keeps segment boundaries (`["a.b"]` is not `["a","b"]`).

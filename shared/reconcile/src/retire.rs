@@ -3,8 +3,6 @@
 //! longer needed, then overlay-created namespaces left empty and unclaimed. Every delete
 //! carries the run's fence, like publication.
 
-use std::collections::HashSet;
-
 use flotilla_domain::model::{ClaimRecord, RelationRecord};
 
 use flotilla_domain::keys;

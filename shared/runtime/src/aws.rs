@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use flotilla_services::auth::{Authenticator, Principal};
 use flotilla_base::clock::SystemClock;
-use flotilla_services::{AppState, Config};
 use flotilla_metastore::dynamo::{DynamoMetastore, connect};
 use flotilla_metastore::metrics::CountingMetastore;
+use flotilla_services::auth::{Authenticator, Principal};
+use flotilla_services::{AppState, Config};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AwsConfigError {

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use flotilla_services::auth::StaticTokens;
 use flotilla_base::clock::SystemClock;
-use flotilla_services::{AppState, Config};
 use flotilla_metastore::metrics::CountingMetastore;
 use flotilla_metastore::redb_store::RedbMetastore;
+use flotilla_services::auth::StaticTokens;
+use flotilla_services::{AppState, Config};
 
 /// Settings of the local stack.
 #[derive(Clone, Debug)]

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_services::AppState;
 use flotilla_reconcile::work::{ReconcileMessage, due_overlays, handle_message};
 use flotilla_reconcile::{Connector, DynConnector};
+use flotilla_services::AppState;
 use tokio::sync::mpsc;
 
 #[derive(Debug, thiserror::Error)]

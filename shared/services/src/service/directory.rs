@@ -99,4 +99,3 @@ pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult
         .await?;
     Ok(view.to_api(catalog_id))
 }
-

@@ -262,7 +262,12 @@ pub async fn create(
 }
 
 /// Discards a prepared generation unless a published integration references it.
-pub(super) async fn discard_unpublished(state: &AppState, account: &str, id: &str, generation: u64) {
+pub(super) async fn discard_unpublished(
+    state: &AppState,
+    account: &str,
+    id: &str,
+    generation: u64,
+) {
     let published = read::<IntegrationRecord>(
         state.store.as_ref(),
         keys::integration(account, id),

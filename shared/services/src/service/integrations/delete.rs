@@ -227,7 +227,9 @@ pub(super) async fn cascade_delete(
                 removed = true;
                 break;
             }
-            Err(e) if crate::service::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
+            Err(e) if crate::service::is_condition_failure(&e) || e.is_retryable() => {
+                backoff(attempt).await
+            }
             // Unknown: the next read tells whether the record is gone.
             Err(e) if e.is_outcome_unknown() => {}
             Err(e) => return Err(e.into()),

@@ -2,7 +2,11 @@
 
 use super::*;
 
-pub(super) fn secret_ref(account: &str, integration: &str, generation: u64) -> ApiResult<SecretRef> {
+pub(super) fn secret_ref(
+    account: &str,
+    integration: &str,
+    generation: u64,
+) -> ApiResult<SecretRef> {
     SecretRef::new(account, integration, generation).map_err(|e| ApiError::internal(e.to_string()))
 }
 
@@ -24,7 +28,11 @@ pub(super) const GENERATION_ATTEMPTS: u32 = 64;
 /// the record (bumping its version) makes that publication fail definitely.
 pub(super) const RECORD_VERSION: u64 = 1;
 
-pub(super) fn record_key(account: &str, integration: &str, generation: u64) -> flotilla_metastore::Key {
+pub(super) fn record_key(
+    account: &str,
+    integration: &str,
+    generation: u64,
+) -> flotilla_metastore::Key {
     key(keys::credential_generation(
         account,
         integration,
@@ -99,7 +107,12 @@ pub(super) async fn prepare_generation(
 
 /// The next generation to try after `taken` was taken: past every generation a record or a
 /// stored secret of the integration holds (best effort: a failed listing only skips one).
-pub(super) async fn next_candidate(state: &AppState, account: &str, integration: &str, taken: u64) -> u64 {
+pub(super) async fn next_candidate(
+    state: &AppState,
+    account: &str,
+    integration: &str,
+    taken: u64,
+) -> u64 {
     let mut next = taken.saturating_add(1);
     if let Ok(items) = strong_scan(
         state.store.as_ref(),
@@ -142,7 +155,12 @@ pub(super) async fn still_owned(
 /// After a definite publication failure: the prepared secret goes, then its record. Safe
 /// because nobody else can publish a generation whose record this operation holds; if a
 /// sweep claimed the record meanwhile, the sweep finishes the job.
-pub(super) async fn discard_prepared(state: &AppState, account: &str, integration: &str, generation: u64) {
+pub(super) async fn discard_prepared(
+    state: &AppState,
+    account: &str,
+    integration: &str,
+    generation: u64,
+) {
     if let Ok(r) = secret_ref(account, integration, generation)
         && state.credentials.delete(&r).await.is_ok()
     {
@@ -182,7 +200,12 @@ pub(super) async fn verify_published_secret(
 
 /// Step 4: delete a superseded generation and its `retiring` record. Best effort: what is
 /// left behind stays recorded for the sweep.
-pub(super) async fn retire_generation(state: &AppState, account: &str, integration: &str, generation: u64) {
+pub(super) async fn retire_generation(
+    state: &AppState,
+    account: &str,
+    integration: &str,
+    generation: u64,
+) {
     if generation == 0 {
         return;
     }

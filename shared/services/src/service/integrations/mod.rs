@@ -41,23 +41,23 @@ use super::{
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
 
-mod validation;
-mod reads;
-mod generations;
 mod create;
-mod patch;
 mod delete;
-mod sweep;
+mod generations;
+mod patch;
+mod reads;
 mod scheduled;
+mod sweep;
+mod validation;
 
-pub use validation::*;
-pub use reads::*;
-use generations::*;
 pub use create::*;
-pub use patch::*;
 pub use delete::*;
-pub use sweep::*;
+use generations::*;
+pub use patch::*;
+pub use reads::*;
 pub use scheduled::*;
+pub use sweep::*;
+pub use validation::*;
 
 /// Write-only credential fields accepted on create and rotation.
 pub const CREDENTIAL_FIELDS: &[&str] = &[

@@ -53,7 +53,10 @@ pub async fn patch(
             validate_connection(state, &next.uri, &next.properties)?;
             validate_signing(&next.authentication, &next.properties)?;
             if next.uri != cur.value.uri || next.properties != cur.value.properties {
-                crate::service::require_if_match(if_match, "changing an integration's uri or properties")?;
+                crate::service::require_if_match(
+                    if_match,
+                    "changing an integration's uri or properties",
+                )?;
             }
         }
         let fences_work = next.uri != cur.value.uri
@@ -81,9 +84,13 @@ pub async fn patch(
             Ok(()) => return Ok(next.to_api()),
             Err(e) if crate::service::is_condition_failure(&e) => {
                 if renamed
-                    && let Some(taken) =
-                        crate::service::name_taken(store, new_name, "an integration", &next.display_name)
-                            .await?
+                    && let Some(taken) = crate::service::name_taken(
+                        store,
+                        new_name,
+                        "an integration",
+                        &next.display_name,
+                    )
+                    .await?
                 {
                     return Err(taken);
                 }

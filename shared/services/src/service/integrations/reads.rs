@@ -34,7 +34,11 @@ pub async fn list(
         Consistency::Eventual,
         page_size,
         token,
-        |item| Ok(Some(crate::service::decode::<IntegrationRecord>(item)?.to_api())),
+        |item| {
+            Ok(Some(
+                crate::service::decode::<IntegrationRecord>(item)?.to_api(),
+            ))
+        },
     )
     .await?;
     Ok(crate::service::page_body(items, next))

@@ -106,14 +106,19 @@ pub(super) fn validate_auth_for_type(
 /// AWS signing parameters (`rest.signing-name`, `rest.signing-region`) against the
 /// authentication: well-formed, not contradicting it, a region somewhere for AWS types, none
 /// for other types; assume-role fields within STS's limits.
-pub(super) fn validate_signing(auth: &AuthConfig, properties: &BTreeMap<String, String>) -> ApiResult<()> {
+pub(super) fn validate_signing(
+    auth: &AuthConfig,
+    properties: &BTreeMap<String, String>,
+) -> ApiResult<()> {
     crate::access::aws_signing(auth, properties)
         .map(|_| ())
         .map_err(ApiError::invalid)
 }
 
 /// Which credential fields an authentication type needs and accepts.
-pub(super) fn credential_rules(auth: &AuthConfig) -> (&'static [&'static str], &'static [&'static str]) {
+pub(super) fn credential_rules(
+    auth: &AuthConfig,
+) -> (&'static [&'static str], &'static [&'static str]) {
     match auth {
         AuthConfig::OauthClientCredentials { .. } => (&["client_secret"], &["client_secret"]),
         AuthConfig::Bearer {} => (&["token"], &["token"]),
