@@ -25,15 +25,15 @@ use support::{ACME, BETA, Creds, Harness, OPERATOR, Resp, SpyMetastore, ns, tabl
 
 // ---- the route table ------------------------------------------------------------------
 
-/// Every route template of the router, as written in `src/http/*.rs`.
+/// Every route template of the router, as written in `shared/http/src/*.rs`.
 fn route_templates() -> BTreeSet<String> {
     let sources = [
-        include_str!("../src/http/routes.rs"),
-        include_str!("../src/http/directory_routes.rs"),
-        include_str!("../src/http/index_routes.rs"),
-        include_str!("../src/http/integration_routes.rs"),
-        include_str!("../src/http/reconcile_routes.rs"),
-        include_str!("../src/http/upstream_routes.rs"),
+        include_str!("../../http/src/routes.rs"),
+        include_str!("../../http/src/directory_routes.rs"),
+        include_str!("../../http/src/index_routes.rs"),
+        include_str!("../../http/src/integration_routes.rs"),
+        include_str!("../../http/src/reconcile_routes.rs"),
+        include_str!("../../http/src/upstream_routes.rs"),
     ];
     let mut out = BTreeSet::new();
     for src in sources {
