@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use flotilla_core::clock::SystemClock;
+use flotilla_core::{AppState, Config};
 use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_runtime::aws::ClaimsOnly;
-use flotilla_core::{AppState, Config};
 use http::StatusCode;
 use http_body_util::BodyExt as _;
 use serde_json::Value;
