@@ -5,6 +5,7 @@
 
 pub mod delta_sharing;
 pub mod error;
+mod error_kind;
 pub mod field_ids;
 pub mod http;
 pub mod iceberg_rest;

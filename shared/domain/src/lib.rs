@@ -5,3 +5,5 @@ pub mod keys;
 pub mod model;
 pub mod names;
 pub mod selection;
+
+mod error_kind;

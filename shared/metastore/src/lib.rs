@@ -22,6 +22,7 @@ pub mod redb_store;
 pub mod stale;
 
 mod codec;
+mod error_kind;
 
 use std::fmt;
 use std::sync::Arc;

@@ -13,6 +13,7 @@
 pub mod catalog;
 pub mod clock;
 pub mod error;
+mod error_kind;
 pub mod gc;
 pub mod keys;
 pub mod location;

@@ -23,6 +23,8 @@ pub mod contract;
 pub mod fault;
 pub mod local;
 
+mod error_kind;
+
 use std::fmt;
 
 use async_trait::async_trait;
