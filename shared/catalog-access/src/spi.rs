@@ -694,7 +694,7 @@ pub fn location_has_prefix(location: &str, prefix: &str) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------
-// Client, provider, factory
+// Client and provider (the registry is `crate::factory`)
 // ---------------------------------------------------------------------------------------
 
 /// A wall clock, injectable so expiry and refresh logic is testable without sleeping.
