@@ -1,11 +1,14 @@
 #![forbid(unsafe_code)]
-//! Connector-independent catalog access: the SPI ([`spi`]), shared HTTP hardening
+//! Connector-independent catalog access: the SPI ([`spi`]), the provider registry
+//! ([`factory`]), shared HTTP hardening
 //! ([`http`]), and the providers for Iceberg REST ([`iceberg_rest`]), Unity Catalog
 //! ([`unity`]) and Delta Sharing ([`delta_sharing`]). See `docs/catalog-access.md`.
 
+mod common;
 pub mod delta_sharing;
 pub mod error;
 mod error_kind;
+pub mod factory;
 pub mod field_ids;
 pub mod http;
 pub mod iceberg_rest;
@@ -14,4 +17,5 @@ pub mod spi;
 pub mod unity;
 
 pub use error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
+pub use factory::CatalogClientFactory;
 pub use spi::*;

@@ -38,7 +38,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use url::Url;
 
-use crate::delta_sharing::{
+use crate::common::{
     VendCache, check_fresh_and_scoped, convert_primitive, dedup, epoch_ms, list_field, next_token,
     optional_str, required_str, secret_part, spark_fields_to_iceberg,
 };
