@@ -277,6 +277,7 @@ impl<M: Metastore> Metastore for CountingMetastore<M> {
 /// a request that starts while another is in flight overlaps it and adds no round trip. For
 /// one API call measured alone this is its number of sequential metastore requests, the
 /// latency floor on DynamoDB. Not meaningful across concurrent calls (it then undercounts).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
 pub struct RoundTripMetastore<M> {
     inner: M,
@@ -284,6 +285,7 @@ pub struct RoundTripMetastore<M> {
     trips: Arc<AtomicU64>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl<M: Metastore> RoundTripMetastore<M> {
     pub fn new(inner: M) -> Self {
         Self {
@@ -312,6 +314,7 @@ impl<M: Metastore> RoundTripMetastore<M> {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 #[async_trait]
 impl<M: Metastore> Metastore for RoundTripMetastore<M> {
     async fn get(
