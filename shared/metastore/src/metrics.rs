@@ -9,7 +9,6 @@
 //! Prometheus page and, on Lambda, the CloudWatch EMF lines. Failure kinds and latencies go
 //! to the process-wide registry, and every transaction runs in a `metastore.transact` span.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -304,7 +303,7 @@ impl<M: Metastore> RoundTripMetastore<M> {
         &self.inner
     }
 
-    async fn timed<T>(&self, request: impl Future<Output = T>) -> T {
+    async fn timed<T>(&self, request: impl std::future::Future<Output = T>) -> T {
         if self.in_flight.fetch_add(1, Ordering::SeqCst) == 0 {
             self.trips.fetch_add(1, Ordering::SeqCst);
         }
