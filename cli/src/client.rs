@@ -95,11 +95,6 @@ pub fn normalize_etag(e: &str) -> String {
     }
 }
 
-/// Joins a namespace path into one URL segment with the unit separator, as the API expects.
-pub fn ns_segment(path: &[String]) -> String {
-    path.join("\u{1f}")
-}
-
 impl Api {
     pub fn new(settings: &Settings, verbose: bool, timeout: Duration) -> CliResult<Self> {
         let mut base = Url::parse(&settings.endpoint).map_err(|e| {
@@ -325,8 +320,8 @@ pub fn failure(status: StatusCode, bytes: &[u8]) -> CliError {
             .to_owned();
         return CliError::Api(ApiFailure {
             status: status.as_u16(),
-            code: crate::output::clean(&code),
-            message: crate::output::clean(&message),
+            code: crate::sanitize::clean(&code),
+            message: crate::sanitize::clean(&message),
             details: e.get("details").cloned().unwrap_or(Value::Null),
         });
     }
@@ -340,7 +335,7 @@ pub fn failure(status: StatusCode, bytes: &[u8]) -> CliError {
         message: if text.trim().is_empty() {
             status.canonical_reason().unwrap_or("no reason").to_owned()
         } else {
-            crate::output::clean(text.trim())
+            crate::sanitize::clean(text.trim())
         },
         details: Value::Null,
     })
@@ -360,15 +355,10 @@ mod tests {
     }
 
     #[test]
-    fn segments_are_escaped_and_namespaces_use_the_unit_separator() {
+    fn segments_are_escaped() {
         let a = api("http://h:1/base/");
         let segs = a
-            .acct(&[
-                "catalogs",
-                "c1",
-                "namespaces",
-                &ns_segment(&["a.b".into(), "c/d".into()]),
-            ])
+            .acct(&["catalogs", "c1", "namespaces", "a.b\u{1f}c/d"])
             .unwrap();
         let url = a.url(&segs, &[("parent".into(), "x\u{1f}y".into())]);
         assert_eq!(

@@ -14,6 +14,7 @@ mod index_gc;
 mod nspath;
 mod output;
 mod resolve;
+mod sanitize;
 mod serve;
 
 use std::path::PathBuf;

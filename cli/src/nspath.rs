@@ -84,6 +84,11 @@ pub fn parse(input: &str) -> Result<Vec<String>, PathError> {
     Ok(segments)
 }
 
+/// Joins a namespace path into one URL segment with the unit separator, as the API expects.
+pub fn ns_segment(path: &[String]) -> String {
+    path.join("\u{1f}")
+}
+
 /// A parsed namespace path argument (a newtype, so clap treats it as one value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NsPath(pub Vec<String>);
@@ -91,7 +96,7 @@ pub struct NsPath(pub Vec<String>);
 impl NsPath {
     /// The path as one URL segment, joined with the unit separator.
     pub fn segment(&self) -> String {
-        crate::client::ns_segment(&self.0)
+        ns_segment(&self.0)
     }
     pub fn json(&self) -> serde_json::Value {
         serde_json::Value::from(self.0.clone())
@@ -183,6 +188,12 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
         }
+    }
+
+    #[test]
+    fn namespaces_join_with_the_unit_separator() {
+        assert_eq!(ns_segment(&["a.b".into(), "c/d".into()]), "a.b\u{1f}c/d");
+        assert_eq!(NsPath(vec!["x".into(), "y".into()]).segment(), "x\u{1f}y");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Rendering: aligned tables and key/value blocks for people, one JSON document for scripts.
 //!
-//! Every text that came from the server or from upstream catalogs passes through [`clean`]
+//! Every text that came from the server or from upstream catalogs passes through [`clean`](crate::sanitize::clean)
 //! before it reaches a terminal, so a name holding escape sequences cannot rewrite the screen.
 
 use std::io::Write;
@@ -8,6 +8,7 @@ use std::io::Write;
 use serde_json::Value;
 
 use crate::nspath;
+use crate::sanitize::clean;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -27,19 +28,6 @@ pub struct Column {
 
 pub const fn col(header: &'static str, cell: Cell) -> Column {
     Column { header, cell }
-}
-
-/// Replaces control and bidi-override characters, which could spoof or rewrite terminal output.
-pub fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
-                '\u{fffd}'
-            } else {
-                c
-            }
-        })
-        .collect()
 }
 
 /// A field as display text: strings bare, null empty, the rest as compact JSON.

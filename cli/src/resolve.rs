@@ -54,7 +54,7 @@ pub fn pick<'a>(kind_noun: &str, arg: &str, items: &'a [Value]) -> CliResult<&'a
             code: "NOT_FOUND",
             message: format!(
                 "no {kind_noun} has the id or name {:?}",
-                crate::output::clean(arg)
+                crate::sanitize::clean(arg)
             ),
         }),
         many => {
@@ -67,7 +67,7 @@ pub fn pick<'a>(kind_noun: &str, arg: &str, items: &'a [Value]) -> CliResult<&'a
                 message: format!(
                     "{} {kind_noun}s are named {:?}; pass one of their ids: {}",
                     many.len(),
-                    crate::output::clean(arg),
+                    crate::sanitize::clean(arg),
                     ids.join(", ")
                 ),
             })

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::{Ctx, deleted};
 use crate::args::{CreateOpts, read_json};
-use crate::client::{Paging, Req};
+use crate::client::{Api, Paging, Req};
 use crate::error::{CliError, CliResult};
 use crate::nspath::{self, NsPath};
 use crate::output::{Column, col, path, text};
@@ -171,6 +171,14 @@ fn ident(ns: &NsPath, name: &str) -> Value {
     json!({"namespace": ns.json(), "name": name})
 }
 
+/// `.../index-catalogs/{c}/namespaces/{ns}/indexes[/rest...]`.
+fn indexes(api: &Api, catalog: &str, ns: &NsPath, rest: &[&str]) -> CliResult<Vec<String>> {
+    let segment = ns.segment();
+    let mut segs = vec!["index-catalogs", catalog, "namespaces", &segment, "indexes"];
+    segs.extend_from_slice(rest);
+    api.acct(&segs)
+}
+
 pub async fn run(ctx: &Ctx, cmd: IndexCmd) -> CliResult<()> {
     let api = &ctx.api;
     match cmd {
@@ -203,13 +211,7 @@ pub async fn run(ctx: &Ctx, cmd: IndexCmd) -> CliResult<()> {
         } => {
             let ns = namespace
                 .ok_or_else(|| CliError::usage("name the namespace whose indexes to list"))?;
-            let req = Req::get(api.acct(&[
-                "index-catalogs",
-                &c,
-                "namespaces",
-                &ns.segment(),
-                "indexes",
-            ])?);
+            let req = Req::get(indexes(api, &c, &ns, &[])?);
             ctx.out.list(&api.list(req, &paging).await?, INDEX_COLUMNS);
         }
         IndexCmd::Namespace(IndexNamespaceCmd::Create {
@@ -259,17 +261,7 @@ pub async fn run(ctx: &Ctx, cmd: IndexCmd) -> CliResult<()> {
         } => {
             let body = json!({"name": name, "metadata_location": metadata_location, "source": source.json()?});
             let req = create.apply(
-                Req::new(
-                    Method::POST,
-                    api.acct(&[
-                        "index-catalogs",
-                        &index_catalog,
-                        "namespaces",
-                        &namespace.segment(),
-                        "indexes",
-                    ])?,
-                )
-                .body(body),
+                Req::new(Method::POST, indexes(api, &index_catalog, &namespace, &[])?).body(body),
             );
             ctx.out.object(&api.send(req).await?.body);
         }
@@ -278,14 +270,7 @@ pub async fn run(ctx: &Ctx, cmd: IndexCmd) -> CliResult<()> {
             namespace,
             name,
         } => {
-            let req = Req::get(api.acct(&[
-                "index-catalogs",
-                &index_catalog,
-                "namespaces",
-                &namespace.segment(),
-                "indexes",
-                &name,
-            ])?);
+            let req = Req::get(indexes(api, &index_catalog, &namespace, &[&name])?);
             ctx.out.object(&api.send(req).await?.body);
         }
         IndexCmd::Drop {
@@ -295,14 +280,7 @@ pub async fn run(ctx: &Ctx, cmd: IndexCmd) -> CliResult<()> {
         } => {
             let req = Req::new(
                 Method::DELETE,
-                api.acct(&[
-                    "index-catalogs",
-                    &index_catalog,
-                    "namespaces",
-                    &namespace.segment(),
-                    "indexes",
-                    &name,
-                ])?,
+                indexes(api, &index_catalog, &namespace, &[&name])?,
             );
             api.send(req).await?;
             let mut doc = deleted("index", "name", json!(name));
@@ -345,15 +323,7 @@ pub async fn run(ctx: &Ctx, cmd: IndexCmd) -> CliResult<()> {
             let body = json!({"source": source.json()?, "base": base, "new": new});
             let req = Req::new(
                 Method::POST,
-                api.acct(&[
-                    "index-catalogs",
-                    &index_catalog,
-                    "namespaces",
-                    &namespace.segment(),
-                    "indexes",
-                    &name,
-                    "commit",
-                ])?,
+                indexes(api, &index_catalog, &namespace, &[&name, "commit"])?,
             )
             .body(body);
             ctx.out.object(&api.send(req).await?.body);

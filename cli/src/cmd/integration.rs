@@ -284,9 +284,7 @@ pub async fn run(ctx: &Ctx, cmd: IntegrationCmd) -> CliResult<()> {
             } else if clear_props {
                 body.insert("properties".into(), json!({}));
             }
-            if pause || resume {
-                body.insert("paused".into(), json!(pause));
-            }
+            super::set_paused(&mut body, pause, resume);
             if body.is_empty() {
                 return Err(CliError::usage(
                     "nothing to update: pass --name, --uri or --props (rotate with update-auth)",
@@ -294,15 +292,7 @@ pub async fn run(ctx: &Ctx, cmd: IntegrationCmd) -> CliResult<()> {
             }
             let id = resolve::id(api, Kind::Integration, &integration).await?;
             let path = api.acct(&["integrations", &id])?;
-            let etag = if body.contains_key("uri") || body.contains_key("properties") {
-                super::etag_or_current(api, etag.etag.as_deref(), path.clone()).await?
-            } else {
-                etag.etag
-            };
-            let req = Req::new(Method::PATCH, path)
-                .body(Value::Object(body))
-                .if_match(etag.as_deref());
-            ctx.out.object(&api.send(req).await?.body);
+            super::patch_guarded(ctx, path, body, etag.etag, &["uri", "properties"]).await?;
         }
         IntegrationCmd::UpdateAuth {
             integration,

@@ -114,7 +114,7 @@ fn holder(v: &Value) -> String {
         Some("UPSTREAM") => "upstream".to_owned(),
         _ => String::new(),
     };
-    crate::output::clean(shown.trim())
+    crate::sanitize::clean(shown.trim())
 }
 
 fn yes_no(v: &Value) -> &'static str {
@@ -167,7 +167,7 @@ pub fn render_last_run(run: &Value) -> String {
         "last_success_time",
         run["last_success_time"]
             .as_str()
-            .map_or_else(|| "never".to_owned(), crate::output::clean),
+            .map_or_else(|| "never".to_owned(), crate::sanitize::clean),
     );
     for kind in ["namespaces", "tables", "views"] {
         if run[kind].is_object() {
@@ -268,7 +268,7 @@ pub fn render_summary(v: &Value) -> String {
     out.push_str(&format!("skipped: {}\n", skipped.len()));
     for s in &skipped {
         let shown = if s.is_array() {
-            crate::output::clean(&nspath::display_json(s))
+            crate::sanitize::clean(&nspath::display_json(s))
         } else if s.get("path").is_some() {
             format!("{} {}", path(s, "path"), text(s, "reason"))
         } else {
@@ -359,9 +359,7 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
             if let Some(secs) = refresh_interval {
                 body.insert("refresh_interval_secs".into(), json!(secs));
             }
-            if pause || resume {
-                body.insert("paused".into(), json!(pause));
-            }
+            super::set_paused(&mut body, pause, resume);
             if body.is_empty() {
                 return Err(CliError::usage(
                     "nothing to update: pass --name, --include, --exclude or a --clear-* flag",
@@ -369,17 +367,14 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
             }
             let id = resolve::id(api, Kind::Overlay, &overlay).await?;
             let path = api.acct(&["overlays", &id])?;
-            let etag = if body.contains_key("include_namespaces")
-                || body.contains_key("exclude_namespaces")
-            {
-                super::etag_or_current(api, etag.etag.as_deref(), path.clone()).await?
-            } else {
-                etag.etag
-            };
-            let req = Req::new(Method::PATCH, path)
-                .body(Value::Object(body))
-                .if_match(etag.as_deref());
-            ctx.out.object(&api.send(req).await?.body);
+            super::patch_guarded(
+                ctx,
+                path,
+                body,
+                etag.etag,
+                &["include_namespaces", "exclude_namespaces"],
+            )
+            .await?;
         }
         OverlayCmd::Delete { overlay, etag } => {
             let id = resolve::id(api, Kind::Overlay, &overlay).await?;

@@ -16,14 +16,38 @@ use crate::nspath::{self, NsPath};
 use crate::output::{Column, col, path, text};
 use crate::resolve::{self, Kind};
 
+/// The namespace a relation lives in: catalog (name or id) and namespace path.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NamespaceRef {
+    catalog: String,
+    #[arg(value_parser = nspath::parse_arg)]
+    namespace: NsPath,
+}
+
+/// One table or view: its namespace and its name.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RelationRef {
+    catalog: String,
+    #[arg(value_parser = nspath::parse_arg)]
+    namespace: NsPath,
+    name: String,
+}
+
+impl RelationRef {
+    fn namespace(&self) -> NamespaceRef {
+        NamespaceRef {
+            catalog: self.catalog.clone(),
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TableCmd {
     /// Register a table.
     Create {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
-        name: String,
+        #[command(flatten)]
+        at: RelationRef,
         /// The schema as a JSON file (`-` reads stdin).
         #[arg(long, value_name = "FILE")]
         schema_file: PathBuf,
@@ -41,25 +65,20 @@ pub enum TableCmd {
     },
     /// Show a table.
     Get {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
-        name: String,
+        #[command(flatten)]
+        at: RelationRef,
     },
     /// List the tables of a namespace.
     List {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
+        #[command(flatten)]
+        at: NamespaceRef,
         #[command(flatten)]
         paging: Paging,
     },
     /// Rename, move, or change a table (the id is kept).
     Update {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
-        name: String,
+        #[command(flatten)]
+        at: RelationRef,
         #[command(flatten)]
         common: UpdateCommon,
         #[arg(long, value_name = "FILE")]
@@ -73,10 +92,8 @@ pub enum TableCmd {
     },
     /// Delete a table.
     Delete {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
-        name: String,
+        #[command(flatten)]
+        at: RelationRef,
         #[command(flatten)]
         etag: EtagOpt,
     },
@@ -86,10 +103,8 @@ pub enum TableCmd {
 pub enum ViewCmd {
     /// Create a view with one or more SQL definitions.
     Create {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
-        name: String,
+        #[command(flatten)]
+        at: RelationRef,
         /// The schema as a JSON file (`-` reads stdin).
         #[arg(long, value_name = "FILE")]
         schema_file: PathBuf,
@@ -105,25 +120,20 @@ pub enum ViewCmd {
     },
     /// Show a view.
     Get {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
-        name: String,
+        #[command(flatten)]
+        at: RelationRef,
     },
     /// List the views of a namespace.
     List {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
+        #[command(flatten)]
+        at: NamespaceRef,
         #[command(flatten)]
         paging: Paging,
     },
     /// Rename, move, or change a view (the id is kept).
     Update {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
-        name: String,
+        #[command(flatten)]
+        at: RelationRef,
         #[command(flatten)]
         common: UpdateCommon,
         #[arg(long, value_name = "FILE")]
@@ -138,10 +148,8 @@ pub enum ViewCmd {
     },
     /// Delete a view.
     Delete {
-        catalog: String,
-        #[arg(value_parser = nspath::parse_arg)]
-        namespace: NsPath,
-        name: String,
+        #[command(flatten)]
+        at: RelationRef,
         #[command(flatten)]
         etag: EtagOpt,
     },
@@ -241,50 +249,107 @@ const VIEW_COLUMNS: &[Column] = &[
     col("MANAGED BY", managed),
 ];
 
-async fn base(ctx: &Ctx, catalog: &str, ns: &NsPath, route: &str) -> CliResult<Vec<String>> {
-    let id = resolve::id(&ctx.api, Kind::Catalog, catalog).await?;
-    ctx.api
-        .acct(&["catalogs", &id, "namespaces", &ns.segment(), route])
+/// Which relation family a command addresses: its route below the namespace and its word in
+/// messages.
+#[derive(Clone, Copy)]
+struct Family {
+    route: &'static str,
+    kind: &'static str,
+    columns: &'static [Column],
 }
 
-async fn item(
-    ctx: &Ctx,
-    catalog: &str,
-    ns: &NsPath,
-    route: &str,
-    name: &str,
-) -> CliResult<Vec<String>> {
-    let mut s = base(ctx, catalog, ns, route).await?;
-    s.push(name.to_owned());
-    Ok(s)
-}
+const TABLES: Family = Family {
+    route: "tables",
+    kind: "table",
+    columns: TABLE_COLUMNS,
+};
 
-async fn delete(
-    ctx: &Ctx,
-    catalog: &str,
-    ns: &NsPath,
-    name: &str,
-    etag: &EtagOpt,
-    kind: &str,
-    route: &str,
-) -> CliResult<()> {
-    let req = Req::new(Method::DELETE, item(ctx, catalog, ns, route, name).await?)
-        .if_match(etag.etag.as_deref());
-    ctx.api.send(req).await?;
-    let mut doc = deleted(kind, "name", json!(name));
-    doc["namespace"] = ns.json();
-    ctx.out
-        .done(&doc, &format!("{kind} {name:?} in {ns} deleted"));
-    Ok(())
+const VIEWS: Family = Family {
+    route: "views",
+    kind: "view",
+    columns: VIEW_COLUMNS,
+};
+
+impl Family {
+    /// `.../catalogs/{id}/namespaces/{ns}/{route}`, the catalog resolved by name or id.
+    async fn base(self, ctx: &Ctx, at: &NamespaceRef) -> CliResult<Vec<String>> {
+        let id = resolve::id(&ctx.api, Kind::Catalog, &at.catalog).await?;
+        ctx.api.acct(&[
+            "catalogs",
+            &id,
+            "namespaces",
+            &at.namespace.segment(),
+            self.route,
+        ])
+    }
+
+    async fn item(self, ctx: &Ctx, at: &RelationRef) -> CliResult<Vec<String>> {
+        let mut s = self.base(ctx, &at.namespace()).await?;
+        s.push(at.name.clone());
+        Ok(s)
+    }
+
+    async fn create(
+        self,
+        ctx: &Ctx,
+        at: &RelationRef,
+        create: &CreateOpts,
+        body: Value,
+    ) -> CliResult<()> {
+        let req =
+            create.apply(Req::new(Method::POST, self.base(ctx, &at.namespace()).await?).body(body));
+        ctx.out.object(&ctx.api.send(req).await?.body);
+        Ok(())
+    }
+
+    async fn get(self, ctx: &Ctx, at: &RelationRef) -> CliResult<()> {
+        let req = Req::get(self.item(ctx, at).await?);
+        ctx.out.object(&ctx.api.send(req).await?.body);
+        Ok(())
+    }
+
+    async fn list(self, ctx: &Ctx, at: &NamespaceRef, paging: &Paging) -> CliResult<()> {
+        let req = Req::get(self.base(ctx, at).await?);
+        ctx.out
+            .list(&ctx.api.list(req, paging).await?, self.columns);
+        Ok(())
+    }
+
+    /// PATCH with the fields given; refuses an update that changes nothing.
+    async fn update(
+        self,
+        ctx: &Ctx,
+        at: &RelationRef,
+        body: Map<String, Value>,
+        etag: &EtagOpt,
+    ) -> CliResult<()> {
+        if body.is_empty() {
+            return Err(CliError::usage("nothing to update"));
+        }
+        let req = Req::new(Method::PATCH, self.item(ctx, at).await?)
+            .body(Value::Object(body))
+            .if_match(etag.etag.as_deref());
+        ctx.out.object(&ctx.api.send(req).await?.body);
+        Ok(())
+    }
+
+    async fn delete(self, ctx: &Ctx, at: &RelationRef, etag: &EtagOpt) -> CliResult<()> {
+        let req =
+            Req::new(Method::DELETE, self.item(ctx, at).await?).if_match(etag.etag.as_deref());
+        ctx.api.send(req).await?;
+        let (kind, name, ns) = (self.kind, &at.name, &at.namespace);
+        let mut doc = deleted(kind, "name", json!(name));
+        doc["namespace"] = ns.json();
+        ctx.out
+            .done(&doc, &format!("{kind} {name:?} in {ns} deleted"));
+        Ok(())
+    }
 }
 
 pub async fn run_table(ctx: &Ctx, cmd: TableCmd) -> CliResult<()> {
-    let api = &ctx.api;
     match cmd {
         TableCmd::Create {
-            catalog,
-            namespace,
-            name,
+            at,
             schema_file,
             format,
             metadata_location,
@@ -293,42 +358,19 @@ pub async fn run_table(ctx: &Ctx, cmd: TableCmd) -> CliResult<()> {
             create,
         } => {
             let schema = read_json(&schema_file, "schema file")?;
-            let mut body = json!({"name": name, "schema": schema, "format": format, "properties": props_map(&props)?});
+            let mut body = json!({"name": at.name, "schema": schema, "format": format, "properties": props_map(&props)?});
             if let Some(m) = metadata_location {
                 body["metadata_location"] = Value::String(m);
             }
             if let Some(l) = location {
                 body["location"] = Value::String(l);
             }
-            let req = create.apply(
-                Req::new(
-                    Method::POST,
-                    base(ctx, &catalog, &namespace, "tables").await?,
-                )
-                .body(body),
-            );
-            ctx.out.object(&api.send(req).await?.body);
+            TABLES.create(ctx, &at, &create, body).await
         }
-        TableCmd::Get {
-            catalog,
-            namespace,
-            name,
-        } => {
-            let req = Req::get(item(ctx, &catalog, &namespace, "tables", &name).await?);
-            ctx.out.object(&api.send(req).await?.body);
-        }
-        TableCmd::List {
-            catalog,
-            namespace,
-            paging,
-        } => {
-            let req = Req::get(base(ctx, &catalog, &namespace, "tables").await?);
-            ctx.out.list(&api.list(req, &paging).await?, TABLE_COLUMNS);
-        }
+        TableCmd::Get { at } => TABLES.get(ctx, &at).await,
+        TableCmd::List { at, paging } => TABLES.list(ctx, &at, &paging).await,
         TableCmd::Update {
-            catalog,
-            namespace,
-            name,
+            at,
             common,
             schema_file,
             format,
@@ -346,36 +388,16 @@ pub async fn run_table(ctx: &Ctx, cmd: TableCmd) -> CliResult<()> {
             if let Some(m) = metadata_location {
                 body.insert("metadata_location".into(), Value::String(m));
             }
-            if body.is_empty() {
-                return Err(CliError::usage("nothing to update"));
-            }
-            let req = Req::new(
-                Method::PATCH,
-                item(ctx, &catalog, &namespace, "tables", &name).await?,
-            )
-            .body(Value::Object(body))
-            .if_match(etag.etag.as_deref());
-            ctx.out.object(&api.send(req).await?.body);
+            TABLES.update(ctx, &at, body, &etag).await
         }
-        TableCmd::Delete {
-            catalog,
-            namespace,
-            name,
-            etag,
-        } => {
-            delete(ctx, &catalog, &namespace, &name, &etag, "table", "tables").await?;
-        }
+        TableCmd::Delete { at, etag } => TABLES.delete(ctx, &at, &etag).await,
     }
-    Ok(())
 }
 
 pub async fn run_view(ctx: &Ctx, cmd: ViewCmd) -> CliResult<()> {
-    let api = &ctx.api;
     match cmd {
         ViewCmd::Create {
-            catalog,
-            namespace,
-            name,
+            at,
             schema_file,
             sql,
             default_namespace,
@@ -389,39 +411,16 @@ pub async fn run_view(ctx: &Ctx, cmd: ViewCmd) -> CliResult<()> {
                 ));
             }
             let schema = read_json(&schema_file, "schema file")?;
-            let mut body = json!({"name": name, "schema": schema, "definitions": definitions, "properties": props_map(&props)?});
+            let mut body = json!({"name": at.name, "schema": schema, "definitions": definitions, "properties": props_map(&props)?});
             if let Some(d) = default_namespace {
                 body["default_namespace"] = d.json();
             }
-            let req = create.apply(
-                Req::new(
-                    Method::POST,
-                    base(ctx, &catalog, &namespace, "views").await?,
-                )
-                .body(body),
-            );
-            ctx.out.object(&api.send(req).await?.body);
+            VIEWS.create(ctx, &at, &create, body).await
         }
-        ViewCmd::Get {
-            catalog,
-            namespace,
-            name,
-        } => {
-            let req = Req::get(item(ctx, &catalog, &namespace, "views", &name).await?);
-            ctx.out.object(&api.send(req).await?.body);
-        }
-        ViewCmd::List {
-            catalog,
-            namespace,
-            paging,
-        } => {
-            let req = Req::get(base(ctx, &catalog, &namespace, "views").await?);
-            ctx.out.list(&api.list(req, &paging).await?, VIEW_COLUMNS);
-        }
+        ViewCmd::Get { at } => VIEWS.get(ctx, &at).await,
+        ViewCmd::List { at, paging } => VIEWS.list(ctx, &at, &paging).await,
         ViewCmd::Update {
-            catalog,
-            namespace,
-            name,
+            at,
             common,
             schema_file,
             sql,
@@ -440,25 +439,8 @@ pub async fn run_view(ctx: &Ctx, cmd: ViewCmd) -> CliResult<()> {
             if let Some(d) = default_namespace {
                 body.insert("default_namespace".into(), d.json());
             }
-            if body.is_empty() {
-                return Err(CliError::usage("nothing to update"));
-            }
-            let req = Req::new(
-                Method::PATCH,
-                item(ctx, &catalog, &namespace, "views", &name).await?,
-            )
-            .body(Value::Object(body))
-            .if_match(etag.etag.as_deref());
-            ctx.out.object(&api.send(req).await?.body);
+            VIEWS.update(ctx, &at, body, &etag).await
         }
-        ViewCmd::Delete {
-            catalog,
-            namespace,
-            name,
-            etag,
-        } => {
-            delete(ctx, &catalog, &namespace, &name, &etag, "view", "views").await?;
-        }
+        ViewCmd::Delete { at, etag } => VIEWS.delete(ctx, &at, &etag).await,
     }
-    Ok(())
 }

@@ -9,16 +9,23 @@
 //! fences, generation items) must never be served from a lagging replica.
 //!
 //! Backends: [`redb_store::RedbMetastore`] (embedded, `flotilla serve`) and
-//! [`dynamo::DynamoMetastore`] (AWS). Decorators: [`fault::FaultInjectingMetastore`] (tests)
-//! and [`metrics::CountingMetastore`] (request and item counters); for tests also
-//! [`stale::StaleReadsMetastore`] (eventual reads that lag) and
-//! [`metrics::RoundTripMetastore`] (sequential requests).
+//! [`dynamo::DynamoMetastore`] (AWS). Decorator: [`metrics::CountingMetastore`] (request and
+//! item counters).
+//!
+//! Test doubles, compiled only with the `testing` feature (which dev-dependencies enable, so
+//! no release binary carries them): `fault::FaultInjectingMetastore` (injected failures and
+//! crashes), `stale::StaleReadsMetastore` (eventual reads that lag),
+//! `metrics::RoundTripMetastore` (sequential requests) and `contract`, the behavioural suite
+//! every backend passes.
 
+#[cfg(any(test, feature = "testing"))]
 pub mod contract;
 pub mod dynamo;
+#[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod metrics;
 pub mod redb_store;
+#[cfg(any(test, feature = "testing"))]
 pub mod stale;
 
 mod codec;
@@ -436,7 +443,7 @@ pub struct Page {
 
 /// The store every Flotilla component writes through.
 ///
-/// Contract (proved for every backend by [`contract`]):
+/// Contract (proved for every backend by the `contract` suite, feature `testing`):
 /// - `transact` is atomic and isolated: a failed condition anywhere writes nothing;
 /// - versions advance by exactly one per write of an item;
 /// - `Strong` reads see every transaction that committed before the read started;

@@ -9,7 +9,6 @@
 //! Prometheus page and, on Lambda, the CloudWatch EMF lines. Failure kinds and latencies go
 //! to the process-wide registry, and every transaction runs in a `metastore.transact` span.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -277,6 +276,7 @@ impl<M: Metastore> Metastore for CountingMetastore<M> {
 /// a request that starts while another is in flight overlaps it and adds no round trip. For
 /// one API call measured alone this is its number of sequential metastore requests, the
 /// latency floor on DynamoDB. Not meaningful across concurrent calls (it then undercounts).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
 pub struct RoundTripMetastore<M> {
     inner: M,
@@ -284,6 +284,7 @@ pub struct RoundTripMetastore<M> {
     trips: Arc<AtomicU64>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl<M: Metastore> RoundTripMetastore<M> {
     pub fn new(inner: M) -> Self {
         Self {
@@ -302,7 +303,7 @@ impl<M: Metastore> RoundTripMetastore<M> {
         &self.inner
     }
 
-    async fn timed<T>(&self, request: impl Future<Output = T>) -> T {
+    async fn timed<T>(&self, request: impl std::future::Future<Output = T>) -> T {
         if self.in_flight.fetch_add(1, Ordering::SeqCst) == 0 {
             self.trips.fetch_add(1, Ordering::SeqCst);
         }
@@ -312,6 +313,7 @@ impl<M: Metastore> RoundTripMetastore<M> {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 #[async_trait]
 impl<M: Metastore> Metastore for RoundTripMetastore<M> {
     async fn get(

@@ -1,5 +1,10 @@
 //! The AWS deployment: DynamoDB metastore and configuration from the environment the SAM
 //! template sets (`docs/deploy.md` lists every variable).
+//!
+//! A function wires only the backends it runs, chosen by this crate's features:
+//! `secrets-manager` (integration credentials in Secrets Manager; without it the state keeps
+//! the core's "no credential store") and `object-stores` (index warehouses on S3, honouring
+//! `FLOTILLA_S3_ENDPOINT`; without it the core's default stores).
 
 use std::sync::Arc;
 
@@ -49,11 +54,10 @@ impl Authenticator for ClaimsOnly {
 }
 
 pub async fn build_state(settings: &AwsSettings) -> AppState {
-    let credentials = secrets_store(settings).await;
     let client = connect(settings.endpoint.as_deref()).await;
     let counting = CountingMetastore::new(DynamoMetastore::new(client, settings.table.clone()));
     let counters = counting.counters();
-    AppState::new(
+    let state = AppState::new(
         Arc::new(counting),
         Arc::new(SystemClock),
         Arc::new(ClaimsOnly),
@@ -61,16 +65,20 @@ pub async fn build_state(settings: &AwsSettings) -> AppState {
             reconcile: flotilla_base::limits::Limits::from_env(),
             ..Config::default()
         },
-    )
-    .with_metric_source(counters)
+    );
     // Index warehouses on S3 (`FLOTILLA_S3_ENDPOINT` only for emulators).
-    .with_index_stores(flotilla_services::service::index_catalogs::warehouse_stores_from_env())
-    .with_credentials(credentials)
+    #[cfg(feature = "object-stores")]
+    let state = state
+        .with_index_stores(flotilla_services::service::index_catalogs::warehouse_stores_from_env());
+    #[cfg(feature = "secrets-manager")]
+    let state = state.with_credentials(secrets_store(settings).await);
+    state.with_metric_source(counters)
 }
 
 /// Secrets Manager under `FLOTILLA_SECRET_PREFIX` (sent to `FLOTILLA_AWS_ENDPOINT` when set).
 /// A malformed prefix is a deployment error: it is logged at cold start and every credential
 /// operation then fails explicitly rather than writing secrets elsewhere.
+#[cfg(feature = "secrets-manager")]
 async fn secrets_store(settings: &AwsSettings) -> Arc<dyn flotilla_secrets::CredentialStore> {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
     if let Some(e) = settings.endpoint.as_deref() {
@@ -86,8 +94,10 @@ async fn secrets_store(settings: &AwsSettings) -> Arc<dyn flotilla_secrets::Cred
     }
 }
 
+#[cfg(feature = "secrets-manager")]
 struct Unconfigured;
 
+#[cfg(feature = "secrets-manager")]
 #[async_trait::async_trait]
 impl flotilla_secrets::CredentialStore for Unconfigured {
     async fn put_if_absent(
@@ -124,6 +134,7 @@ impl flotilla_secrets::CredentialStore for Unconfigured {
     }
 }
 
+#[cfg(feature = "secrets-manager")]
 fn unconfigured() -> flotilla_secrets::SecretStoreError {
     flotilla_secrets::SecretStoreError::Backend("the credential store is not configured".into())
 }

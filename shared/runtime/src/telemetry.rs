@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::io::Write as _;
+#[cfg(any(test, feature = "testing"))]
 use std::sync::{Arc, Mutex, PoisonError};
 
 use flotilla_services::AppState;
@@ -56,13 +57,16 @@ impl Invocation {
 #[derive(Clone)]
 enum Sink {
     Stdout,
+    #[cfg(any(test, feature = "testing"))]
     Capture(Arc<Mutex<Vec<String>>>),
 }
 
-/// The EMF lines a capturing [`LambdaTelemetry`] wrote (tests).
+/// The EMF lines a capturing [`LambdaTelemetry`] wrote (tests; feature `testing`).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Clone, Default)]
 pub struct CapturedLines(Arc<Mutex<Vec<String>>>);
 
+#[cfg(any(test, feature = "testing"))]
 impl CapturedLines {
     /// The lines written so far, emptied.
     pub fn take(&self) -> Vec<String> {
@@ -89,6 +93,7 @@ impl LambdaTelemetry {
     }
 
     /// The same, writing into memory (the tests of each function's EMF output).
+    #[cfg(any(test, feature = "testing"))]
     pub fn capturing(state: &AppState, function: &str, stage: &str) -> (Self, CapturedLines) {
         let lines = CapturedLines::default();
         let me = Self {
@@ -124,6 +129,7 @@ impl LambdaTelemetry {
                 }
                 let _ = out.flush();
             }
+            #[cfg(any(test, feature = "testing"))]
             Sink::Capture(buf) => buf
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -147,7 +153,7 @@ impl LambdaTelemetry {
 }
 
 /// Runs the handling of one queue record in its own span and trace context: the record's
-/// `AWSTraceHeader` when it has one (set by [`crate::queue::SqsQueue`]), else the
+/// `AWSTraceHeader` when it has one (set by the SQS queue's sender), else the
 /// invocation's.
 pub async fn in_record<F: Future>(
     message_id: &str,

@@ -11,15 +11,18 @@
 //!
 //! Backends: [`aws::SecretsManagerStore`] (AWS Secrets Manager) and
 //! [`local::LocalEncryptedStore`] (files sealed with ChaCha20-Poly1305, for `flotilla serve`).
-//! Decorator: [`fault::FaultInjectingCredentialStore`] (tests). [`contract`] holds the one
-//! suite both backends must pass.
+//! Test doubles, compiled only with the `testing` feature (dev-dependencies enable it):
+//! `fault::FaultInjectingCredentialStore` and `contract`, the one suite both backends must
+//! pass.
 //!
 //! Secret bytes cross exactly one boundary: they enter through [`SecretBytes`], are stored,
 //! and are read back by the catalog-access adapter. [`SecretBytes`] never prints its content
 //! and does not implement `Serialize`; no error of this crate carries secret bytes.
 
 pub mod aws;
+#[cfg(any(test, feature = "testing"))]
 pub mod contract;
+#[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod local;
 
@@ -315,7 +318,7 @@ pub(crate) fn bound_message(message: &str) -> String {
 
 /// Where credential generations are kept.
 ///
-/// Contract (proved for every backend by [`contract`]):
+/// Contract (proved for every backend by the `contract` suite, feature `testing`):
 /// - `put_if_absent` never overwrites: once a generation holds bytes, those bytes are what
 ///   `get` returns until `delete`, whatever later puts offer;
 /// - `delete` is idempotent; `get` after `delete` is `None`;

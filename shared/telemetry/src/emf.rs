@@ -154,6 +154,7 @@ impl EmfFlusher {
 /// labels inside their sets) and that no dimension value contains any of `forbidden` (account
 /// ids, tokens, generations, request ids of the test). Answers the parsed line. Used by the
 /// tests of every function's output.
+#[cfg(any(test, feature = "testing"))]
 pub fn check_line(line: &str, forbidden: &[&str]) -> Result<Json, String> {
     use crate::catalog::ALL;
     let doc: Json = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}: {line}"))?;

@@ -6,15 +6,18 @@
 //! Lambda "ready for the first invocation", so everything before it (telemetry set-up,
 //! reading the environment, building the AWS clients and the app state) is init.
 //!
-//! Usage (after `cargo build --release -p flotilla-fn-api -p flotilla-fn-reconciler
-//! -p flotilla-fn-scheduler -p flotilla-fn-finalize -p flotilla-fn-query`):
+//! Usage (after building the five release binaries into their own target directory, one
+//! `cargo build --release -p flotilla-fn-<name>` each so that no function compiles the
+//! features another one selects; `docs/performance.md` gives the commands):
 //!
 //! ```text
 //! cargo run -p flotilla-testkit --bin lambda-bench -- [--bin-dir DIR] [--runs N] [--out FILE]
 //!     [--functions api,query,...]
 //! ```
 //!
-//! `--bin-dir` defaults to `$CARGO_TARGET_DIR/release` (or `target/release`), `--runs` to 20,
+//! `--bin-dir` defaults to `$FLOTILLA_RELEASE_TARGET_DIR/release` (the release builds' own
+//! target directory, so the bench itself can be built in the development one), else
+//! `$CARGO_TARGET_DIR/release` (or `target/release`); `--runs` defaults to 20,
 //! `--out` to `bench-results/lambda.json`. No network is used: the AWS SDK clients are built
 //! at init but send nothing before the first invocation.
 
@@ -54,7 +57,8 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, BenchError> {
-    let default_dir = std::env::var_os("CARGO_TARGET_DIR")
+    let default_dir = std::env::var_os("FLOTILLA_RELEASE_TARGET_DIR")
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR"))
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target"))
         .join("release");

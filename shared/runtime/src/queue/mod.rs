@@ -1,14 +1,14 @@
 //! The reconcile queue: the seam between the scheduler (which decides which overlays are
 //! due) and the reconciler workers (which run them).
 //!
-//! On AWS it is SQS ([`SqsQueue`]): the scheduler Lambda sends one message per due overlay,
+//! On AWS it is SQS (`SqsQueue`, feature `sqs`): the scheduler Lambda sends one message per due overlay,
 //! the reconciler Lambda consumes batches and reports partial batch failures, and the queue's
 //! redrive policy moves a message that keeps failing to the dead-letter queue. Under
 //! `flotilla serve` it is an in-process channel ([`ChannelQueue`]) with the same contract: a
 //! failed message is redelivered (after a delay) until a receive limit, then dropped with an
 //! error log line standing in for the dead-letter queue.
 //!
-//! Trace context: [`SqsQueue`] sends the current trace header
+//! Trace context: `SqsQueue` sends the current trace header
 //! ([`flotilla_telemetry::trace::current_header`]) as each message's `AWSTraceHeader` system
 //! attribute, and the reconciler continues that trace for the record.
 
@@ -21,6 +21,11 @@ use flotilla_reconcile::work::{ReconcileMessage, due_overlays, handle_message};
 use flotilla_reconcile::{Connector, DynConnector};
 use flotilla_services::AppState;
 use tokio::sync::mpsc;
+
+#[cfg(feature = "sqs")]
+mod sqs;
+#[cfg(feature = "sqs")]
+pub use sqs::{SqsQueue, sqs_client};
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
@@ -35,80 +40,6 @@ pub enum QueueError {
 #[async_trait]
 pub trait ReconcileQueue: Send + Sync {
     async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError>;
-}
-
-/// SQS: `SendMessageBatch` in groups of ten (the API's limit), each message carrying the
-/// sender's trace header as its `AWSTraceHeader` system attribute.
-pub struct SqsQueue {
-    client: aws_sdk_sqs::Client,
-    url: String,
-}
-
-impl SqsQueue {
-    pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>) -> Self {
-        Self {
-            client,
-            url: url.into(),
-        }
-    }
-}
-
-#[async_trait]
-impl ReconcileQueue for SqsQueue {
-    async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError> {
-        let mut failed = 0;
-        let trace = trace_attribute()?;
-        for group in msgs.chunks(10) {
-            let mut entries = Vec::with_capacity(group.len());
-            for (i, m) in group.iter().enumerate() {
-                let mut e = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(m.to_body());
-                if let Some(t) = &trace {
-                    e = e.message_system_attributes(
-                        aws_sdk_sqs::types::MessageSystemAttributeNameForSends::AwsTraceHeader,
-                        t.clone(),
-                    );
-                }
-                entries.push(
-                    e.build()
-                        .map_err(|e| QueueError::Unavailable(e.to_string()))?,
-                );
-            }
-            let out = self
-                .client
-                .send_message_batch()
-                .queue_url(&self.url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| {
-                    QueueError::Unavailable(aws_sdk_sqs::error::DisplayErrorContext(&e).to_string())
-                })?;
-            failed += out.failed().len();
-        }
-        if failed > 0 {
-            return Err(QueueError::Partial {
-                failed,
-                total: msgs.len(),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// The `AWSTraceHeader` system attribute of the current trace context, if there is one.
-fn trace_attribute() -> Result<Option<aws_sdk_sqs::types::MessageSystemAttributeValue>, QueueError>
-{
-    let Some(header) = flotilla_telemetry::trace::current_header() else {
-        return Ok(None);
-    };
-    aws_sdk_sqs::types::MessageSystemAttributeValue::builder()
-        .data_type("String")
-        .string_value(header)
-        .build()
-        .map(Some)
-        .map_err(|e| QueueError::Unavailable(e.to_string()))
 }
 
 /// One in-process delivery: the message and how often it was received.
@@ -303,14 +234,4 @@ pub async fn run_scheduler_loop(state: AppState, queue: Arc<dyn ReconcileQueue>,
         }
         sweep_once(&state).await;
     }
-}
-
-/// An SQS client from the ambient AWS configuration, sent to `endpoint` when given (an
-/// emulator in tests and `cargo lambda watch`).
-pub async fn sqs_client(endpoint: Option<&str>) -> aws_sdk_sqs::Client {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-    if let Some(e) = endpoint {
-        loader = loader.endpoint_url(e);
-    }
-    aws_sdk_sqs::Client::new(&loader.load().await)
 }
