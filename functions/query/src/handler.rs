@@ -3,6 +3,7 @@
 //! container.
 
 use flotilla_core::AppState;
+use flotilla_core::auth::Principal;
 use flotilla_core::directory;
 use flotilla_core::error::ApiError;
 use serde::Deserialize;
@@ -54,9 +55,10 @@ pub async fn invoke(
 }
 
 pub async fn handle(state: &AppState, event: QueryEvent) -> Result<Value, HandlerError> {
-    flotilla_domain::names::validate_account_id(&event.account_id)
-        .map_err(|_| ApiError::not_found("account"))?;
-    Ok(directory::get(state, &event.account_id, &event.catalog_id).await?)
+    // IAM's invoke permission is this function's authorization: its invoker reads every
+    // account's directory, as an operator does; the account rule still checks the id.
+    let scope = Principal::operator("lambda:query").authorize_account(&event.account_id)?;
+    Ok(directory::get(state, &scope.account, &event.catalog_id).await?)
 }
 
 #[cfg(test)]
