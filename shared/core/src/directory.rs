@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 use crate::clock::{Clock, rfc3339_from_ms};
 use crate::error::{ApiError, ApiResult, Code};
-use crate::service::{MAX_ATTEMPTS, backoff, catalogs, is_condition_failure, key, to_body};
+use crate::service::{MAX_ATTEMPTS, backoff, catalogs, is_condition_failure, to_body};
 use crate::state::{AppState, MetricsRenderer};
 
 /// How many times one refresh retries its full scan because directory DDL moved the
@@ -75,7 +75,7 @@ impl fmt::Debug for DirectoryGeneration {
 /// transaction as the conditional table/view mutation it signals.
 pub fn directory_bump(catalog_id: &str) -> ApiResult<Op> {
     Ok(Op::put(
-        key(keys::directory_generation(catalog_id)),
+        keys::directory_generation(catalog_id),
         to_body(&DirectoryGeneration::fresh())?,
     ))
 }
@@ -96,10 +96,7 @@ async fn read_generation(
     catalog_id: &str,
 ) -> Result<Observed, MetastoreError> {
     let item = store
-        .get(
-            &key(keys::directory_generation(catalog_id)),
-            Consistency::Strong,
-        )
+        .get(&keys::directory_generation(catalog_id), Consistency::Strong)
         .await?;
     Ok(Observed(item.map(|i| i.body)))
 }
@@ -146,7 +143,7 @@ impl AuthorityStatus {
 /// Reads the authority marker strongly: its absence decides whether replicas must scan.
 pub async fn authority_enabled(store: &dyn Metastore) -> Result<bool, MetastoreError> {
     Ok(store
-        .get(&key(keys::directory_authority()), Consistency::Strong)
+        .get(&keys::directory_authority(), Consistency::Strong)
         .await?
         .is_some())
 }
@@ -180,7 +177,7 @@ pub async fn finalize(
         .with_detail("missing_acknowledgements", json!(missing)));
     }
     let store = state.store.as_ref();
-    let marker = key(keys::directory_authority());
+    let marker = keys::directory_authority();
     for attempt in 0..MAX_ATTEMPTS {
         if let Some(item) = store.get(&marker, Consistency::Strong).await? {
             let rec: AuthorityRecord = item.json()?;
@@ -685,8 +682,8 @@ impl flotilla_telemetry::Source for DirectoryCache {
 /// The catalog, its generation and (until a replica has seen it) the authority marker are
 /// read in one round trip, so a warm, unchanged directory costs one strong read.
 pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult<Value> {
-    let generation = key(keys::directory_generation(catalog_id));
-    let authority = key(keys::directory_authority());
+    let generation = keys::directory_generation(catalog_id);
+    let authority = keys::directory_authority();
     let mut wanted = vec![generation.clone()];
     let ask_authority = !state.directory.authority_seen.load(Ordering::Acquire);
     if ask_authority {

@@ -56,7 +56,7 @@ pub use discovery::Dropped;
 pub use status::{Outcome, RunError, Stage};
 
 use crate::error::{ApiError, Code};
-use crate::service::{key, read};
+use crate::service::read;
 use crate::state::AppState;
 
 /// Counts of one kind of resource in a run's summary.
@@ -459,7 +459,7 @@ pub async fn observe(
     };
     if store
         .get(
-            &key(keys::overlay_fence(account, overlay_id)),
+            &keys::overlay_fence(account, overlay_id),
             Consistency::Strong,
         )
         .await?
@@ -479,7 +479,7 @@ pub async fn observe(
     };
     if store
         .get(
-            &key(keys::integration_fence(account, &integration_id)),
+            &keys::integration_fence(account, &integration_id),
             Consistency::Strong,
         )
         .await?

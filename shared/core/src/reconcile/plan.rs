@@ -420,7 +420,7 @@ pub fn check_storable(
             continue;
         };
         let body = crate::service::to_body(&record)?;
-        let key = crate::service::key(keys::relation(cat, &d.namespace, &d.name));
+        let key = keys::relation(cat, &d.namespace, &d.name);
         let size = flotilla_metastore::item_size(&key, &body) + ITEM_SLACK_BYTES;
         if size > limit {
             return Err(ReconcileError::Unstorable {
@@ -434,7 +434,7 @@ pub fn check_storable(
     for (ns, props) in &found.namespace_properties {
         let record = namespace_record(cat, ns, props.clone(), &ctx.now);
         let body = crate::service::to_body(&record)?;
-        let key = crate::service::key(keys::namespace(cat, ns));
+        let key = keys::namespace(cat, ns);
         let size = flotilla_metastore::item_size(&key, &body) + ITEM_SLACK_BYTES;
         if size > limit {
             return Err(ReconcileError::Unstorable {

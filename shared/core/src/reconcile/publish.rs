@@ -23,7 +23,7 @@ use super::plan::{Action, Ctx, Desired, DesiredRelation, Slot, Stored, TargetSta
 use super::{KindCounts, Observed, ReconcileError, ReconcileSummary, RunOptions};
 use crate::error::ApiError;
 use crate::service::relations::directory_bump;
-use crate::service::{GuardState, MAX_ATTEMPTS, backoff, guard_state, key, to_body};
+use crate::service::{GuardState, MAX_ATTEMPTS, backoff, guard_state, to_body};
 use crate::state::AppState;
 
 /// The conditions every publication transaction of one run asserts, first in the
@@ -56,7 +56,7 @@ impl Fence {
             GuardState::Live => return Err(ReconcileError::Deleting("the target catalog".into())),
             GuardState::Abandoned { version } => {
                 match store
-                    .transact(Transaction::new().with(Op::delete_at(key(guard.clone()), version)))
+                    .transact(Transaction::new().with(Op::delete_at(guard.clone(), version)))
                     .await
                 {
                     Ok(()) | Err(MetastoreError::ConditionFailed { .. }) => {}
@@ -66,25 +66,22 @@ impl Fence {
         }
         let ops = vec![
             Op::check(
-                key(keys::overlay(account, &o.id)),
+                keys::overlay(account, &o.id),
                 Condition::Version(observed.overlay_version),
             ),
             Op::check(
-                key(keys::integration(account, &o.integration_id)),
+                keys::integration(account, &o.integration_id),
                 Condition::Version(observed.integration_version),
             ),
-            Op::check(key(keys::account(account)), Condition::Exists),
-            Op::check(key(keys::account_fence(account)), Condition::Absent),
+            Op::check(keys::account(account), Condition::Exists),
+            Op::check(keys::account_fence(account), Condition::Absent),
             Op::check(
-                key(keys::integration_fence(account, &o.integration_id)),
+                keys::integration_fence(account, &o.integration_id),
                 Condition::Absent,
             ),
-            Op::check(key(keys::overlay_fence(account, &o.id)), Condition::Absent),
-            Op::check(
-                key(keys::catalog(account, &o.catalog_id)),
-                Condition::Exists,
-            ),
-            Op::check(key(guard), Condition::Absent),
+            Op::check(keys::overlay_fence(account, &o.id), Condition::Absent),
+            Op::check(keys::catalog(account, &o.catalog_id), Condition::Exists),
+            Op::check(guard, Condition::Absent),
         ];
         Ok(Self { ops })
     }
@@ -116,7 +113,7 @@ pub struct Publisher<'a> {
 }
 
 fn slot_key(catalog_id: &str, slot: &Slot) -> Key {
-    key(keys::relation(catalog_id, &slot.0, &slot.1))
+    keys::relation(catalog_id, &slot.0, &slot.1)
 }
 
 fn counts_for(summary: &mut ReconcileSummary, kind: RelationKind) -> &mut KindCounts {
@@ -221,12 +218,12 @@ impl<'a> Publisher<'a> {
         )
         .await?
         {
-            GuardState::Absent => Op::check(key(g), Condition::Absent),
-            GuardState::Abandoned { version } => Op::delete_at(key(g), version),
+            GuardState::Absent => Op::check(g, Condition::Absent),
+            GuardState::Abandoned { version } => Op::delete_at(g, version),
             GuardState::Live => return Err(ReconcileError::Deleting(format!("namespace {ns}"))),
         };
         Ok(vec![
-            Op::check(key(keys::namespace(cat, ns)), Condition::Exists),
+            Op::check(keys::namespace(cat, ns), Condition::Exists),
             gop,
         ])
     }
@@ -285,7 +282,7 @@ impl<'a> Publisher<'a> {
         rec.properties = properties.clone();
         rec.revision += 1;
         rec.update_time = self.state.clock.now_rfc3339();
-        let ns_key = key(keys::namespace(&self.overlay.catalog_id, &rec.path));
+        let ns_key = keys::namespace(&self.overlay.catalog_id, &rec.path);
         match self
             .commit(vec![Op::replace(ns_key, stored.version, to_body(&rec)?)])
             .await?
@@ -307,8 +304,8 @@ impl<'a> Publisher<'a> {
     ) -> Result<(), ReconcileError> {
         let store = self.state.store.as_ref();
         let cat = &self.overlay.catalog_id;
-        let ns_key = key(keys::namespace(cat, path));
-        let claim_key = key(keys::namespace_claim(cat, path, &self.overlay.id));
+        let ns_key = keys::namespace(cat, path);
+        let claim_key = keys::namespace_claim(cat, path, &self.overlay.id);
         for attempt in 0..MAX_ATTEMPTS {
             if ns.is_some() && claim.is_some() {
                 summary.namespaces.unchanged += 1;
@@ -346,10 +343,8 @@ impl<'a> Publisher<'a> {
                     )
                     .await?
                     {
-                        GuardState::Absent => ops.push(Op::check(key(g), Condition::Absent)),
-                        GuardState::Abandoned { version } => {
-                            ops.push(Op::delete_at(key(g), version))
-                        }
+                        GuardState::Absent => ops.push(Op::check(g, Condition::Absent)),
+                        GuardState::Abandoned { version } => ops.push(Op::delete_at(g, version)),
                         GuardState::Live => {
                             return Err(ReconcileError::Deleting(format!("namespace {path}")));
                         }
@@ -716,7 +711,7 @@ impl<'a> Publisher<'a> {
         release.sort_by(|a, b| b.0.depth().cmp(&a.0.depth()).then(a.0.cmp(b.0)));
         let mut prune: Vec<NamespacePath> = Vec::new();
         for (path, claim) in release {
-            let ck = key(keys::namespace_claim(cat, path, &self.overlay.id));
+            let ck = keys::namespace_claim(cat, path, &self.overlay.id);
             match self
                 .commit(vec![Op::delete_at(ck.clone(), claim.version)])
                 .await?

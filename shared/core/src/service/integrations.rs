@@ -36,7 +36,7 @@ use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{
     GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error,
-    account_guards, backoff, check_if_match, guard_state, guarded_delete, key, read, to_body,
+    account_guards, backoff, check_if_match, guard_state, guarded_delete, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -432,11 +432,7 @@ const GENERATION_ATTEMPTS: u32 = 64;
 const RECORD_VERSION: u64 = 1;
 
 fn record_key(account: &str, integration: &str, generation: u64) -> flotilla_metastore::Key {
-    key(keys::credential_generation(
-        account,
-        integration,
-        generation,
-    ))
+    keys::credential_generation(account, integration, generation)
 }
 
 /// The op a publishing transaction carries for the generation it publishes: the record must
@@ -646,7 +642,7 @@ async fn guard_for_replace(
     let store = state.store.as_ref();
     let guard = keys::integration_fence(account, &old.value.id);
     let now = state.clock.now_ms();
-    let existing = store.get(&key(guard.clone()), Consistency::Strong).await?;
+    let existing = store.get(&guard, Consistency::Strong).await?;
     let mut installed = None;
     let condition = match &existing {
         None => Condition::Absent,
@@ -677,13 +673,13 @@ async fn guard_for_replace(
             })?;
             let tx = Transaction::new()
                 .with(Op::Put {
-                    key: key(guard.clone()),
+                    key: guard.clone(),
                     body,
                     expires_at: None,
                     condition: Some(condition),
                 })
                 .with(Op::check(
-                    key(keys::integration(account, &old.value.id)),
+                    keys::integration(account, &old.value.id),
                     Condition::Version(old.version),
                 ));
             match store.transact(tx).await {
@@ -695,7 +691,7 @@ async fn guard_for_replace(
                     ));
                 }
                 Err(e) if e.is_outcome_unknown() => {
-                    match store.get(&key(guard.clone()), Consistency::Strong).await? {
+                    match store.get(&guard, Consistency::Strong).await? {
                         Some(item) if item.json::<GuardRecord>()?.owner == owner => item.version,
                         _ => return Err(e.into()),
                     }
@@ -713,7 +709,7 @@ async fn guard_for_replace(
         .await?;
     if deps > 0 {
         let _ = store
-            .transact(Transaction::new().with(Op::delete_at(key(guard), version)))
+            .transact(Transaction::new().with(Op::delete_at(guard, version)))
             .await;
         return Err(ApiError::new(
             Code::HasDependents,
@@ -772,15 +768,15 @@ pub async fn create(
                         *replace_guard.lock().unwrap_or_else(|p| p.into_inner()) =
                             Some((old.value.id.clone(), guard_version));
                         ops.push(Op::delete_at(
-                            key(keys::integration_fence(account, &old.value.id)),
+                            keys::integration_fence(account, &old.value.id),
                             guard_version,
                         ));
                         ops.push(Op::delete_at(
-                            key(keys::integration(account, &old.value.id)),
+                            keys::integration(account, &old.value.id),
                             old.version,
                         ));
                         ops.push(Op::replace(
-                            key(name_key.clone()),
+                            name_key.clone(),
                             idx.version,
                             to_body(&NameIndexRecord { id: id.clone() })?,
                         ));
@@ -790,7 +786,7 @@ pub async fn create(
             }
             if replaced.is_none() {
                 ops.push(Op::create(
-                    key(name_key),
+                    name_key,
                     to_body(&NameIndexRecord { id: id.clone() })?,
                 ));
             }
@@ -843,14 +839,11 @@ pub async fn create(
                 create_time: now.clone(),
                 update_time: now,
             };
-            ops.push(Op::create(
-                key(keys::integration(account, &id)),
-                to_body(&rec)?,
-            ));
+            ops.push(Op::create(keys::integration(account, &id), to_body(&rec)?));
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),
-                probe: key(keys::integration(account, &id)),
+                probe: keys::integration(account, &id),
             })
         }
     })
@@ -878,7 +871,7 @@ pub async fn create(
         // A replace that did not commit releases its guard (one that did deleted it).
         let _ = store
             .transact(Transaction::new().with(Op::delete_at(
-                key(keys::integration_fence(account, &old)),
+                keys::integration_fence(account, &old),
                 version,
             )))
             .await;
@@ -955,10 +948,7 @@ pub async fn patch(
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         if store
-            .get(
-                &key(keys::integration_fence(account, id)),
-                Consistency::Strong,
-            )
+            .get(&keys::integration_fence(account, id), Consistency::Strong)
             .await?
             .is_some()
         {
@@ -993,7 +983,7 @@ pub async fn patch(
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
         let mut tx = Transaction::new().with(Op::replace(
-            key(keys::integration(account, id)),
+            keys::integration(account, id),
             cur.version,
             to_body(&next)?,
         ));
@@ -1043,10 +1033,7 @@ pub async fn rotate(
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         if store
-            .get(
-                &key(keys::integration_fence(account, id)),
-                Consistency::Strong,
-            )
+            .get(&keys::integration_fence(account, id), Consistency::Strong)
             .await?
             .is_some()
         {
@@ -1075,7 +1062,7 @@ pub async fn rotate(
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
         let mut tx = Transaction::new().with(Op::replace(
-            key(keys::integration(account, id)),
+            keys::integration(account, id),
             cur.version,
             to_body(&next)?,
         ));
@@ -1199,7 +1186,7 @@ pub async fn delete(
         let outcome = guarded_delete(
             state,
             keys::integration_fence(account, id),
-            key(keys::integration(account, id)),
+            keys::integration(account, id),
             cur.version,
             "the integration",
             || async {
@@ -1218,10 +1205,10 @@ pub async fn delete(
                     .with_detail("overlays", deps)
                 }))
             },
-            vec![Op::delete(key(keys::integration_name(
+            vec![Op::delete(keys::integration_name(
                 account,
                 &cur.value.display_name,
-            )))],
+            ))],
         )
         .await?;
         match outcome {
@@ -1243,9 +1230,7 @@ async fn cascade_delete(
 ) -> ApiResult<()> {
     let store = state.store.as_ref();
     let fence_key = keys::integration_fence(account, id);
-    let existing_fence = store
-        .get(&key(fence_key.clone()), Consistency::Strong)
-        .await?;
+    let existing_fence = store.get(&fence_key, Consistency::Strong).await?;
     let durable = existing_fence
         .as_ref()
         .and_then(|i| i.json::<GuardRecord>().ok())
@@ -1259,7 +1244,7 @@ async fn cascade_delete(
                 // The record is gone: finish credential cleanup and drop the fence.
                 purge_credentials(state, account, id).await?;
                 store
-                    .transact(Transaction::new().with(Op::delete(key(fence_key))))
+                    .transact(Transaction::new().with(Op::delete(fence_key)))
                     .await?;
                 return Ok(());
             }
@@ -1281,7 +1266,7 @@ async fn cascade_delete(
         })?;
         match store
             .transact(Transaction::new().with(Op::Put {
-                key: key(fence_key.clone()),
+                key: fence_key.clone(),
                 body,
                 expires_at: None,
                 condition: Some(condition),
@@ -1294,7 +1279,7 @@ async fn cascade_delete(
             // under it, as overlay delete does; a transient guard is a plain delete: DELETING.
             Err(e) if super::is_condition_failure(&e) => {
                 let theirs = store
-                    .get(&key(fence_key.clone()), Consistency::Strong)
+                    .get(&fence_key, Consistency::Strong)
                     .await?
                     .and_then(|i| i.json::<GuardRecord>().ok());
                 if !theirs.is_some_and(|g| g.durable) {
@@ -1327,14 +1312,11 @@ async fn cascade_delete(
             break;
         };
         let tx = Transaction::new()
-            .with(Op::delete_at(
-                key(keys::integration(account, id)),
-                cur.version,
-            ))
-            .with(Op::delete(key(keys::integration_name(
+            .with(Op::delete_at(keys::integration(account, id), cur.version))
+            .with(Op::delete(keys::integration_name(
                 account,
                 &cur.value.display_name,
-            ))));
+            )));
         match store.transact(tx).await {
             Ok(()) => {
                 removed = true;
@@ -1351,7 +1333,7 @@ async fn cascade_delete(
     }
     purge_credentials(state, account, id).await?;
     store
-        .transact(Transaction::new().with(Op::delete(key(fence_key))))
+        .transact(Transaction::new().with(Op::delete(fence_key)))
         .await?;
     Ok(())
 }
@@ -1471,8 +1453,6 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> ApiResul
 pub const SCHEDULED_SWEEP_ACCOUNTS: usize = 16;
 /// Generations younger than this are left to the operation that may still own them.
 pub const SCHEDULED_SWEEP_MIN_AGE_MS: i64 = 3_600_000;
-/// Where the scheduled sweep resumes: the last account a pass visited.
-const SWEEP_CURSOR_SK: &str = "SWEEPCURSOR";
 
 /// What one scheduled sweep pass did.
 #[derive(Debug, Default, serde::Serialize)]
@@ -1495,7 +1475,7 @@ pub struct ScheduledSweep {
 /// again within `ceil(accounts / max_accounts)` passes.
 pub async fn sweep_scheduled(state: &AppState, max_accounts: usize) -> ApiResult<ScheduledSweep> {
     let store = state.store.as_ref();
-    let cursor_key = key((keys::SYSTEM_PK.to_owned(), SWEEP_CURSOR_SK.to_owned()));
+    let cursor_key = keys::credential_sweep_cursor();
     let cursor: Option<String> = store
         .get(&cursor_key, Consistency::Eventual)
         .await?

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use flotilla_domain::keys::KeyParts;
 use flotilla_metastore::{
     Condition, Consistency, FailureReason, Item, Key, Metastore, MetastoreError, Op, PageToken,
     Query,
@@ -30,10 +29,6 @@ use crate::error::{ApiError, ApiResult, Code};
 /// backend failure before answering `503`/`409`.
 pub const MAX_ATTEMPTS: usize = 8;
 
-pub fn key(parts: KeyParts) -> Key {
-    Key::new(parts.0, parts.1)
-}
-
 pub fn to_body<T: Serialize>(v: &T) -> ApiResult<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| ApiError::internal(format!("encode: {e}")))
 }
@@ -46,10 +41,10 @@ pub struct Versioned<T> {
 
 pub async fn read<T: DeserializeOwned>(
     store: &dyn Metastore,
-    parts: KeyParts,
+    parts: Key,
     consistency: Consistency,
 ) -> ApiResult<Option<Versioned<T>>> {
-    match store.get(&key(parts), consistency).await? {
+    match store.get(&parts, consistency).await? {
         None => Ok(None),
         Some(item) => Ok(Some(Versioned {
             value: item.json()?,
@@ -85,8 +80,8 @@ impl Reads {
     }
 
     /// The decoded item at `parts`, like [`read`] on the store.
-    pub fn read<T: DeserializeOwned>(&self, parts: KeyParts) -> ApiResult<Option<Versioned<T>>> {
-        match self.items.get(&key(parts)) {
+    pub fn read<T: DeserializeOwned>(&self, parts: Key) -> ApiResult<Option<Versioned<T>>> {
+        match self.items.get(&parts) {
             None => Ok(None),
             Some(item) => Ok(Some(Versioned {
                 value: item.json()?,
@@ -140,12 +135,9 @@ pub fn seed_retry_jitter(seed: Option<u64>) {
 /// before the fence (and cleanup sees it) or fails.
 pub fn account_guards(account: &str) -> Vec<Op> {
     vec![
+        Op::check(flotilla_domain::keys::account(account), Condition::Exists),
         Op::check(
-            key(flotilla_domain::keys::account(account)),
-            Condition::Exists,
-        ),
-        Op::check(
-            key(flotilla_domain::keys::account_fence(account)),
+            flotilla_domain::keys::account_fence(account),
             Condition::Absent,
         ),
     ]
@@ -154,8 +146,8 @@ pub fn account_guards(account: &str) -> Vec<Op> {
 /// The keys [`account_guard_error_from`] decides from: the fence and the account.
 pub fn account_guard_keys(account: &str) -> [Key; 2] {
     [
-        key(flotilla_domain::keys::account_fence(account)),
-        key(flotilla_domain::keys::account(account)),
+        flotilla_domain::keys::account_fence(account),
+        flotilla_domain::keys::account(account),
     ]
 }
 
@@ -201,11 +193,11 @@ pub struct GuardRecord {
 
 pub async fn guard_state(
     store: &dyn Metastore,
-    parts: KeyParts,
+    parts: Key,
     now_ms: i64,
     lease_ms: i64,
 ) -> ApiResult<GuardState> {
-    let item = store.get(&key(parts), Consistency::Strong).await?;
+    let item = store.get(&parts, Consistency::Strong).await?;
     guard_state_of(item.as_ref(), now_ms, lease_ms)
 }
 
@@ -227,10 +219,10 @@ pub fn guard_state_of(item: Option<&Item>, now_ms: i64, lease_ms: i64) -> ApiRes
 }
 
 /// The op a writer adds for a guard it observed: assert absence, or remove an abandoned one.
-pub fn guard_op(parts: KeyParts, state: &GuardState) -> Option<Op> {
+pub fn guard_op(parts: Key, state: &GuardState) -> Option<Op> {
     match state {
-        GuardState::Absent => Some(Op::check(key(parts), Condition::Absent)),
-        GuardState::Abandoned { version } => Some(Op::delete_at(key(parts), *version)),
+        GuardState::Absent => Some(Op::check(parts, Condition::Absent)),
+        GuardState::Abandoned { version } => Some(Op::delete_at(parts, *version)),
         GuardState::Live => None,
     }
 }
@@ -396,7 +388,7 @@ pub enum GuardedOutcome {
 /// A guard left by a crashed deleter is replaced once its lease has run out.
 pub async fn guarded_delete<F, Fut>(
     state: &crate::state::AppState,
-    guard: KeyParts,
+    guard: Key,
     target: Key,
     target_version: u64,
     what: &str,
@@ -423,7 +415,7 @@ where
     };
     let install = Transaction::new()
         .with(Op::Put {
-            key: key(guard.clone()),
+            key: guard.clone(),
             body,
             expires_at: None,
             condition: Some(condition),
@@ -437,7 +429,7 @@ where
         Err(e) if is_condition_failure(&e) || e.is_retryable() => return Ok(GuardedOutcome::Retry),
         Err(e) if e.is_outcome_unknown() => {
             // Proceed only if the guard that is there is ours.
-            let ours = match store.get(&key(guard.clone()), Consistency::Strong).await? {
+            let ours = match store.get(&guard, Consistency::Strong).await? {
                 Some(item) => {
                     item.json::<GuardRecord>()?.owner == owner && item.version == guard_version
                 }
@@ -451,7 +443,7 @@ where
     }
     let remove_guard = || async {
         let _ = store
-            .transact(Transaction::new().with(Op::delete_at(key(guard.clone()), guard_version)))
+            .transact(Transaction::new().with(Op::delete_at(guard.clone(), guard_version)))
             .await;
     };
     match dependents().await {
@@ -466,7 +458,7 @@ where
         }
     }
     final_ops.push(Op::delete_at(target.clone(), target_version));
-    final_ops.push(Op::delete_at(key(guard.clone()), guard_version));
+    final_ops.push(Op::delete_at(guard.clone(), guard_version));
     match store.transact(Transaction { ops: final_ops }).await {
         Ok(()) => Ok(GuardedOutcome::Deleted),
         Err(e) if e.is_outcome_unknown() => {
@@ -492,11 +484,11 @@ use flotilla_metastore::Transaction;
 /// index entry goes and the new one is created only if absent. They ride in the same
 /// transaction as the resource's own version-conditioned write, which is what makes the old
 /// entry safe to delete unconditionally (it belongs to the resource being replaced).
-pub fn rename_ops(old: KeyParts, new: KeyParts, id: &str) -> ApiResult<[Op; 2]> {
+pub fn rename_ops(old: Key, new: Key, id: &str) -> ApiResult<[Op; 2]> {
     Ok([
-        Op::delete(key(old)),
+        Op::delete(old),
         Op::create(
-            key(new),
+            new,
             to_body(&flotilla_domain::model::NameIndexRecord { id: id.to_owned() })?,
         ),
     ])
@@ -506,12 +498,12 @@ pub fn rename_ops(old: KeyParts, new: KeyParts, id: &str) -> ApiResult<[Op; 2]> 
 /// now held (strong read), `None` when the failure was something else (retry).
 pub async fn name_taken(
     store: &dyn Metastore,
-    new: KeyParts,
+    new: Key,
     what: &str,
     name: &str,
 ) -> ApiResult<Option<ApiError>> {
     Ok(store
-        .get(&key(new), Consistency::Strong)
+        .get(&new, Consistency::Strong)
         .await?
         .map(|_| ApiError::already_exists(format!("{what} named {name:?} already exists"))))
 }
