@@ -2,9 +2,10 @@
 //! with it the directory replica) is borrowed, so it outlives every invocation of a warm
 //! container.
 
-use flotilla_base::error::ApiError;
 use flotilla_services::AppState;
+use flotilla_services::auth::Principal;
 use flotilla_services::service::directory;
+use flotilla_base::error::ApiError;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -54,9 +55,10 @@ pub async fn invoke(
 }
 
 pub async fn handle(state: &AppState, event: QueryEvent) -> Result<Value, HandlerError> {
-    flotilla_domain::names::validate_account_id(&event.account_id)
-        .map_err(|_| ApiError::not_found("account"))?;
-    Ok(directory::get(state, &event.account_id, &event.catalog_id).await?)
+    // IAM's invoke permission is this function's authorization: its invoker reads every
+    // account's directory, as an operator does; the account rule still checks the id.
+    let scope = Principal::operator("lambda:query").authorize_account(&event.account_id)?;
+    Ok(directory::get(state, &scope.account, &event.catalog_id).await?)
 }
 
 #[cfg(test)]

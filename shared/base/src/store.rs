@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use flotilla_domain::keys::KeyParts;
 use flotilla_metastore::{
     Consistency, FailureReason, Item, Key, Metastore, MetastoreError, PageToken, Query,
 };
@@ -20,10 +19,6 @@ use crate::error::{ApiError, ApiResult};
 /// backend failure before answering `503`/`409`.
 pub const MAX_ATTEMPTS: usize = 8;
 
-pub fn key(parts: KeyParts) -> Key {
-    Key::new(parts.0, parts.1)
-}
-
 pub fn to_body<T: Serialize>(v: &T) -> ApiResult<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| ApiError::internal(format!("encode: {e}")))
 }
@@ -36,10 +31,10 @@ pub struct Versioned<T> {
 
 pub async fn read<T: DeserializeOwned>(
     store: &dyn Metastore,
-    parts: KeyParts,
+    parts: Key,
     consistency: Consistency,
 ) -> ApiResult<Option<Versioned<T>>> {
-    match store.get(&key(parts), consistency).await? {
+    match store.get(&parts, consistency).await? {
         None => Ok(None),
         Some(item) => Ok(Some(Versioned {
             value: item.json()?,
@@ -75,8 +70,8 @@ impl Reads {
     }
 
     /// The decoded item at `parts`, like [`read`] on the store.
-    pub fn read<T: DeserializeOwned>(&self, parts: KeyParts) -> ApiResult<Option<Versioned<T>>> {
-        match self.items.get(&key(parts)) {
+    pub fn read<T: DeserializeOwned>(&self, parts: Key) -> ApiResult<Option<Versioned<T>>> {
+        match self.items.get(&parts) {
             None => Ok(None),
             Some(item) => Ok(Some(Versioned {
                 value: item.json()?,

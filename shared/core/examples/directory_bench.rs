@@ -160,7 +160,7 @@ async fn setup(tables: usize) -> BenchResult<Bench> {
                 "metadata_location": format!("s3://bench/{name}/metadata/00001.json"),
                 "properties": {}, "revision": 1, "create_time": now, "update_time": now,
             });
-            let (pk, sk) = keys::relation(&catalog, &ns, &name);
+            let flotilla_metastore::Key { pk, sk } = keys::relation(&catalog, &ns, &name);
             tx.push(Op::create(Key::new(pk, sk), serde_json::to_vec(&body)?));
             i += 1;
         }

@@ -547,7 +547,8 @@ async fn rotation_skips_past_any_number_of_leftover_generations() {
             state: "prepared".into(),
             created_ms: env.h.state.clock.now_ms(),
         };
-        let (pk, sk) = keys::credential_generation("acme", &id, generation);
+        let flotilla_metastore::Key { pk, sk } =
+            keys::credential_generation("acme", &id, generation);
         store
             .transact(Transaction::new().with(Op::create(
                 Key::new(pk, sk),
@@ -596,7 +597,7 @@ async fn the_scheduler_sweeps_accounts_with_integrations_within_its_budget() {
         state: "prepared".into(),
         created_ms: h.state.clock.now_ms(),
     };
-    let (pk, sk) = keys::credential_generation("acme", &a, 5);
+    let flotilla_metastore::Key { pk, sk } = keys::credential_generation("acme", &a, 5);
     h.state
         .store
         .transact(Transaction::new().with(Op::create(

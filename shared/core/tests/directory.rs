@@ -471,7 +471,7 @@ async fn legacy_write(store: &dyn Metastore, cat: &str, name: &str) {
         "name": name, "schema": schema(), "format": "ICEBERG", "properties": {}, "revision": 1,
         "create_time": "2026-01-01T00:00:00Z", "update_time": "2026-01-01T00:00:00Z",
     });
-    let (pk, sk) = keys::relation(cat, &path(&["sales"]), name);
+    let flotilla_metastore::Key { pk, sk } = keys::relation(cat, &path(&["sales"]), name);
     let op = Op::create(Key::new(pk, sk), serde_json::to_vec(&body).expect("json"));
     store
         .transact(Transaction::new().with(op))
@@ -554,7 +554,7 @@ async fn legacy_writer_is_visible_only_before_finalize() {
 
 async fn finalize_requires_both_acknowledgements_and_is_idempotent(h: Harness) {
     let url = "/v1/admin/catalog-finalize";
-    let marker = Key::new(keys::directory_authority().0, keys::directory_authority().1);
+    let marker = keys::directory_authority();
     let r = h
         .post(
             url,
@@ -783,7 +783,7 @@ async fn a_failed_condition_changes_neither_the_relation_nor_the_generation() {
     let cat = catalog_with_tables(&h, &["t"]).await;
     let store = h.state.store.as_ref();
     let gen_before = generation(store, &cat).await;
-    let (pk, sk) = keys::relation(&cat, &path(&["sales"]), "t");
+    let flotilla_metastore::Key { pk, sk } = keys::relation(&cat, &path(&["sales"]), "t");
     let slot = Key::new(pk, sk);
     let rel_before = store
         .get(&slot, Consistency::Strong)

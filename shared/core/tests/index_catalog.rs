@@ -856,7 +856,7 @@ async fn mutations_assert_the_account_fence(h: Harness) {
         register(&h, &["analytics"], "docs", &loc).await.status,
         StatusCode::CREATED
     );
-    let (pk, sk) = flotilla_domain::keys::account_fence("acme");
+    let flotilla_metastore::Key { pk, sk } = flotilla_domain::keys::account_fence("acme");
     let fence = Key::new(pk, sk);
     h.state
         .store

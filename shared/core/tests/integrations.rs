@@ -1334,7 +1334,8 @@ async fn sweep_reclaims_old_leftovers_and_never_the_referenced_generation() {
         state: "retiring".into(),
         created_ms: 0,
     };
-    let (pk, sk) = flotilla_domain::keys::credential_generation("acme", &id, current);
+    let flotilla_metastore::Key { pk, sk } =
+        flotilla_domain::keys::credential_generation("acme", &id, current);
     w.store
         .transact(
             flotilla_metastore::Transaction::new().with(flotilla_metastore::Op::put(

@@ -89,7 +89,7 @@ async fn a_failed_swap_leaves_the_old_overlay_intact() {
         h.state
             .store
             .get(
-                &flotilla_core::service::key(keys::overlay_fence("acme", &old)),
+                &keys::overlay_fence("acme", &old),
                 flotilla_metastore::Consistency::Strong
             )
             .await

@@ -670,7 +670,7 @@ async fn apply(change: Change, env_router: axum::Router, store: Arc<Store>, ids:
                 "owner": "a-concurrent-delete",
             }))
             .expect("guard");
-            let (pk, sk) = keys::catalog_guard(&catalog);
+            let flotilla_metastore::Key { pk, sk } = keys::catalog_guard(&catalog);
             store
                 .transact(Transaction::new().with(Op::create(Key::new(pk, sk), guard)))
                 .await

@@ -239,10 +239,10 @@ async fn a_retryable_refusal_is_not_recorded(h: Harness) {
     h.namespace("acme", ACME, &c, &["sales"]).await;
     // A live delete guard on the namespace: the create answers DELETING, which asks the
     // caller to try again, so the receipt stays pending and the replay creates.
-    let guard = flotilla_core::service::key(flotilla_domain::keys::namespace_guard(
+    let guard = flotilla_domain::keys::namespace_guard(
         &c,
         &flotilla_domain::names::NamespacePath::new(vec!["sales".into()]).expect("path"),
-    ));
+    );
     let body = serde_json::to_vec(&flotilla_core::service::GuardRecord {
         installed_ms: h.state.clock.now_ms(),
         owner: "test".into(),

@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use flotilla_base::MetricsRenderer;
 use flotilla_base::clock::{Clock, rfc3339_from_ms};
 use flotilla_base::error::{ApiError, ApiResult};
-use flotilla_base::store::{key, to_body};
+use flotilla_base::store::to_body;
 
 /// How many times one refresh retries its full scan because directory DDL moved the
 /// generation underneath it: a first scan plus up to three retries, so at most
@@ -74,7 +74,7 @@ impl fmt::Debug for DirectoryGeneration {
 /// transaction as the conditional table/view mutation it signals.
 pub fn directory_bump(catalog_id: &str) -> ApiResult<Op> {
     Ok(Op::put(
-        key(keys::directory_generation(catalog_id)),
+        keys::directory_generation(catalog_id),
         to_body(&DirectoryGeneration::fresh())?,
     ))
 }
@@ -95,10 +95,7 @@ async fn read_generation(
     catalog_id: &str,
 ) -> Result<Observed, MetastoreError> {
     let item = store
-        .get(
-            &key(keys::directory_generation(catalog_id)),
-            Consistency::Strong,
-        )
+        .get(&keys::directory_generation(catalog_id), Consistency::Strong)
         .await?;
     Ok(Observed(item.map(|i| i.body)))
 }
@@ -145,7 +142,7 @@ impl AuthorityStatus {
 /// Reads the authority marker strongly: its absence decides whether replicas must scan.
 pub async fn authority_enabled(store: &dyn Metastore) -> Result<bool, MetastoreError> {
     Ok(store
-        .get(&key(keys::directory_authority()), Consistency::Strong)
+        .get(&keys::directory_authority(), Consistency::Strong)
         .await?
         .is_some())
 }

@@ -11,9 +11,14 @@
 //!   name slot per namespace), namespace claims, guards and its directory generation.
 //!   Catalog cleanup deletes this partition.
 //!
+//! - `IXC#{account}#{name}`, `IXWH`, `IXWHCLAIM`: ParqDB index catalogs ([`index_catalog`]).
+//!
 //! Separators: `0x1F` joins namespace levels and `0x1E` separates a namespace from a
 //! relation name. Names can never contain control characters (see `names`), so neither
 //! separator can occur inside a segment and a prefix never matches across a boundary.
+//!
+//! A builder that names one item answers the store's [`Key`]; a builder of a sort-key or
+//! partition prefix answers a string.
 
 use crate::names::NamespacePath;
 
@@ -26,25 +31,29 @@ fn ns_str(path: &NamespacePath) -> String {
     path.segments().join(&NS_SEP.to_string())
 }
 
-/// `(pk, sk)` pairs as `flotilla_metastore::Key`-compatible tuples.
-pub type KeyParts = (String, String);
+pub use flotilla_metastore::Key;
 
 // ---- deployment-wide -------------------------------------------------------------------
 
 /// The listing entry of an account (`SYSTEM` / `ACCOUNT#{id}`).
-pub fn account_listing(account: &str) -> KeyParts {
-    (SYSTEM_PK.into(), format!("ACCOUNT#{account}"))
+pub fn account_listing(account: &str) -> Key {
+    Key::new(SYSTEM_PK, format!("ACCOUNT#{account}"))
 }
 pub const ACCOUNT_LISTING_PREFIX: &str = "ACCOUNT#";
 
 /// The directory authority marker: present once catalog-finalize ran.
-pub fn directory_authority() -> KeyParts {
-    (SYSTEM_PK.into(), "DIRECTORY_AUTHORITY".into())
+pub fn directory_authority() -> Key {
+    Key::new(SYSTEM_PK, "DIRECTORY_AUTHORITY")
 }
 
 /// Idempotency receipts of operator-scoped creates (accounts).
-pub fn system_idempotency(key_hash: &str) -> KeyParts {
-    (SYSTEM_PK.into(), format!("IDEM#{key_hash}"))
+pub fn system_idempotency(key_hash: &str) -> Key {
+    Key::new(SYSTEM_PK, format!("IDEM#{key_hash}"))
+}
+
+/// Where the scheduled credential sweep resumes: the last account a pass visited.
+pub fn credential_sweep_cursor() -> Key {
+    Key::new(SYSTEM_PK, "SWEEPCURSOR")
 }
 
 // ---- account partition -----------------------------------------------------------------
@@ -53,48 +62,65 @@ pub fn account_pk(account: &str) -> String {
     format!("ACCT#{account}")
 }
 
-pub fn account(account: &str) -> KeyParts {
-    (account_pk(account), "ACCOUNT".into())
+pub fn account(account: &str) -> Key {
+    Key::new(account_pk(account), "ACCOUNT")
 }
 
 /// The durable account deletion fence. Every create asserts its absence.
-pub fn account_fence(account: &str) -> KeyParts {
-    (account_pk(account), "FENCE#DELETE".into())
+pub fn account_fence(account: &str) -> Key {
+    Key::new(account_pk(account), "FENCE#DELETE")
 }
 
-pub fn account_idempotency(account: &str, key_hash: &str) -> KeyParts {
-    (account_pk(account), format!("IDEM#{key_hash}"))
+/// The digest of a client `Idempotency-Key` as it appears in a receipt key (bounded length,
+/// no separators).
+pub fn client_key_hash(client_key: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(client_key.as_bytes()))
+}
+
+/// The idempotency receipt of an account-scoped create under the client's key.
+pub fn account_receipt(account: &str, client_key: &str) -> Key {
+    account_idempotency(account, &client_key_hash(client_key))
+}
+
+/// The idempotency receipt of an operator-scoped create under the client's key.
+pub fn system_receipt(client_key: &str) -> Key {
+    system_idempotency(&client_key_hash(client_key))
+}
+
+pub fn account_idempotency(account: &str, key_hash: &str) -> Key {
+    Key::new(account_pk(account), format!("IDEM#{key_hash}"))
 }
 pub const IDEMPOTENCY_PREFIX: &str = "IDEM#";
 
-pub fn catalog(account: &str, catalog_id: &str) -> KeyParts {
-    (account_pk(account), format!("CAT#{catalog_id}"))
+pub fn catalog(account: &str, catalog_id: &str) -> Key {
+    Key::new(account_pk(account), format!("CAT#{catalog_id}"))
 }
 pub const CATALOG_PREFIX: &str = "CAT#";
 
 /// Unique display name of a catalog within the account; body holds the catalog id.
-pub fn catalog_name(account: &str, name: &str) -> KeyParts {
-    (account_pk(account), format!("CATNAME#{name}"))
+pub fn catalog_name(account: &str, name: &str) -> Key {
+    Key::new(account_pk(account), format!("CATNAME#{name}"))
 }
 
-pub fn integration(account: &str, id: &str) -> KeyParts {
-    (account_pk(account), format!("INT#{id}"))
+pub fn integration(account: &str, id: &str) -> Key {
+    Key::new(account_pk(account), format!("INT#{id}"))
 }
 pub const INTEGRATION_PREFIX: &str = "INT#";
 
-pub fn integration_name(account: &str, name: &str) -> KeyParts {
-    (account_pk(account), format!("INTNAME#{name}"))
+pub fn integration_name(account: &str, name: &str) -> Key {
+    Key::new(account_pk(account), format!("INTNAME#{name}"))
 }
 
 /// Durable integration deletion fence (cascade delete).
-pub fn integration_fence(account: &str, id: &str) -> KeyParts {
-    (account_pk(account), format!("INTFENCE#{id}"))
+pub fn integration_fence(account: &str, id: &str) -> Key {
+    Key::new(account_pk(account), format!("INTFENCE#{id}"))
 }
 
 /// A credential generation not (or no longer) referenced by its published integration:
 /// prepared before publication, or retiring after a rotation (see `sweep-credentials`).
-pub fn credential_generation(account: &str, integration_id: &str, generation: u64) -> KeyParts {
-    (
+pub fn credential_generation(account: &str, integration_id: &str, generation: u64) -> Key {
+    Key::new(
         account_pk(account),
         format!("CREDGEN#{integration_id}#{generation:020}"),
     )
@@ -105,8 +131,8 @@ pub fn credential_generations_prefix(integration_id: &str) -> String {
 }
 
 /// Dependency record: overlay `overlay_id` uses integration `integration_id`.
-pub fn integration_dependency(account: &str, integration_id: &str, overlay_id: &str) -> KeyParts {
-    (
+pub fn integration_dependency(account: &str, integration_id: &str, overlay_id: &str) -> Key {
+    Key::new(
         account_pk(account),
         format!("INTDEP#{integration_id}#{overlay_id}"),
     )
@@ -115,28 +141,28 @@ pub fn integration_dependency_prefix(integration_id: &str) -> String {
     format!("INTDEP#{integration_id}#")
 }
 
-pub fn overlay(account: &str, id: &str) -> KeyParts {
-    (account_pk(account), format!("OVL#{id}"))
+pub fn overlay(account: &str, id: &str) -> Key {
+    Key::new(account_pk(account), format!("OVL#{id}"))
 }
 pub const OVERLAY_PREFIX: &str = "OVL#";
 
-pub fn overlay_name(account: &str, name: &str) -> KeyParts {
-    (account_pk(account), format!("OVLNAME#{name}"))
+pub fn overlay_name(account: &str, name: &str) -> Key {
+    Key::new(account_pk(account), format!("OVLNAME#{name}"))
 }
 
 /// The overlay's status (last reconciliation summary, scheduling state).
-pub fn overlay_status(account: &str, id: &str) -> KeyParts {
-    (account_pk(account), format!("OVLSTATUS#{id}"))
+pub fn overlay_status(account: &str, id: &str) -> Key {
+    Key::new(account_pk(account), format!("OVLSTATUS#{id}"))
 }
 
 /// Durable overlay deletion fence.
-pub fn overlay_fence(account: &str, id: &str) -> KeyParts {
-    (account_pk(account), format!("OVLFENCE#{id}"))
+pub fn overlay_fence(account: &str, id: &str) -> Key {
+    Key::new(account_pk(account), format!("OVLFENCE#{id}"))
 }
 
 /// Dependency record: overlay `overlay_id` targets catalog `catalog_id`.
-pub fn catalog_dependency(account: &str, catalog_id: &str, overlay_id: &str) -> KeyParts {
-    (
+pub fn catalog_dependency(account: &str, catalog_id: &str, overlay_id: &str) -> Key {
+    Key::new(
         account_pk(account),
         format!("CATDEP#{catalog_id}#{overlay_id}"),
     )
@@ -154,13 +180,13 @@ pub fn catalog_pk(catalog_id: &str) -> String {
 /// Transient guard installed by a catalog delete while it proves emptiness; creates in the
 /// catalog assert its absence. A stale guard (crashed deleter) is removed by the next
 /// writer that meets it.
-pub fn catalog_guard(catalog_id: &str) -> KeyParts {
-    (catalog_pk(catalog_id), "GUARD#DELETE".into())
+pub fn catalog_guard(catalog_id: &str) -> Key {
+    Key::new(catalog_pk(catalog_id), "GUARD#DELETE")
 }
 
 /// A namespace. The depth prefix makes "children of P" one prefix query.
-pub fn namespace(catalog_id: &str, path: &NamespacePath) -> KeyParts {
-    (
+pub fn namespace(catalog_id: &str, path: &NamespacePath) -> Key {
+    Key::new(
         catalog_pk(catalog_id),
         format!("NS#{:02}#{}", path.depth(), ns_str(path)),
     )
@@ -176,13 +202,13 @@ pub fn namespace_children_prefix(parent: Option<&NamespacePath>) -> String {
 }
 
 /// Transient guard installed by a namespace delete while it proves emptiness.
-pub fn namespace_guard(catalog_id: &str, path: &NamespacePath) -> KeyParts {
-    (catalog_pk(catalog_id), format!("NSGUARD#{}", ns_str(path)))
+pub fn namespace_guard(catalog_id: &str, path: &NamespacePath) -> Key {
+    Key::new(catalog_pk(catalog_id), format!("NSGUARD#{}", ns_str(path)))
 }
 
 /// A relation (table or view): one name slot per namespace, so a name is never both.
-pub fn relation(catalog_id: &str, ns: &NamespacePath, name: &str) -> KeyParts {
-    (
+pub fn relation(catalog_id: &str, ns: &NamespacePath, name: &str) -> Key {
+    Key::new(
         catalog_pk(catalog_id),
         format!("REL#{}{}{}", ns_str(ns), REL_SEP, name),
     )
@@ -195,8 +221,8 @@ pub fn relations_in_prefix(ns: &NamespacePath) -> String {
 }
 
 /// Namespace claim of an overlay on a namespace path ("Namespace claim state").
-pub fn namespace_claim(catalog_id: &str, path: &NamespacePath, overlay_id: &str) -> KeyParts {
-    (
+pub fn namespace_claim(catalog_id: &str, path: &NamespacePath, overlay_id: &str) -> Key {
+    Key::new(
         catalog_pk(catalog_id),
         format!("CLAIM#{}{}{}", ns_str(path), REL_SEP, overlay_id),
     )
@@ -208,8 +234,8 @@ pub const CLAIM_PREFIX: &str = "CLAIM#";
 
 /// The catalog's directory generation: replaced in the same transaction as
 /// every listed-object change. Control data: never exposed.
-pub fn directory_generation(catalog_id: &str) -> KeyParts {
-    (catalog_pk(catalog_id), "DIRGEN".into())
+pub fn directory_generation(catalog_id: &str) -> Key {
+    Key::new(catalog_pk(catalog_id), "DIRGEN")
 }
 
 /// Decodes the namespace and name of a relation sort key.
@@ -222,6 +248,133 @@ pub fn parse_relation_sk(sk: &str) -> Option<(Vec<String>, String)> {
     ))
 }
 
+pub mod index_catalog {
+    //! ParqDB index catalogs (`flotilla-parqdb`). The table in `docs/parqdb.md` lists the
+    //! same formats; change both together.
+    //!
+    //! | item | pk | sk |
+    //! |---|---|---|
+    //! | index catalog | `ACCT#{account}` | `IXC#{name}` |
+    //! | namespace | `IXC#{account}#{name}` | `NS#{path joined by U+001F}` |
+    //! | index mapping | `IXC#{account}#{name}` | `IDX#{ns path joined by U+001F}U+001E{index}` |
+    //! | lost reachability | `IXC#{account}#{name}` | `UNREACH#{absolute metadata location}` |
+    //! | warehouse registration | `IXWH` | `{warehouse uri}U+001E{account}U+001E{name}` |
+    //! | warehouse prefix claim | `IXWHCLAIM` | `{tenant prefix uri}` |
+    //! | claim held by an account | `ACCT#{account}` | `WHCLAIM#{tenant prefix uri}` |
+    //!
+    //! Accounts never contain `#`, so `IXC#{account}#{name}` splits unambiguously. Namespace
+    //! segments and index names never contain U+001E or U+001F (refused on input), so the
+    //! separators cannot be forged, and the mapping prefix of namespace `[a]` (`IDX#a` U+001E)
+    //! never matches an index of namespace `[a, b]` (`IDX#a` U+001F `b` U+001E ...).
+
+    use super::Key;
+
+    /// Joins namespace segments (the Iceberg REST multi-level separator).
+    pub const NAMESPACE_SEPARATOR: char = '\u{1F}';
+    /// Separates a namespace from an index name, and the parts of a warehouse registration.
+    pub const NAME_SEPARATOR: char = '\u{1E}';
+
+    pub const INDEX_CATALOG_PREFIX: &str = "IXC#";
+    pub const NAMESPACE_PREFIX: &str = "NS#";
+    pub const MAPPING_PREFIX: &str = "IDX#";
+    pub const UNREACHABLE_PREFIX: &str = "UNREACH#";
+    /// The one partition that lists which index catalogs use which warehouse, so that garbage
+    /// collection of a warehouse sees every catalog whose mappings may reference its objects.
+    pub const WAREHOUSE_PARTITION: &str = "IXWH";
+
+    /// The one partition of warehouse prefix claims (see `flotilla_parqdb::warehouse`): which
+    /// account a tenant prefix belongs to.
+    pub const WAREHOUSE_CLAIM_PARTITION: &str = "IXWHCLAIM";
+    /// Sort-key prefix of an account's reverse claim items, so that account delete finds the
+    /// claims to release.
+    pub const ACCOUNT_CLAIM_PREFIX: &str = "WHCLAIM#";
+
+    /// The claim of a tenant prefix.
+    pub fn warehouse_claim(prefix: &str) -> Key {
+        Key::new(WAREHOUSE_CLAIM_PARTITION, prefix)
+    }
+
+    /// The reverse item of a claim, in the account partition.
+    pub fn account_warehouse_claim(account: &str, prefix: &str) -> Key {
+        Key::new(
+            account_partition(account),
+            format!("{ACCOUNT_CLAIM_PREFIX}{prefix}"),
+        )
+    }
+
+    /// The account partition that holds index catalog records (the account's own partition).
+    pub fn account_partition(account: &str) -> String {
+        super::account_pk(account)
+    }
+
+    /// The index catalog record.
+    pub fn index_catalog(account: &str, name: &str) -> Key {
+        Key::new(
+            account_partition(account),
+            format!("{INDEX_CATALOG_PREFIX}{name}"),
+        )
+    }
+
+    /// The partition holding one index catalog's namespaces, mappings and reachability records.
+    pub fn catalog_partition(account: &str, name: &str) -> String {
+        format!("IXC#{account}#{name}")
+    }
+
+    pub fn join_namespace(path: &[String]) -> String {
+        let mut sep = [0u8; 4];
+        path.join(NAMESPACE_SEPARATOR.encode_utf8(&mut sep))
+    }
+
+    pub fn namespace(account: &str, catalog: &str, path: &[String]) -> Key {
+        Key::new(
+            catalog_partition(account, catalog),
+            format!("{NAMESPACE_PREFIX}{}", join_namespace(path)),
+        )
+    }
+
+    /// The sort-key prefix of the direct and indirect children of a namespace.
+    pub fn namespace_children_prefix(path: &[String]) -> String {
+        format!(
+            "{NAMESPACE_PREFIX}{}{NAMESPACE_SEPARATOR}",
+            join_namespace(path)
+        )
+    }
+
+    pub fn mapping(account: &str, catalog: &str, namespace: &[String], index: &str) -> Key {
+        Key::new(
+            catalog_partition(account, catalog),
+            format!("{}{index}", mapping_prefix(namespace)),
+        )
+    }
+
+    /// The sort-key prefix of the mappings of exactly one namespace.
+    pub fn mapping_prefix(namespace: &[String]) -> String {
+        format!(
+            "{MAPPING_PREFIX}{}{NAME_SEPARATOR}",
+            join_namespace(namespace)
+        )
+    }
+
+    pub fn unreachable(account: &str, catalog: &str, location: &str) -> Key {
+        Key::new(
+            catalog_partition(account, catalog),
+            format!("{UNREACHABLE_PREFIX}{location}"),
+        )
+    }
+
+    pub fn warehouse_registration(warehouse: &str, account: &str, catalog: &str) -> Key {
+        Key::new(
+            WAREHOUSE_PARTITION,
+            format!("{warehouse}{NAME_SEPARATOR}{account}{NAME_SEPARATOR}{catalog}"),
+        )
+    }
+
+    /// The sort-key prefix of every registration of exactly this warehouse.
+    pub fn warehouse_registration_prefix(warehouse: &str) -> String {
+        format!("{warehouse}{NAME_SEPARATOR}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,8 +385,8 @@ mod tests {
 
     #[test]
     fn child_prefix_does_not_match_sibling_with_common_prefix() {
-        let (_, ab) = namespace("c", &p(&["a", "b"]));
-        let (_, abc) = namespace("c", &p(&["ab", "c"]));
+        let ab = namespace("c", &p(&["a", "b"])).sk;
+        let abc = namespace("c", &p(&["ab", "c"])).sk;
         let prefix = namespace_children_prefix(Some(&p(&["a"])));
         assert!(ab.starts_with(&prefix));
         assert!(!abc.starts_with(&prefix));
@@ -241,14 +394,62 @@ mod tests {
 
     #[test]
     fn relations_prefix_is_exact_namespace() {
-        let (_, in_a) = relation("c", &p(&["a"]), "t");
-        let (_, in_ab) = relation("c", &p(&["a", "b"]), "t");
+        let in_a = relation("c", &p(&["a"]), "t").sk;
+        let in_ab = relation("c", &p(&["a", "b"]), "t").sk;
         let prefix = relations_in_prefix(&p(&["a"]));
         assert!(in_a.starts_with(&prefix));
         assert!(!in_ab.starts_with(&prefix));
         assert_eq!(
             parse_relation_sk(&in_ab),
             Some((vec!["a".into(), "b".into()], "t".into()))
+        );
+    }
+
+    /// The storage layout: these bytes are on disk and in DynamoDB; a change here is a
+    /// migration, not a refactor.
+    #[test]
+    fn storage_layout_is_stable() {
+        let k = |pk: &str, sk: &str| Key::new(pk, sk);
+        assert_eq!(account("acme"), k("ACCT#acme", "ACCOUNT"));
+        assert_eq!(account_fence("acme"), k("ACCT#acme", "FENCE#DELETE"));
+        assert_eq!(account_listing("acme"), k("SYSTEM", "ACCOUNT#acme"));
+        assert_eq!(credential_sweep_cursor(), k("SYSTEM", "SWEEPCURSOR"));
+        assert_eq!(catalog("acme", "c1"), k("ACCT#acme", "CAT#c1"));
+        assert_eq!(
+            catalog_name("acme", "sales"),
+            k("ACCT#acme", "CATNAME#sales")
+        );
+        assert_eq!(
+            namespace("c1", &p(&["a", "b"])),
+            k("CAT#c1", "NS#02#a\u{1F}b")
+        );
+        assert_eq!(relation("c1", &p(&["a"]), "t"), k("CAT#c1", "REL#a\u{1E}t"));
+        assert_eq!(
+            credential_generation("acme", "i1", 7),
+            k("ACCT#acme", "CREDGEN#i1#00000000000000000007")
+        );
+        // Receipts: `IDEM#` and the hex SHA-256 of the client's key.
+        let sha_abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert_eq!(
+            account_receipt("acme", "abc"),
+            k("ACCT#acme", &format!("IDEM#{sha_abc}"))
+        );
+        assert_eq!(
+            system_receipt("abc"),
+            k("SYSTEM", &format!("IDEM#{sha_abc}"))
+        );
+        // Index catalogs share the account partition; their contents have their own.
+        assert_eq!(
+            index_catalog::index_catalog("acme", "ix"),
+            k("ACCT#acme", "IXC#ix")
+        );
+        assert_eq!(
+            index_catalog::mapping("acme", "ix", &["a".into(), "b".into()], "t"),
+            k("IXC#acme#ix", "IDX#a\u{1F}b\u{1E}t")
+        );
+        assert_eq!(
+            index_catalog::warehouse_claim("s3://b/p/"),
+            k("IXWHCLAIM", "s3://b/p/")
         );
     }
 }

@@ -5,9 +5,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::{get, post};
-use flotilla_domain::names::validate_account_id;
 
-use super::extract::{Auth, JsonBody, P};
+use super::extract::{AccountScope, Auth, JsonBody, P, Scope};
 use super::ok;
 use flotilla_base::error::{ApiError, ApiResult};
 use flotilla_directory::FinalizeRequest;
@@ -26,11 +25,9 @@ pub fn routes() -> Router<AppState> {
 /// `GET {A}/catalogs/{catalog_id}/directory`: served from the replica, refreshed first.
 async fn get_directory(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
 ) -> ApiResult<Response> {
-    validate_account_id(&a).map_err(|_| ApiError::not_found("account"))?;
-    p.require_account(&a)?;
     Ok(ok(directory::get(&state, &a, &c).await?))
 }
 

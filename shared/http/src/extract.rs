@@ -8,8 +8,9 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use flotilla_base::error::{ApiError, Code};
+pub use flotilla_services::auth::AccountScope;
 use flotilla_services::auth::Principal;
+use flotilla_base::error::{ApiError, Code};
 use flotilla_services::service::accounts::OnConflict;
 use flotilla_services::service::idempotency::{IdempotencyRequest, validate_client_key};
 use flotilla_services::state::AppState;
@@ -45,6 +46,29 @@ impl FromRequestParts<AppState> for Auth {
         let principal = state.auth.authenticate(token).ok_or_else(unauth)?;
         tracing::Span::current().record("principal", principal.subject.as_str());
         Ok(Auth(principal))
+    }
+}
+
+/// The caller in the route's `{account_id}`: authenticated ([`Auth`]: `401`), then
+/// [`Principal::authorize_account`] (`404` for an ill-formed id, `403` outside the
+/// principal's accounts). Every account-scoped route takes it in place of [`Auth`].
+pub struct Scope(pub AccountScope);
+
+impl FromRequestParts<AppState> for Scope {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Auth(principal) = Auth::from_request_parts(parts, state).await?;
+        let P(params) =
+            P::<std::collections::HashMap<String, String>>::from_request_parts(parts, state)
+                .await?;
+        let account = params
+            .get("account_id")
+            .ok_or_else(|| ApiError::internal("the route has no {account_id} parameter"))?;
+        principal.authorize_account(account).map(Scope)
     }
 }
 
@@ -364,5 +388,95 @@ mod tests {
             ok.value,
             serde_json::json!({"a": {"a": [1, 2.5, -3, "s", true, null]}})
         );
+    }
+}
+
+#[cfg(test)]
+mod account_scope_tests {
+    use std::sync::Arc;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn probe(Scope(AccountScope { account, .. }): Scope) -> String {
+        account
+    }
+
+    async fn call(principal: Principal, account: &str) -> (StatusCode, Value) {
+        let store = Arc::new(flotilla_metastore::redb_store::RedbMetastore::in_memory().unwrap());
+        let state = AppState::new(
+            store,
+            Arc::new(crate::clock::SystemClock),
+            Arc::new(flotilla_services::auth::StaticTokens::default()),
+            flotilla_services::state::Config::default(),
+        );
+        let app = Router::new()
+            .route("/v1/accounts/{account_id}/probe/{other}", get(probe))
+            .with_state(state);
+        let req = Request::builder()
+            .uri(format!("/v1/accounts/{account}/probe/x"))
+            .extension(principal)
+            .body(Body::empty())
+            .unwrap();
+        let resp = app.oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, body)
+    }
+
+    #[tokio::test]
+    async fn invalid_id_is_not_found_other_account_forbidden_operator_allowed() {
+        let member = Principal::for_accounts("m", ["acme".to_owned()]);
+        let (status, body) = call(member.clone(), "Not_Valid").await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert_eq!(body["error"]["code"], "NOT_FOUND", "{body}");
+        assert_eq!(body["error"]["message"], "account not found", "{body}");
+        // An ill-formed id is 404 even for an operator (as an unknown account is).
+        let (status, _) = call(Principal::operator("op"), "Not_Valid").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        let (status, body) = call(member.clone(), "globex").await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["error"]["code"], "PERMISSION_DENIED", "{body}");
+
+        assert_eq!(
+            call(member, "acme").await,
+            (StatusCode::OK, json_str("acme"))
+        );
+        let (status, body) = call(Principal::operator("op"), "globex").await;
+        assert_eq!((status, body), (StatusCode::OK, json_str("globex")));
+    }
+
+    #[tokio::test]
+    async fn no_principal_is_unauthenticated() {
+        let store = Arc::new(flotilla_metastore::redb_store::RedbMetastore::in_memory().unwrap());
+        let state = AppState::new(
+            store,
+            Arc::new(crate::clock::SystemClock),
+            Arc::new(flotilla_services::auth::StaticTokens::default()),
+            flotilla_services::state::Config::default(),
+        );
+        let app = Router::new()
+            .route("/v1/accounts/{account_id}", get(probe))
+            .with_state(state);
+        let req = Request::builder()
+            .uri("/v1/accounts/acme")
+            .body(Body::empty())
+            .unwrap();
+        let resp = app.oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    }
+
+    fn json_str(s: &str) -> Value {
+        Value::String(s.to_owned())
     }
 }

@@ -21,7 +21,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::{get, post};
-use flotilla_domain::names::{NamespacePath, validate_account_id, validate_segment};
+use flotilla_domain::names::{NamespacePath, validate_segment};
 use flotilla_parqdb::catalog::IndexCatalogService;
 use flotilla_parqdb::clock::rfc3339;
 use flotilla_parqdb::types::{
@@ -31,7 +31,9 @@ use flotilla_parqdb::types::{
 use serde::Serialize;
 use serde_json::Value;
 
-use super::extract::{Auth, CreateParams, IdempotencyKey, JsonBody, ListParams, P, Q, idempotency};
+use super::extract::{
+    AccountScope, CreateParams, Scope, IdempotencyKey, JsonBody, ListParams, P, Q, idempotency,
+};
 use super::{no_content, ok, recorded};
 use flotilla_base::error::{ApiError, ApiResult, Code};
 use flotilla_services::service::accounts::OnConflict;
@@ -70,11 +72,6 @@ pub fn routes() -> Router<AppState> {
 }
 
 // ---- helpers --------------------------------------------------------------------------
-
-fn authorize(p: &flotilla_services::auth::Principal, account: &str) -> ApiResult<()> {
-    validate_account_id(account).map_err(|_| ApiError::not_found("account"))?;
-    p.require_account(account)
-}
 
 /// Commit (a compare-and-swap on `base`) and rename are conditional by themselves; see the
 /// module documentation.
@@ -175,13 +172,11 @@ async fn read<T>(
 
 async fn create_catalog(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P(a): P<String>,
+    Scope(AccountScope { account: a, .. }): Scope,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<CreateIndexCatalogRequest>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     only_error_mode(&params)?;
     let idem = idempotency(
         k,
@@ -207,11 +202,9 @@ async fn create_catalog(
 
 async fn list_catalogs(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P(a): P<String>,
+    Scope(AccountScope { account: a, .. }): Scope,
     Q(l): Q<ListParams>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let scope = format!("index-catalogs|{a}");
     let req = page_request(&scope, &l)?;
     let listed = read(&state, async |s| s.list_index_catalogs(&a, &req).await).await?;
@@ -220,10 +213,9 @@ async fn list_catalogs(
 
 async fn get_catalog(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     name("index catalog name", &c)?;
     let catalog = read(&state, async |s| s.get_index_catalog(&a, &c).await).await?;
     Ok(ok(to_json(&catalog)?))
@@ -233,13 +225,12 @@ async fn get_catalog(
 
 async fn create_namespace(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<CreateNamespaceRequest>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     only_error_mode(&params)?;
     name("index catalog name", &c)?;
     let route = format!("index-namespaces/{c}");
@@ -265,11 +256,10 @@ async fn create_namespace(
 
 async fn list_namespaces(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
     Q(l): Q<ListParams>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     name("index catalog name", &c)?;
     let scope = format!("index-namespaces|{a}|{c}");
     let req = page_request(&scope, &l)?;
@@ -279,10 +269,9 @@ async fn list_namespaces(
 
 async fn drop_namespace(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     name("index catalog name", &c)?;
     let path = ns_path(&ns)?;
     run(&state, &a, async |s| s.drop_namespace(&a, &c, &path).await).await?;
@@ -293,12 +282,11 @@ async fn drop_namespace(
 
 async fn register(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<RegisterIndexRequest>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     name("index catalog name", &c)?;
     let namespace = ns_path(&ns)?;
     let route = format!("indexes/{c}/{ns}");
@@ -328,11 +316,10 @@ async fn register(
 
 async fn list_indexes(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
     Q(l): Q<ListParams>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     name("index catalog name", &c)?;
     let namespace = ns_path(&ns)?;
     let scope = format!("indexes|{a}|{c}|{ns}");
@@ -355,10 +342,9 @@ fn identifier(c: &str, ns: &str, index: &str) -> ApiResult<IndexIdentifier> {
 
 async fn load(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns, i)): IndexPath,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns, i)): IndexPath,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let id = identifier(&c, &ns, &i)?;
     let entry = read(&state, async |s| s.load(&a, &c, &id).await).await?;
     Ok(ok(to_json(&entry)?))
@@ -366,10 +352,9 @@ async fn load(
 
 async fn drop_index(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns, i)): IndexPath,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns, i)): IndexPath,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let id = identifier(&c, &ns, &i)?;
     run(&state, &a, async |s| s.drop(&a, &c, &id).await).await?;
     Ok(no_content())
@@ -377,12 +362,11 @@ async fn drop_index(
 
 async fn commit(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns, i)): IndexPath,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns, i)): IndexPath,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<CommitIndexRequest>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     refuse_idempotency_key(&k)?;
     let id = identifier(&c, &ns, &i)?;
     let req = body.value;
@@ -392,12 +376,11 @@ async fn commit(
 
 async fn rename(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<RenameIndexRequest>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     refuse_idempotency_key(&k)?;
     name("index catalog name", &c)?;
     let req = body.value;

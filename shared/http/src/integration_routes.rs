@@ -6,7 +6,9 @@ use axum::response::Response;
 use axum::routing::{get, post, put};
 use serde::Deserialize;
 
-use super::extract::{Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, P, Q, idempotency};
+use super::extract::{
+    AccountScope, Auth, CreateParams, Scope, IdempotencyKey, IfMatch, JsonBody, P, Q, idempotency,
+};
 use super::{no_content, ok, recorded};
 use flotilla_base::error::{ApiError, ApiResult};
 use flotilla_services::service::idempotency::account_receipt_key;
@@ -40,12 +42,6 @@ pub fn routes() -> Router<AppState> {
         )
 }
 
-fn authorize(p: &flotilla_services::auth::Principal, account: &str) -> ApiResult<()> {
-    flotilla_domain::names::validate_account_id(account)
-        .map_err(|_| ApiError::not_found("account"))?;
-    p.require_account(account)
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
@@ -66,13 +62,11 @@ struct DeleteQuery {
 
 async fn create_integration(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P(a): P<String>,
+    Scope(AccountScope { account: a, .. }): Scope,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<integrations::CreateIntegration>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let fingerprint = integrations::fingerprint_body(&body.canonical);
     let idem = idempotency(
         k,
@@ -88,11 +82,9 @@ async fn create_integration(
 
 async fn list_integrations(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P(a): P<String>,
+    Scope(AccountScope { account: a, .. }): Scope,
     Q(l): Q<ListQuery>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     if l.integration_id.is_some() {
         return Err(ApiError::invalid(
             "integration_id filters overlay listings only",
@@ -109,21 +101,19 @@ async fn list_integrations(
 
 async fn get_integration(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(integrations::get(&state, &a, &id).await?))
 }
 
 async fn patch_integration(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<integrations::PatchIntegration>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(integrations::patch(
         &state,
         &a,
@@ -136,12 +126,11 @@ async fn patch_integration(
 
 async fn rotate_authentication(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<integrations::RotateAuthentication>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(integrations::rotate(
         &state,
         &a,
@@ -154,12 +143,11 @@ async fn rotate_authentication(
 
 async fn delete_integration(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
     Q(q): Q<DeleteQuery>,
     IfMatch(m): IfMatch,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     integrations::delete(&state, &a, &id, q.cascade, m.as_deref()).await?;
     Ok(no_content())
 }
@@ -198,13 +186,11 @@ async fn sweep_credentials(
 
 async fn create_overlay(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P(a): P<String>,
+    Scope(AccountScope { account: a, .. }): Scope,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<overlays::CreateOverlay>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let idem = idempotency(
         k,
         params.on_conflict,
@@ -219,11 +205,9 @@ async fn create_overlay(
 
 async fn list_overlays(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P(a): P<String>,
+    Scope(AccountScope { account: a, .. }): Scope,
     Q(l): Q<ListQuery>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(overlays::list(
         &state,
         &a,
@@ -236,21 +220,19 @@ async fn list_overlays(
 
 async fn get_overlay(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(overlays::get(&state, &a, &id).await?))
 }
 
 async fn patch_overlay(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<overlays::PatchOverlay>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(overlays::patch(
         &state,
         &a,
@@ -263,11 +245,10 @@ async fn patch_overlay(
 
 async fn delete_overlay(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     overlays::delete(&state, &a, &id, m.as_deref()).await?;
     Ok(no_content())
 }

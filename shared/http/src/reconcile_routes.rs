@@ -6,9 +6,9 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
 
-use super::extract::{Auth, P};
+use super::extract::{AccountScope, P, Scope};
 use super::ok;
-use flotilla_base::error::{ApiError, ApiResult};
+use flotilla_base::error::ApiResult;
 use flotilla_reconcile::{AdapterConnector, RunOptions, reconcile};
 use flotilla_services::state::AppState;
 
@@ -21,11 +21,9 @@ pub fn routes() -> Router<AppState> {
 
 async fn reconcile_overlay(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
 ) -> ApiResult<Response> {
-    flotilla_domain::names::validate_account_id(&a).map_err(|_| ApiError::not_found("account"))?;
-    p.require_account(&a)?;
     let summary = reconcile(&state, &AdapterConnector, &a, &id, &RunOptions::default()).await?;
     Ok(ok(summary.to_json()))
 }

@@ -11,8 +11,8 @@ use serde_json::json;
 use tower_http::trace::TraceLayer;
 
 use super::extract::{
-    Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, ListParams, MAX_BODY_BYTES, P, Q,
-    idempotency,
+    AccountScope, Auth, CreateParams, Scope, IdempotencyKey, IfMatch, JsonBody, ListParams,
+    MAX_BODY_BYTES, P, Q, idempotency,
 };
 use super::{no_content, ok, recorded};
 use flotilla_base::error::{ApiError, ApiResult};
@@ -113,11 +113,6 @@ async fn metrics(State(state): State<AppState>, Auth(p): Auth) -> ApiResult<Resp
 
 // ---- helpers --------------------------------------------------------------------------
 
-fn authorize(p: &flotilla_services::auth::Principal, account: &str) -> ApiResult<()> {
-    validate_account_id(account).map_err(|_| ApiError::not_found("account"))?;
-    p.require_account(account)
-}
-
 fn ns_path(segment: &str) -> ApiResult<NamespacePath> {
     Ok(NamespacePath::from_url_segment(segment)?)
 }
@@ -164,10 +159,8 @@ async fn list_accounts(
 
 async fn get_account(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P(a): P<String>,
+    Scope(AccountScope { account: a, .. }): Scope,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(accounts::get(&state, &a).await?))
 }
 
@@ -187,13 +180,11 @@ async fn delete_account(
 
 async fn create_catalog(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P(a): P<String>,
+    Scope(AccountScope { account: a, .. }): Scope,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<catalogs::CreateCatalog>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let idem = idempotency(
         k,
         params.on_conflict,
@@ -208,11 +199,9 @@ async fn create_catalog(
 
 async fn list_catalogs(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P(a): P<String>,
+    Scope(AccountScope { account: a, .. }): Scope,
     Q(l): Q<ListParams>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     if l.parent.is_some() {
         return Err(ApiError::invalid(
             "parent applies to namespace listings only",
@@ -229,21 +218,19 @@ async fn list_catalogs(
 
 async fn get_catalog(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(catalogs::get(&state, &a, &c).await?))
 }
 
 async fn patch_catalog(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<catalogs::PatchCatalog>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(catalogs::patch(
         &state,
         &a,
@@ -256,11 +243,10 @@ async fn patch_catalog(
 
 async fn delete_catalog(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
     IfMatch(m): IfMatch,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     catalogs::delete(&state, &a, &c, m.as_deref()).await?;
     Ok(no_content())
 }
@@ -269,13 +255,12 @@ async fn delete_catalog(
 
 async fn create_namespace(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<namespaces::CreateNamespace>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let route = route_key(&["namespaces", &c]);
     let idem = idempotency(
         k,
@@ -291,11 +276,10 @@ async fn create_namespace(
 
 async fn list_namespaces(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c)): P<(String, String)>,
     Q(l): Q<ListParams>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let parent = match l.parent.as_deref() {
         Some(s) if !s.is_empty() => Some(ns_path(s)?),
         _ => None,
@@ -313,21 +297,19 @@ async fn list_namespaces(
 
 async fn get_namespace(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(namespaces::get(&state, &a, &c, &ns_path(&ns)?).await?))
 }
 
 async fn patch_namespace(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<namespaces::PatchNamespace>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     Ok(ok(namespaces::patch(
         &state,
         &a,
@@ -341,11 +323,10 @@ async fn patch_namespace(
 
 async fn delete_namespace(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
     IfMatch(m): IfMatch,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     namespaces::delete(&state, &a, &c, &ns_path(&ns)?, m.as_deref()).await?;
     Ok(no_content())
 }
@@ -354,13 +335,12 @@ async fn delete_namespace(
 
 async fn create_table(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<relations::CreateTable>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let path = ns_path(&ns)?;
     let route = route_key(&["tables", &c, &ns]);
     let idem = idempotency(
@@ -378,13 +358,12 @@ async fn create_table(
 
 async fn create_view(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<relations::CreateView>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let path = ns_path(&ns)?;
     let route = route_key(&["views", &c, &ns]);
     let idem = idempotency(
@@ -401,14 +380,13 @@ async fn create_view(
 
 async fn list_relations(
     state: AppState,
-    p: flotilla_services::auth::Principal,
+    _scope: AccountScope,
     a: String,
     c: String,
     ns: String,
     l: ListParams,
     kind: RelationKind,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     if l.parent.is_some() {
         return Err(ApiError::invalid(
             "parent applies to namespace listings only",
@@ -429,32 +407,31 @@ async fn list_relations(
 
 async fn list_tables(
     State(state): State<AppState>,
-    Auth(p): Auth,
+    Scope(scope): Scope,
     P((a, c, ns)): P<(String, String, String)>,
     Q(l): Q<ListParams>,
 ) -> ApiResult<Response> {
-    list_relations(state, p, a, c, ns, l, RelationKind::Table).await
+    list_relations(state, scope, a, c, ns, l, RelationKind::Table).await
 }
 
 async fn list_views(
     State(state): State<AppState>,
-    Auth(p): Auth,
+    Scope(scope): Scope,
     P((a, c, ns)): P<(String, String, String)>,
     Q(l): Q<ListParams>,
 ) -> ApiResult<Response> {
-    list_relations(state, p, a, c, ns, l, RelationKind::View).await
+    list_relations(state, scope, a, c, ns, l, RelationKind::View).await
 }
 
 type RelPath = P<(String, String, String, String)>;
 
 async fn get_relation(
     state: AppState,
-    p: flotilla_services::auth::Principal,
+    _scope: AccountScope,
     path: (String, String, String, String),
     kind: RelationKind,
 ) -> ApiResult<Response> {
     let (a, c, ns, name) = path;
-    authorize(&p, &a)?;
     Ok(ok(relations::get(
         &state,
         &a,
@@ -468,30 +445,29 @@ async fn get_relation(
 
 async fn get_table(
     State(state): State<AppState>,
-    Auth(p): Auth,
+    Scope(scope): Scope,
     P(path): RelPath,
 ) -> ApiResult<Response> {
-    get_relation(state, p, path, RelationKind::Table).await
+    get_relation(state, scope, path, RelationKind::Table).await
 }
 
 async fn get_view(
     State(state): State<AppState>,
-    Auth(p): Auth,
+    Scope(scope): Scope,
     P(path): RelPath,
 ) -> ApiResult<Response> {
-    get_relation(state, p, path, RelationKind::View).await
+    get_relation(state, scope, path, RelationKind::View).await
 }
 
 async fn patch_relation(
     state: AppState,
-    p: flotilla_services::auth::Principal,
+    _scope: AccountScope,
     path: (String, String, String, String),
     if_match: Option<String>,
     body: relations::PatchRelation,
     kind: RelationKind,
 ) -> ApiResult<Response> {
     let (a, c, ns, name) = path;
-    authorize(&p, &a)?;
     Ok(ok(relations::patch(
         &state,
         &a,
@@ -507,33 +483,32 @@ async fn patch_relation(
 
 async fn patch_table(
     State(state): State<AppState>,
-    Auth(p): Auth,
+    Scope(scope): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
     body: JsonBody<relations::PatchRelation>,
 ) -> ApiResult<Response> {
-    patch_relation(state, p, path, m, body.value, RelationKind::Table).await
+    patch_relation(state, scope, path, m, body.value, RelationKind::Table).await
 }
 
 async fn patch_view(
     State(state): State<AppState>,
-    Auth(p): Auth,
+    Scope(scope): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
     body: JsonBody<relations::PatchRelation>,
 ) -> ApiResult<Response> {
-    patch_relation(state, p, path, m, body.value, RelationKind::View).await
+    patch_relation(state, scope, path, m, body.value, RelationKind::View).await
 }
 
 async fn delete_relation(
     state: AppState,
-    p: flotilla_services::auth::Principal,
+    _scope: AccountScope,
     path: (String, String, String, String),
     if_match: Option<String>,
     kind: RelationKind,
 ) -> ApiResult<Response> {
     let (a, c, ns, name) = path;
-    authorize(&p, &a)?;
     relations::delete(
         &state,
         &a,
@@ -549,18 +524,18 @@ async fn delete_relation(
 
 async fn delete_table(
     State(state): State<AppState>,
-    Auth(p): Auth,
+    Scope(scope): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
 ) -> ApiResult<Response> {
-    delete_relation(state, p, path, m, RelationKind::Table).await
+    delete_relation(state, scope, path, m, RelationKind::Table).await
 }
 
 async fn delete_view(
     State(state): State<AppState>,
-    Auth(p): Auth,
+    Scope(scope): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
 ) -> ApiResult<Response> {
-    delete_relation(state, p, path, m, RelationKind::View).await
+    delete_relation(state, scope, path, m, RelationKind::View).await
 }

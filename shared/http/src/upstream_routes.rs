@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
 
-use super::extract::{Auth, P, Q};
+use super::extract::{AccountScope, P, Q, Scope};
 use super::ok;
 use flotilla_base::error::{ApiError, ApiResult};
 use flotilla_services::access::upstream::{self, Kinds, parse_namespace};
@@ -30,12 +30,6 @@ pub fn routes() -> Router<AppState> {
             "/v1/accounts/{account_id}/integrations/{integration_id}/upstream/objects",
             get(list_objects),
         )
-}
-
-fn authorize(p: &flotilla_services::auth::Principal, account: &str) -> ApiResult<()> {
-    flotilla_domain::names::validate_account_id(account)
-        .map_err(|_| ApiError::not_found("account"))?;
-    p.require_account(account)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -74,11 +68,10 @@ struct ObjectsQuery {
 
 async fn validate(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
     Q(q): Q<ValidateQuery>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let table = match (q.namespace.as_deref(), q.table) {
         (None, None) => None,
         (Some(ns), Some(name)) if !name.is_empty() => Some(TableChoice {
@@ -95,11 +88,10 @@ async fn validate(
 
 async fn list_namespaces(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
     Q(q): Q<NamespacesQuery>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let parent = match q.parent.as_deref() {
         Some(s) if !s.is_empty() => Some(parse_namespace(s, "parent")?),
         _ => None,
@@ -118,11 +110,10 @@ async fn list_namespaces(
 
 async fn list_objects(
     State(state): State<AppState>,
-    Auth(p): Auth,
-    P((a, id)): P<(String, String)>,
+    Scope(AccountScope { account: a, .. }): Scope,
+    P((_, id)): P<(String, String)>,
     Q(q): Q<ObjectsQuery>,
 ) -> ApiResult<Response> {
-    authorize(&p, &a)?;
     let namespace = match q.namespace.as_deref() {
         Some(s) if !s.is_empty() => parse_namespace(s, "namespace")?,
         _ => return Err(ApiError::invalid("namespace is required")),

@@ -14,12 +14,13 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
 use flotilla_core::auth::Principal;
+use flotilla_core::error::Code;
 use flotilla_core::http::extract::Auth;
 use flotilla_core::service::{catalogs, read};
 use flotilla_core::state::AppState;
 use flotilla_domain::keys;
 use flotilla_domain::model::{CatalogRecord, NameIndexRecord};
-use flotilla_domain::names::{NamespacePath, validate_account_id};
+use flotilla_domain::names::NamespacePath;
 use flotilla_metastore::Consistency;
 use flotilla_parqdb::location::Warehouse;
 use object_store::ObjectStore;
@@ -89,11 +90,12 @@ impl Ctx {
         let (account, catalog_id) = prefix
             .split_once('.')
             .ok_or_else(|| IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"))?;
-        validate_account_id(account)
-            .map_err(|_| IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"))?;
         principal
-            .require_account(account)
-            .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
+            .authorize_account(account)
+            .map_err(|e| match e.code {
+                Code::NotFound => IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"),
+                _ => IcebergError::from_api(e, Missing::Catalog),
+            })?;
         let catalog = catalogs::load(state.store.as_ref(), account, catalog_id)
             .await
             .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?
@@ -242,9 +244,10 @@ pub async fn get_config(
     })?;
     let unknown = || IcebergError::no_such(Missing::Catalog, format!("no warehouse {w:?}"));
     let (account, name) = w.split_once('/').ok_or_else(unknown)?;
-    validate_account_id(account).map_err(|_| unknown())?;
-    p.require_account(account)
-        .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
+    p.authorize_account(account).map_err(|e| match e.code {
+        Code::NotFound => unknown(),
+        _ => IcebergError::from_api(e, Missing::Catalog),
+    })?;
     let store = state.store.as_ref();
     // A catalog id, else a display name.
     let by_id = catalogs::load(store, account, name).await.ok();

@@ -9,9 +9,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use flotilla_core::service::namespaces::child_guards;
 use flotilla_core::service::relations::{self, directory_bump};
-use flotilla_core::service::{
-    MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, key, to_body,
-};
+use flotilla_core::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, to_body};
 use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord};
 use flotilla_domain::names::{NamespacePath, new_id};
@@ -430,7 +428,7 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                     &location,
                     &now,
                 )?;
-                let slot = key(keys::relation(ctx.catalog_id(), ns, name));
+                let slot = keys::relation(ctx.catalog_id(), ns, name);
                 match base_rec {
                     Some(b) => {
                         if b.value.schema != rec.schema {

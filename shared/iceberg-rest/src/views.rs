@@ -12,9 +12,7 @@ use axum::{Extension, Json};
 use bytes::Bytes;
 use flotilla_core::service::namespaces::child_guards;
 use flotilla_core::service::relations::{self, directory_bump};
-use flotilla_core::service::{
-    MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, key, to_body,
-};
+use flotilla_core::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, to_body};
 use flotilla_core::state::AppState;
 use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord, ViewDefinition};
@@ -248,7 +246,7 @@ pub async fn create_view(
         tx.push(op);
     }
     tx.push(Op::create(
-        key(keys::relation(ctx.catalog_id(), &path, &req.name)),
+        keys::relation(ctx.catalog_id(), &path, &req.name),
         to_body(&rec).map_err(api)?,
     ));
     tx.push(directory_bump(ctx.catalog_id()).map_err(api)?);
@@ -388,7 +386,7 @@ pub async fn replace_view(
         next.update_time = state.clock.now_rfc3339();
         let tx = Transaction::new()
             .with(Op::replace(
-                key(keys::relation(ctx.catalog_id(), &path, &view)),
+                keys::relation(ctx.catalog_id(), &path, &view),
                 rec.version,
                 to_body(&next).map_err(api)?,
             ))

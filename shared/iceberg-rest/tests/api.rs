@@ -14,7 +14,7 @@ use flotilla_domain::keys;
 use flotilla_iceberg_rest::IcebergConfig;
 use flotilla_metastore::fault::{Fault, FaultInjectingMetastore};
 use flotilla_metastore::redb_store::RedbMetastore;
-use flotilla_metastore::{Consistency, Key, Metastore, Op, Transaction};
+use flotilla_metastore::{Consistency, Metastore, Op, Transaction};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -170,7 +170,7 @@ impl Env {
     async fn generation(&self) -> Option<Vec<u8>> {
         let k = keys::directory_generation(&self.catalog_id);
         self.store
-            .get(&Key::new(k.0, k.1), Consistency::Strong)
+            .get(&k, Consistency::Strong)
             .await
             .unwrap()
             .map(|i| i.body)
@@ -813,7 +813,7 @@ async fn other_accounts_see_nothing_and_overlays_are_read_only() {
         &flotilla_domain::names::NamespacePath::new(vec!["db".into()]).unwrap(),
         "t",
     );
-    let key = Key::new(k.0, k.1);
+    let key = k;
     let item = env
         .store
         .get(&key, Consistency::Strong)

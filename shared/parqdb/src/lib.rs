@@ -5,7 +5,8 @@
 //! - [`location`]: warehouse URIs, warehouse-relative locations, "inside the warehouse".
 //! - [`catalog`]: [`IndexCatalogService`], the catalog operations over the metastore.
 //! - [`gc`]: garbage collection of objects that lost catalog reachability.
-//! - [`keys`]: every metastore key this crate uses.
+//! - [`keys`]: the metastore keys of index catalogs, defined with every other storage key in
+//!   `flotilla_domain::keys` (re-exported here).
 //! - [`types`]: the request and response shapes of the `index-catalogs` routes.
 //! - [`warehouse`]: which warehouses a host and an account may use (reused by every
 //!   resource that names a warehouse).
@@ -15,11 +16,11 @@ pub mod clock;
 pub mod error;
 mod error_kind;
 pub mod gc;
-pub mod keys;
 pub mod location;
 pub mod metadata;
 pub mod store;
 pub mod types;
+pub use flotilla_domain::keys::index_catalog as keys;
 pub mod warehouse;
 
 pub use catalog::{IndexCatalogService, TransactionGuard};

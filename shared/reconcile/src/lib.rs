@@ -62,7 +62,7 @@ pub use discover::Dropped;
 pub use status::{Outcome, RunError, Stage};
 
 use flotilla_base::error::{ApiError, Code};
-use flotilla_base::store::{key, read};
+use flotilla_base::store::read;
 use flotilla_services::state::AppState;
 
 /// Counts of one kind of resource in a run's summary.
@@ -465,7 +465,7 @@ pub async fn observe(
     };
     if store
         .get(
-            &key(keys::overlay_fence(account, overlay_id)),
+            &keys::overlay_fence(account, overlay_id),
             Consistency::Strong,
         )
         .await?
@@ -485,7 +485,7 @@ pub async fn observe(
     };
     if store
         .get(
-            &key(keys::integration_fence(account, &integration_id)),
+            &keys::integration_fence(account, &integration_id),
             Consistency::Strong,
         )
         .await?

@@ -251,7 +251,7 @@ pub fn check_storable(
             continue;
         };
         let body = flotilla_base::store::to_body(&record)?;
-        let key = flotilla_base::store::key(keys::relation(cat, &d.namespace, &d.name));
+        let key = keys::relation(cat, &d.namespace, &d.name);
         let size = flotilla_metastore::item_size(&key, &body) + ITEM_SLACK_BYTES;
         if size > limit {
             return Err(ReconcileError::Unstorable {
@@ -265,7 +265,7 @@ pub fn check_storable(
     for (ns, props) in &found.namespace_properties {
         let record = namespace_record(cat, ns, props.clone(), &ctx.now);
         let body = flotilla_base::store::to_body(&record)?;
-        let key = flotilla_base::store::key(keys::namespace(cat, ns));
+        let key = keys::namespace(cat, ns);
         let size = flotilla_metastore::item_size(&key, &body) + ITEM_SLACK_BYTES;
         if size > limit {
             return Err(ReconcileError::Unstorable {

@@ -24,7 +24,7 @@ use super::target::{Slot, Stored, TargetState};
 use super::{KindCounts, Observed, ReconcileError, ReconcileSummary, RunOptions};
 use flotilla_base::error::ApiError;
 use flotilla_services::service::relations::directory_bump;
-use flotilla_services::service::{GuardState, MAX_ATTEMPTS, backoff, guard_state, key, to_body};
+use flotilla_services::service::{GuardState, MAX_ATTEMPTS, backoff, guard_state, to_body};
 use flotilla_services::state::AppState;
 
 /// The conditions every publication transaction of one run asserts, first in the
@@ -57,7 +57,7 @@ impl Fence {
             GuardState::Live => return Err(ReconcileError::Deleting("the target catalog".into())),
             GuardState::Abandoned { version } => {
                 match store
-                    .transact(Transaction::new().with(Op::delete_at(key(guard.clone()), version)))
+                    .transact(Transaction::new().with(Op::delete_at(guard.clone(), version)))
                     .await
                 {
                     Ok(()) | Err(MetastoreError::ConditionFailed { .. }) => {}
@@ -67,25 +67,22 @@ impl Fence {
         }
         let ops = vec![
             Op::check(
-                key(keys::overlay(account, &o.id)),
+                keys::overlay(account, &o.id),
                 Condition::Version(observed.overlay_version),
             ),
             Op::check(
-                key(keys::integration(account, &o.integration_id)),
+                keys::integration(account, &o.integration_id),
                 Condition::Version(observed.integration_version),
             ),
-            Op::check(key(keys::account(account)), Condition::Exists),
-            Op::check(key(keys::account_fence(account)), Condition::Absent),
+            Op::check(keys::account(account), Condition::Exists),
+            Op::check(keys::account_fence(account), Condition::Absent),
             Op::check(
-                key(keys::integration_fence(account, &o.integration_id)),
+                keys::integration_fence(account, &o.integration_id),
                 Condition::Absent,
             ),
-            Op::check(key(keys::overlay_fence(account, &o.id)), Condition::Absent),
-            Op::check(
-                key(keys::catalog(account, &o.catalog_id)),
-                Condition::Exists,
-            ),
-            Op::check(key(guard), Condition::Absent),
+            Op::check(keys::overlay_fence(account, &o.id), Condition::Absent),
+            Op::check(keys::catalog(account, &o.catalog_id), Condition::Exists),
+            Op::check(guard, Condition::Absent),
         ];
         Ok(Self { ops })
     }
@@ -117,7 +114,7 @@ pub struct Publisher<'a> {
 }
 
 pub(crate) fn slot_key(catalog_id: &str, slot: &Slot) -> Key {
-    key(keys::relation(catalog_id, &slot.0, &slot.1))
+    keys::relation(catalog_id, &slot.0, &slot.1)
 }
 
 pub(crate) fn counts_for(summary: &mut ReconcileSummary, kind: RelationKind) -> &mut KindCounts {
@@ -222,12 +219,12 @@ impl<'a> Publisher<'a> {
         )
         .await?
         {
-            GuardState::Absent => Op::check(key(g), Condition::Absent),
-            GuardState::Abandoned { version } => Op::delete_at(key(g), version),
+            GuardState::Absent => Op::check(g, Condition::Absent),
+            GuardState::Abandoned { version } => Op::delete_at(g, version),
             GuardState::Live => return Err(ReconcileError::Deleting(format!("namespace {ns}"))),
         };
         Ok(vec![
-            Op::check(key(keys::namespace(cat, ns)), Condition::Exists),
+            Op::check(keys::namespace(cat, ns), Condition::Exists),
             gop,
         ])
     }
@@ -286,7 +283,7 @@ impl<'a> Publisher<'a> {
         rec.properties = properties.clone();
         rec.revision += 1;
         rec.update_time = self.state.clock.now_rfc3339();
-        let ns_key = key(keys::namespace(&self.overlay.catalog_id, &rec.path));
+        let ns_key = keys::namespace(&self.overlay.catalog_id, &rec.path);
         match self
             .commit(vec![Op::replace(ns_key, stored.version, to_body(&rec)?)])
             .await?
@@ -308,8 +305,8 @@ impl<'a> Publisher<'a> {
     ) -> Result<(), ReconcileError> {
         let store = self.state.store.as_ref();
         let cat = &self.overlay.catalog_id;
-        let ns_key = key(keys::namespace(cat, path));
-        let claim_key = key(keys::namespace_claim(cat, path, &self.overlay.id));
+        let ns_key = keys::namespace(cat, path);
+        let claim_key = keys::namespace_claim(cat, path, &self.overlay.id);
         for attempt in 0..MAX_ATTEMPTS {
             if ns.is_some() && claim.is_some() {
                 summary.namespaces.unchanged += 1;
@@ -347,10 +344,8 @@ impl<'a> Publisher<'a> {
                     )
                     .await?
                     {
-                        GuardState::Absent => ops.push(Op::check(key(g), Condition::Absent)),
-                        GuardState::Abandoned { version } => {
-                            ops.push(Op::delete_at(key(g), version))
-                        }
+                        GuardState::Absent => ops.push(Op::check(g, Condition::Absent)),
+                        GuardState::Abandoned { version } => ops.push(Op::delete_at(g, version)),
                         GuardState::Live => {
                             return Err(ReconcileError::Deleting(format!("namespace {path}")));
                         }

@@ -14,7 +14,7 @@ use super::publish::{Commit, Publisher, counts_for, slot_key};
 use super::target::{Slot, Stored, TargetState};
 use super::{ReconcileError, ReconcileSummary};
 use flotilla_base::error::ApiError;
-use flotilla_base::store::{MAX_ATTEMPTS, backoff, key};
+use flotilla_base::store::{MAX_ATTEMPTS, backoff};
 use flotilla_services::service::relations::directory_bump;
 
 impl Publisher<'_> {
@@ -69,7 +69,7 @@ impl Publisher<'_> {
         release.sort_by(|a, b| b.0.depth().cmp(&a.0.depth()).then(a.0.cmp(b.0)));
         let mut prune: Vec<NamespacePath> = Vec::new();
         for (path, claim) in release {
-            let ck = key(keys::namespace_claim(cat, path, &self.overlay.id));
+            let ck = keys::namespace_claim(cat, path, &self.overlay.id);
             match self
                 .commit(vec![Op::delete_at(ck.clone(), claim.version)])
                 .await?

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::{ReconcileError, ReconcileSummary};
 use flotilla_base::error::ApiError;
-use flotilla_base::store::{MAX_ATTEMPTS, backoff, key, to_body};
+use flotilla_base::store::{MAX_ATTEMPTS, backoff, to_body};
 use flotilla_services::state::AppState;
 
 /// Conflicts kept in the stored record (the RPC's `409` lists them all).
@@ -109,7 +109,7 @@ pub async fn record(
     started_ms: i64,
 ) -> Result<(), ReconcileError> {
     let store = state.store.as_ref();
-    let status_key = key(keys::overlay_status(account, overlay_id));
+    let status_key = keys::overlay_status(account, overlay_id);
     let mut written: Option<Vec<u8>> = None;
     for attempt in 0..MAX_ATTEMPTS {
         let current = match store.get(&status_key, Consistency::Strong).await {
@@ -157,11 +157,11 @@ pub async fn record(
         let tx = Transaction::new()
             .with(put)
             .with(Op::check(
-                key(keys::overlay(account, overlay_id)),
+                keys::overlay(account, overlay_id),
                 Condition::Exists,
             ))
             .with(Op::check(
-                key(keys::overlay_fence(account, overlay_id)),
+                keys::overlay_fence(account, overlay_id),
                 Condition::Absent,
             ));
         written = Some(body);

@@ -61,6 +61,21 @@ impl Principal {
         }
     }
 
+    /// The one account-authorization rule: an ill-formed id answers `404` (`account` not
+    /// found, as for an account that does not exist) and an account outside the principal's
+    /// scope `403`. Every account-scoped route (through the [`AccountScope`] extractor in
+    /// `http::extract`) and the query function call it.
+    pub fn authorize_account(&self, account: &str) -> Result<AccountScope, ApiError> {
+        flotilla_domain::names::validate_account_id(account)
+            .map_err(|_| ApiError::not_found("account"))?;
+        self.require_account(account)?;
+        Ok(AccountScope {
+            principal: self.clone(),
+            account: account.to_owned(),
+            checked: (),
+        })
+    }
+
     pub fn require_operator(&self) -> Result<(), ApiError> {
         if self.operator {
             Ok(())
@@ -99,6 +114,15 @@ impl Principal {
             accounts,
         })
     }
+}
+
+/// An account a request acts in: a well-formed id the principal may access. Only
+/// [`Principal::authorize_account`] builds one, so holding it proves the check ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountScope {
+    pub principal: Principal,
+    pub account: String,
+    checked: (),
 }
 
 /// Maps bearer tokens to principals.

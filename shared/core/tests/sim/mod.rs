@@ -1872,7 +1872,7 @@ impl World {
             .catalog_id
             .clone();
         let raw: &dyn Metastore = self.faults.inner();
-        let (pk, sk) = keys::overlay_status(&account, &overlay);
+        let flotilla_metastore::Key { pk, sk } = keys::overlay_status(&account, &overlay);
         let status = raw
             .get(&Key::new(pk, sk), Consistency::Strong)
             .await
@@ -1897,7 +1897,7 @@ impl World {
             return Ok(());
         }
         let raw: &dyn Metastore = self.faults.inner();
-        let (pk, sk) = keys::overlay_status(&w.account, &w.overlay);
+        let flotilla_metastore::Key { pk, sk } = keys::overlay_status(&w.account, &w.overlay);
         let Some(after) = raw
             .get(&Key::new(pk, sk), Consistency::Strong)
             .await

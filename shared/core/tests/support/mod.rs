@@ -397,9 +397,13 @@ fn ns_path(path: &[&str]) -> flotilla_domain::names::NamespacePath {
         .expect("path")
 }
 
-async fn put_item(store: &dyn flotilla_metastore::Metastore, parts: (String, String), body: Value) {
+async fn put_item(
+    store: &dyn flotilla_metastore::Metastore,
+    key: flotilla_metastore::Key,
+    body: Value,
+) {
     let tx = flotilla_metastore::Transaction::new().with(flotilla_metastore::Op::put(
-        flotilla_metastore::Key::new(parts.0, parts.1),
+        key,
         serde_json::to_vec(&body).expect("json"),
     ));
     store.transact(tx).await.expect("put");
@@ -487,7 +491,8 @@ pub async fn has_namespace(
     catalog: &str,
     path: &[&str],
 ) -> bool {
-    let (pk, sk) = flotilla_domain::keys::namespace(catalog, &ns_path(path));
+    let flotilla_metastore::Key { pk, sk } =
+        flotilla_domain::keys::namespace(catalog, &ns_path(path));
     store
         .get(
             &flotilla_metastore::Key::new(pk, sk),
@@ -504,7 +509,8 @@ pub async fn has_relation(
     ns: &[&str],
     name: &str,
 ) -> bool {
-    let (pk, sk) = flotilla_domain::keys::relation(catalog, &ns_path(ns), name);
+    let flotilla_metastore::Key { pk, sk } =
+        flotilla_domain::keys::relation(catalog, &ns_path(ns), name);
     store
         .get(
             &flotilla_metastore::Key::new(pk, sk),
@@ -521,7 +527,8 @@ pub async fn has_claim(
     path: &[&str],
     overlay: &str,
 ) -> bool {
-    let (pk, sk) = flotilla_domain::keys::namespace_claim(catalog, &ns_path(path), overlay);
+    let flotilla_metastore::Key { pk, sk } =
+        flotilla_domain::keys::namespace_claim(catalog, &ns_path(path), overlay);
     store
         .get(
             &flotilla_metastore::Key::new(pk, sk),

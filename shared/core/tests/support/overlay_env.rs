@@ -301,7 +301,7 @@ impl Env {
     }
 
     pub async fn dirgen(&self) -> Option<Vec<u8>> {
-        let (pk, sk) = keys::directory_generation(&self.catalog);
+        let flotilla_metastore::Key { pk, sk } = keys::directory_generation(&self.catalog);
         self.store
             .get(&Key::new(pk, sk), Consistency::Strong)
             .await

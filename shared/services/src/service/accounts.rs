@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
-use super::{MAX_ATTEMPTS, backoff, check_if_match, key, read, to_body};
+use super::{MAX_ATTEMPTS, backoff, check_if_match, read, to_body};
 use crate::error::{ApiError, ApiResult};
 use crate::service::catalogs::purge_catalog_partition;
 use crate::state::AppState;
@@ -80,7 +80,7 @@ pub async fn create(
             // Caller-chosen ids are the identity; otherwise the reserved id is.
             let id = req.id.clone().unwrap_or(reserved);
             if store
-                .get(&key(keys::account_fence(&id)), Consistency::Strong)
+                .get(&keys::account_fence(&id), Consistency::Strong)
                 .await?
                 .is_some()
             {
@@ -108,14 +108,14 @@ pub async fn create(
             };
             let body = to_body(&rec)?;
             let ops = vec![
-                Op::create(key(keys::account(&id)), body.clone()),
-                Op::create(key(keys::account_listing(&id)), body),
-                Op::check(key(keys::account_fence(&id)), Condition::Absent),
+                Op::create(keys::account(&id), body.clone()),
+                Op::create(keys::account_listing(&id), body),
+                Op::check(keys::account_fence(&id), Condition::Absent),
             ];
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),
-                probe: key(keys::account(&id)),
+                probe: keys::account(&id),
             })
         }
     })
@@ -158,7 +158,7 @@ pub async fn delete(
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
         let fence = store
-            .get(&key(keys::account_fence(id)), Consistency::Strong)
+            .get(&keys::account_fence(id), Consistency::Strong)
             .await?;
         let account = read::<AccountRecord>(store, keys::account(id), Consistency::Strong).await?;
         match (account, fence) {
@@ -173,13 +173,13 @@ pub async fn delete(
                 let mut tx = Transaction::new();
                 if fence.is_none() {
                     tx.push(Op::create(
-                        key(keys::account_fence(id)),
+                        keys::account_fence(id),
                         to_body(&FenceRecord {
                             started_ms: state.clock.now_ms(),
                         })?,
                     ));
                 }
-                tx.push(Op::delete_at(key(keys::account(id)), acct.version));
+                tx.push(Op::delete_at(keys::account(id), acct.version));
                 match store.transact(tx).await {
                     Ok(()) => break,
                     Err(e) if super::is_condition_failure(&e) || e.is_retryable() => {
@@ -194,7 +194,7 @@ pub async fn delete(
         }
     }
     if store
-        .get(&key(keys::account(id)), Consistency::Strong)
+        .get(&keys::account(id), Consistency::Strong)
         .await?
         .is_some()
     {
@@ -212,7 +212,7 @@ async fn cleanup(
 ) -> ApiResult<()> {
     let store = state.store.as_ref();
     let pk = keys::account_pk(id);
-    let (_, fence_sk) = keys::account_fence(id);
+    let fence_sk = keys::account_fence(id).sk;
     loop {
         let page = store
             .query(&Query::new(pk.clone(), "", Consistency::Strong).limit(100))
@@ -252,8 +252,8 @@ async fn cleanup(
             .map_err(|e| ApiError::unavailable(e.to_string()))?;
     }
     let tx = Transaction::new()
-        .with(Op::delete(key(keys::account_listing(id))))
-        .with(Op::delete(key(keys::account_fence(id))));
+        .with(Op::delete(keys::account_listing(id)))
+        .with(Op::delete(keys::account_fence(id)));
     store.transact(tx).await?;
     Ok(())
 }

@@ -14,7 +14,7 @@ use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
     GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
-    guarded_delete, key, read, to_body,
+    guarded_delete, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -118,7 +118,7 @@ pub async fn fetch_with(
     mut more: Vec<flotilla_metastore::Key>,
 ) -> ApiResult<super::Reads> {
     flotilla_domain::names::validate_resource_id(id).map_err(|_| ApiError::not_found("catalog"))?;
-    more.push(key(keys::catalog(account, id)));
+    more.push(keys::catalog(account, id));
     super::fetch(store, &more).await
 }
 
@@ -134,7 +134,7 @@ pub async fn create(
     validate_properties(&req.properties)?;
     let store = state.store.as_ref();
     let mut reads = super::account_guard_keys(account).to_vec();
-    reads.push(key(keys::catalog_name(account, &req.display_name)));
+    reads.push(keys::catalog_name(account, &req.display_name));
     run_create_with(state, idem, &reads, |id, got| {
         let req = &req;
         async move {
@@ -155,10 +155,10 @@ pub async fn create(
                 update_time: now,
             };
             let mut ops = account_guards(account);
-            ops.push(Op::create(key(keys::catalog(account, &id)), to_body(&rec)?));
+            ops.push(Op::create(keys::catalog(account, &id), to_body(&rec)?));
             match existing {
                 None => ops.push(Op::create(
-                    key(name_key),
+                    name_key,
                     to_body(&NameIndexRecord { id: id.clone() })?,
                 )),
                 Some(idx) => {
@@ -178,16 +178,16 @@ pub async fn create(
                             // can be retired, proved under its delete guard.
                             retire_for_replace(state, account, &old).await?;
                             ops.push(Op::replace(
-                                key(name_key),
+                                name_key,
                                 idx.version,
                                 to_body(&NameIndexRecord { id: id.clone() })?,
                             ));
                             ops.push(Op::delete_at(
-                                key(keys::catalog(account, &old.value.id)),
+                                keys::catalog(account, &old.value.id),
                                 old.version,
                             ));
-                            ops.push(Op::delete(key(keys::directory_generation(&old.value.id))));
-                            ops.push(Op::delete(key(keys::catalog_guard(&old.value.id))));
+                            ops.push(Op::delete(keys::directory_generation(&old.value.id)));
+                            ops.push(Op::delete(keys::catalog_guard(&old.value.id)));
                         }
                     }
                 }
@@ -195,7 +195,7 @@ pub async fn create(
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),
-                probe: key(keys::catalog(account, &id)),
+                probe: keys::catalog(account, &id),
             })
         }
     })
@@ -230,20 +230,20 @@ async fn retire_for_replace(
         .transact(
             Transaction::new()
                 .with(Op::Put {
-                    key: key(guard),
+                    key: guard,
                     body,
                     expires_at: None,
                     condition: Some(condition),
                 })
                 .with(Op::check(
-                    key(keys::catalog(account, &old.value.id)),
+                    keys::catalog(account, &old.value.id),
                     Condition::Version(old.version),
                 )),
         )
         .await?;
     if let Some(refusal) = dependents(store, account, &old.value.id).await? {
         let _ = store
-            .transact(Transaction::new().with(Op::delete(key(keys::catalog_guard(&old.value.id)))))
+            .transact(Transaction::new().with(Op::delete(keys::catalog_guard(&old.value.id))))
             .await;
         return Err(refusal);
     }
@@ -345,7 +345,7 @@ pub async fn patch(
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
         let mut tx = Transaction::new().with(Op::replace(
-            key(keys::catalog(account, id)),
+            keys::catalog(account, id),
             cur.version,
             to_body(&next)?,
         ));
@@ -387,13 +387,13 @@ pub async fn delete(
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         let name_key = keys::catalog_name(account, &cur.value.display_name);
         let final_ops = vec![
-            Op::delete(key(name_key)),
-            Op::delete(key(keys::directory_generation(id))),
+            Op::delete(name_key),
+            Op::delete(keys::directory_generation(id)),
         ];
         let outcome = guarded_delete(
             state,
             keys::catalog_guard(id),
-            key(keys::catalog(account, id)),
+            keys::catalog(account, id),
             cur.version,
             "the catalog",
             || dependents(store, account, id),

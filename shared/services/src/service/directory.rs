@@ -8,7 +8,7 @@ use flotilla_metastore::{Consistency, Op, Transaction};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, ApiResult, Code};
-use crate::service::{MAX_ATTEMPTS, backoff, catalogs, is_condition_failure, key, to_body};
+use crate::service::{MAX_ATTEMPTS, backoff, catalogs, is_condition_failure, to_body};
 use crate::state::AppState;
 
 /// `catalog-finalize`: makes the directory generation authoritative for the deployment.
@@ -40,7 +40,7 @@ pub async fn finalize(
         .with_detail("missing_acknowledgements", json!(missing)));
     }
     let store = state.store.as_ref();
-    let marker = key(keys::directory_authority());
+    let marker = keys::directory_authority();
     for attempt in 0..MAX_ATTEMPTS {
         if let Some(item) = store.get(&marker, Consistency::Strong).await? {
             let rec: AuthorityRecord = item.json()?;
@@ -75,8 +75,8 @@ pub async fn finalize(
 /// The catalog, its generation and (until a replica has seen it) the authority marker are
 /// read in one round trip, so a warm, unchanged directory costs one strong read.
 pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult<Value> {
-    let generation = key(keys::directory_generation(catalog_id));
-    let authority = key(keys::directory_authority());
+    let generation = keys::directory_generation(catalog_id);
+    let authority = keys::directory_authority();
     let mut wanted = vec![generation.clone()];
     let ask_authority = !state.directory.authority_seen();
     if ask_authority {

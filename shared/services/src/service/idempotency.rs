@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{MAX_ATTEMPTS, Reads, backoff, fetch, key};
+use super::{MAX_ATTEMPTS, Reads, backoff, fetch};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
 
@@ -96,7 +96,7 @@ impl IdempotencyRequest {
 
 /// Hashes a client idempotency key for use in a storage key (bounded length, no separators).
 pub fn hash_client_key(k: &str) -> String {
-    hex::encode(Sha256::digest(k.as_bytes()))
+    flotilla_domain::keys::client_key_hash(k)
 }
 
 /// Checks an `Idempotency-Key` header value.
@@ -453,17 +453,12 @@ async fn committed_with_id(state: &AppState, probe: &Key, id: &str) -> ApiResult
 
 /// A receipt key in an account partition.
 pub fn account_receipt_key(account: &str, client_key: &str) -> Key {
-    key(flotilla_domain::keys::account_idempotency(
-        account,
-        &hash_client_key(client_key),
-    ))
+    flotilla_domain::keys::account_receipt(account, client_key)
 }
 
 /// A receipt key for operator-scoped creates.
 pub fn system_receipt_key(client_key: &str) -> Key {
-    key(flotilla_domain::keys::system_idempotency(&hash_client_key(
-        client_key,
-    )))
+    flotilla_domain::keys::system_receipt(client_key)
 }
 
 // ---- receipts for protocols that build their own transaction ----------------------------

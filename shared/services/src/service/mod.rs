@@ -11,7 +11,6 @@ pub mod namespaces;
 pub mod overlays;
 pub mod relations;
 
-use flotilla_domain::keys::KeyParts;
 use flotilla_metastore::{Condition, Consistency, Item, Key, Metastore, Op};
 
 use crate::error::{ApiError, ApiResult, Code};
@@ -25,12 +24,9 @@ pub use flotilla_base::store::*;
 /// before the fence (and cleanup sees it) or fails.
 pub fn account_guards(account: &str) -> Vec<Op> {
     vec![
+        Op::check(flotilla_domain::keys::account(account), Condition::Exists),
         Op::check(
-            key(flotilla_domain::keys::account(account)),
-            Condition::Exists,
-        ),
-        Op::check(
-            key(flotilla_domain::keys::account_fence(account)),
+            flotilla_domain::keys::account_fence(account),
             Condition::Absent,
         ),
     ]
@@ -39,8 +35,8 @@ pub fn account_guards(account: &str) -> Vec<Op> {
 /// The keys [`account_guard_error_from`] decides from: the fence and the account.
 pub fn account_guard_keys(account: &str) -> [Key; 2] {
     [
-        key(flotilla_domain::keys::account_fence(account)),
-        key(flotilla_domain::keys::account(account)),
+        flotilla_domain::keys::account_fence(account),
+        flotilla_domain::keys::account(account),
     ]
 }
 
@@ -86,11 +82,11 @@ pub struct GuardRecord {
 
 pub async fn guard_state(
     store: &dyn Metastore,
-    parts: KeyParts,
+    parts: Key,
     now_ms: i64,
     lease_ms: i64,
 ) -> ApiResult<GuardState> {
-    let item = store.get(&key(parts), Consistency::Strong).await?;
+    let item = store.get(&parts, Consistency::Strong).await?;
     guard_state_of(item.as_ref(), now_ms, lease_ms)
 }
 
@@ -112,10 +108,10 @@ pub fn guard_state_of(item: Option<&Item>, now_ms: i64, lease_ms: i64) -> ApiRes
 }
 
 /// The op a writer adds for a guard it observed: assert absence, or remove an abandoned one.
-pub fn guard_op(parts: KeyParts, state: &GuardState) -> Option<Op> {
+pub fn guard_op(parts: Key, state: &GuardState) -> Option<Op> {
     match state {
-        GuardState::Absent => Some(Op::check(key(parts), Condition::Absent)),
-        GuardState::Abandoned { version } => Some(Op::delete_at(key(parts), *version)),
+        GuardState::Absent => Some(Op::check(parts, Condition::Absent)),
+        GuardState::Abandoned { version } => Some(Op::delete_at(parts, *version)),
         GuardState::Live => None,
     }
 }
@@ -171,7 +167,7 @@ pub enum GuardedOutcome {
 /// A guard left by a crashed deleter is replaced once its lease has run out.
 pub async fn guarded_delete<F, Fut>(
     state: &crate::state::AppState,
-    guard: KeyParts,
+    guard: Key,
     target: Key,
     target_version: u64,
     what: &str,
@@ -198,7 +194,7 @@ where
     };
     let install = Transaction::new()
         .with(Op::Put {
-            key: key(guard.clone()),
+            key: guard.clone(),
             body,
             expires_at: None,
             condition: Some(condition),
@@ -212,7 +208,7 @@ where
         Err(e) if is_condition_failure(&e) || e.is_retryable() => return Ok(GuardedOutcome::Retry),
         Err(e) if e.is_outcome_unknown() => {
             // Proceed only if the guard that is there is ours.
-            let ours = match store.get(&key(guard.clone()), Consistency::Strong).await? {
+            let ours = match store.get(&guard, Consistency::Strong).await? {
                 Some(item) => {
                     item.json::<GuardRecord>()?.owner == owner && item.version == guard_version
                 }
@@ -226,7 +222,7 @@ where
     }
     let remove_guard = || async {
         let _ = store
-            .transact(Transaction::new().with(Op::delete_at(key(guard.clone()), guard_version)))
+            .transact(Transaction::new().with(Op::delete_at(guard.clone(), guard_version)))
             .await;
     };
     match dependents().await {
@@ -241,7 +237,7 @@ where
         }
     }
     final_ops.push(Op::delete_at(target.clone(), target_version));
-    final_ops.push(Op::delete_at(key(guard.clone()), guard_version));
+    final_ops.push(Op::delete_at(guard.clone(), guard_version));
     match store.transact(Transaction { ops: final_ops }).await {
         Ok(()) => Ok(GuardedOutcome::Deleted),
         Err(e) if e.is_outcome_unknown() => {
@@ -267,11 +263,11 @@ use flotilla_metastore::Transaction;
 /// index entry goes and the new one is created only if absent. They ride in the same
 /// transaction as the resource's own version-conditioned write, which is what makes the old
 /// entry safe to delete unconditionally (it belongs to the resource being replaced).
-pub fn rename_ops(old: KeyParts, new: KeyParts, id: &str) -> ApiResult<[Op; 2]> {
+pub fn rename_ops(old: Key, new: Key, id: &str) -> ApiResult<[Op; 2]> {
     Ok([
-        Op::delete(key(old)),
+        Op::delete(old),
         Op::create(
-            key(new),
+            new,
             to_body(&flotilla_domain::model::NameIndexRecord { id: id.to_owned() })?,
         ),
     ])
@@ -281,12 +277,12 @@ pub fn rename_ops(old: KeyParts, new: KeyParts, id: &str) -> ApiResult<[Op; 2]> 
 /// now held (strong read), `None` when the failure was something else (retry).
 pub async fn name_taken(
     store: &dyn Metastore,
-    new: KeyParts,
+    new: Key,
     what: &str,
     name: &str,
 ) -> ApiResult<Option<ApiError>> {
     Ok(store
-        .get(&key(new), Consistency::Strong)
+        .get(&new, Consistency::Strong)
         .await?
         .map(|_| ApiError::already_exists(format!("{what} named {name:?} already exists"))))
 }

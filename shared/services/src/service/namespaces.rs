@@ -16,7 +16,7 @@ use super::catalogs::{self, validate_properties};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
     GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
-    guard_op, guard_state_of, guarded_delete, key, read, to_body,
+    guard_op, guard_state_of, guarded_delete, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -69,11 +69,11 @@ pub fn child_guard_keys(
 ) -> Vec<flotilla_metastore::Key> {
     let mut keys = super::account_guard_keys(account).to_vec();
     if flotilla_domain::names::validate_resource_id(catalog_id).is_ok() {
-        keys.push(key(keys::catalog(account, catalog_id)));
-        keys.push(key(keys::catalog_guard(catalog_id)));
+        keys.push(keys::catalog(account, catalog_id));
+        keys.push(keys::catalog_guard(catalog_id));
         if let Some(parent) = parent {
-            keys.push(key(keys::namespace(catalog_id, parent)));
-            keys.push(key(keys::namespace_guard(catalog_id, parent)));
+            keys.push(keys::namespace(catalog_id, parent));
+            keys.push(keys::namespace_guard(catalog_id, parent));
         }
     }
     keys
@@ -125,14 +125,10 @@ pub fn child_guards_from(
     let lease = state.config.guard_lease_ms;
     let mut ops = account_guards(account);
     ops.push(Op::check(
-        key(keys::catalog(account, catalog_id)),
+        keys::catalog(account, catalog_id),
         Condition::Exists,
     ));
-    let cg = guard_state_of(
-        reads.item(&key(keys::catalog_guard(catalog_id))),
-        now,
-        lease,
-    )?;
+    let cg = guard_state_of(reads.item(&keys::catalog_guard(catalog_id)), now, lease)?;
     ops.push(
         guard_op(keys::catalog_guard(catalog_id), &cg)
             .ok_or_else(|| ApiError::deleting("the catalog"))?,
@@ -140,11 +136,11 @@ pub fn child_guards_from(
     if let Some(parent) = parent {
         require_from(reads, catalog_id, parent)?;
         ops.push(Op::check(
-            key(keys::namespace(catalog_id, parent)),
+            keys::namespace(catalog_id, parent),
             Condition::Exists,
         ));
         let ng = guard_state_of(
-            reads.item(&key(keys::namespace_guard(catalog_id, parent))),
+            reads.item(&keys::namespace_guard(catalog_id, parent)),
             now,
             lease,
         )?;
@@ -172,7 +168,7 @@ pub async fn create(
     let parent = path.parent();
     let mut reads = child_guard_keys(account, catalog_id, parent.as_ref());
     if flotilla_domain::names::validate_resource_id(catalog_id).is_ok() {
-        reads.push(key(keys::namespace(catalog_id, &path)));
+        reads.push(keys::namespace(catalog_id, &path));
     }
     run_create_with(state, idem, &reads, |id, got| {
         let (path, req, parent) = (&path, &req, &parent);
@@ -190,7 +186,7 @@ pub async fn create(
                 create_time: now.clone(),
                 update_time: now,
             };
-            let ns_key = key(keys::namespace(catalog_id, path));
+            let ns_key = keys::namespace(catalog_id, path);
             match existing {
                 None => ops.push(Op::create(ns_key.clone(), to_body(&rec)?)),
                 Some(old) => match on_conflict {
@@ -269,7 +265,7 @@ pub async fn get(
         state.store.as_ref(),
         account,
         catalog_id,
-        vec![key(keys::namespace(catalog_id, path))],
+        vec![keys::namespace(catalog_id, path)],
     )
     .await?;
     catalogs::load_from(&reads, account, catalog_id)?;
@@ -287,7 +283,7 @@ pub async fn list(
     let store = state.store.as_ref();
     // One round trip for the catalog and the parent, then the page.
     let wanted = parent
-        .map(|p| vec![key(keys::namespace(catalog_id, p))])
+        .map(|p| vec![keys::namespace(catalog_id, p)])
         .unwrap_or_default();
     let reads = catalogs::fetch_with(store, account, catalog_id, wanted).await?;
     catalogs::load_from(&reads, account, catalog_id)?;
@@ -331,7 +327,7 @@ pub async fn patch(
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
         let tx = Transaction::new().with(Op::replace(
-            key(keys::namespace(catalog_id, path)),
+            keys::namespace(catalog_id, path),
             cur.version,
             to_body(&next)?,
         ));
@@ -359,7 +355,7 @@ pub async fn delete(
         let outcome = guarded_delete(
             state,
             keys::namespace_guard(catalog_id, path),
-            key(keys::namespace(catalog_id, path)),
+            keys::namespace(catalog_id, path),
             cur.version,
             &format!("namespace {path}"),
             || dependents(store, catalog_id, path),

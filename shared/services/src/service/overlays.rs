@@ -24,7 +24,7 @@ use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create}
 use super::relations::directory_bump;
 use super::{
     MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff, check_if_match,
-    guard_op, guard_state, key, read, to_body,
+    guard_op, guard_state, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -215,7 +215,7 @@ pub async fn create(
             }
             let name_key = keys::overlay_name(account, &req.display_name);
             let mut name_op = Op::create(
-                key(name_key.clone()),
+                name_key.clone(),
                 to_body(&NameIndexRecord { id: id.clone() })?,
             );
             let mut retire_ops = Vec::new();
@@ -241,17 +241,17 @@ pub async fn create(
                         // the new one, so the name is never absent and a replace that fails
                         // leaves the old overlay as it was. Its contributions are retired
                         // after the swap, by the old overlay's own resumable delete.
-                        let fence = key(keys::overlay_fence(account, &old.value.id));
+                        let fence = keys::overlay_fence(account, &old.value.id);
                         if store.get(&fence, Consistency::Strong).await?.is_some() {
                             return Err(ApiError::deleting("the overlay being replaced"));
                         }
                         name_op = Op::replace(
-                            key(name_key.clone()),
+                            name_key.clone(),
                             idx.version,
                             to_body(&NameIndexRecord { id: id.clone() })?,
                         );
                         retire_ops.push(Op::check(
-                            key(keys::overlay(account, &old.value.id)),
+                            keys::overlay(account, &old.value.id),
                             Condition::Version(old.version),
                         ));
                         retire_ops.push(Op::create(
@@ -275,7 +275,7 @@ pub async fn create(
             let lease = state.config.guard_lease_ms;
             let mut ops = account_guards(account);
             ops.push(Op::check(
-                key(keys::integration(account, &req.integration_id)),
+                keys::integration(account, &req.integration_id),
                 Condition::Exists,
             ));
             let ig = guard_state(
@@ -290,7 +290,7 @@ pub async fn create(
                     .ok_or_else(|| ApiError::deleting("the integration"))?,
             );
             ops.push(Op::check(
-                key(keys::catalog(account, &req.catalog_id)),
+                keys::catalog(account, &req.catalog_id),
                 Condition::Exists,
             ));
             let cg = guard_state(store, keys::catalog_guard(&req.catalog_id), now, lease).await?;
@@ -302,15 +302,11 @@ pub async fn create(
                 overlay_id: id.clone(),
             })?;
             ops.push(Op::create(
-                key(keys::integration_dependency(
-                    account,
-                    &req.integration_id,
-                    &id,
-                )),
+                keys::integration_dependency(account, &req.integration_id, &id),
                 dep.clone(),
             ));
             ops.push(Op::create(
-                key(keys::catalog_dependency(account, &req.catalog_id, &id)),
+                keys::catalog_dependency(account, &req.catalog_id, &id),
                 dep,
             ));
             ops.push(name_op);
@@ -331,11 +327,11 @@ pub async fn create(
                 create_time: ts.clone(),
                 update_time: ts,
             };
-            ops.push(Op::create(key(keys::overlay(account, &id)), to_body(&rec)?));
+            ops.push(Op::create(keys::overlay(account, &id), to_body(&rec)?));
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api(None)),
-                probe: key(keys::overlay(account, &id)),
+                probe: keys::overlay(account, &id),
             })
         }
     })
@@ -384,7 +380,7 @@ pub async fn patch(
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         if store
-            .get(&key(keys::overlay_fence(account, id)), Consistency::Strong)
+            .get(&keys::overlay_fence(account, id), Consistency::Strong)
             .await?
             .is_some()
         {
@@ -426,7 +422,7 @@ pub async fn patch(
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
         let mut tx = Transaction::new().with(Op::replace(
-            key(keys::overlay(account, id)),
+            keys::overlay(account, id),
             cur.version,
             to_body(&next)?,
         ));
@@ -489,7 +485,7 @@ pub async fn delete(
 ) -> ApiResult<()> {
     validate_resource_id(id).map_err(|_| ApiError::not_found("overlay"))?;
     let store = state.store.as_ref();
-    let fence_key = key(keys::overlay_fence(account, id));
+    let fence_key = keys::overlay_fence(account, id);
     let fence = store.get(&fence_key, Consistency::Strong).await?;
     let cur = match read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong)
         .await?
@@ -565,23 +561,23 @@ pub async fn delete(
     retire_contributions(state, o, |_| false).await?;
     prune_recorded(state, &o.catalog_id, &f.prune).await?;
     let mut tx = Transaction::new()
-        .with(Op::delete(key(keys::overlay(account, id))))
-        .with(Op::delete(key(keys::integration_dependency(
+        .with(Op::delete(keys::overlay(account, id)))
+        .with(Op::delete(keys::integration_dependency(
             account,
             &o.integration_id,
             id,
-        ))))
-        .with(Op::delete(key(keys::catalog_dependency(
+        )))
+        .with(Op::delete(keys::catalog_dependency(
             account,
             &o.catalog_id,
             id,
-        ))))
-        .with(Op::delete(key(keys::overlay_status(account, id))));
+        )))
+        .with(Op::delete(keys::overlay_status(account, id)));
     let name_key = keys::overlay_name(account, &o.display_name);
     if let Some(idx) = read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?
         && idx.value.id == id
     {
-        tx.push(Op::delete_at(key(name_key), idx.version));
+        tx.push(Op::delete_at(name_key, idx.version));
     }
     // The fence goes with the record: once the record is gone nothing is left to fence, and
     // a cascade that resumes finds no dependency record leading it back to this overlay.
@@ -792,7 +788,7 @@ async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiR
         match super::guarded_delete(
             state,
             keys::namespace_guard(catalog_id, path),
-            key(keys::namespace(catalog_id, path)),
+            keys::namespace(catalog_id, path),
             ns.version,
             "namespace",
             deps,

@@ -16,7 +16,7 @@ use super::accounts::OnConflict;
 use super::catalogs::{self, validate_properties};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::namespaces::{child_guard_keys, child_guards, child_guards_from};
-use super::{MAX_ATTEMPTS, Versioned, backoff, check_if_match, key, read, to_body};
+use super::{MAX_ATTEMPTS, Versioned, backoff, check_if_match, read, to_body};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
 
@@ -213,7 +213,7 @@ async fn create_relation(
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
 ) -> ApiResult<RecordedResponse> {
-    let slot = key(keys::relation(catalog_id, ns, &template.name));
+    let slot = keys::relation(catalog_id, ns, &template.name);
     let mut reads = child_guard_keys(account, catalog_id, Some(ns));
     if flotilla_domain::names::validate_resource_id(catalog_id).is_ok() {
         reads.push(slot.clone());
@@ -355,7 +355,7 @@ pub async fn get(
         state.store.as_ref(),
         account,
         catalog_id,
-        vec![key(keys::relation(catalog_id, ns, name))],
+        vec![keys::relation(catalog_id, ns, name)],
     )
     .await?;
     catalogs::load_from(&reads, account, catalog_id)?;
@@ -381,7 +381,7 @@ pub async fn list(
         store,
         account,
         catalog_id,
-        vec![key(keys::namespace(catalog_id, ns))],
+        vec![keys::namespace(catalog_id, ns)],
     )
     .await?;
     catalogs::load_from(&reads, account, catalog_id)?;
@@ -519,7 +519,7 @@ pub async fn patch(
             || next.format != cur.value.format
             || next.definitions != cur.value.definitions
             || next.default_namespace != cur.value.default_namespace;
-        let old_slot = key(keys::relation(catalog_id, ns, name));
+        let old_slot = keys::relation(catalog_id, ns, name);
         let mut tx = Transaction::new();
         if moved {
             for op in child_guards(state, account, catalog_id, Some(&next.namespace)).await? {
@@ -536,7 +536,7 @@ pub async fn patch(
             }
             tx.push(Op::delete_at(old_slot, cur.version));
             tx.push(Op::create(
-                key(keys::relation(catalog_id, &next.namespace, &next.name)),
+                keys::relation(catalog_id, &next.namespace, &next.name),
                 to_body(&next)?,
             ));
         } else {
@@ -573,7 +573,7 @@ pub async fn delete(
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         let tx = Transaction::new()
             .with(Op::delete_at(
-                key(keys::relation(catalog_id, ns, name)),
+                keys::relation(catalog_id, ns, name),
                 cur.version,
             ))
             .with(directory_bump(catalog_id)?);

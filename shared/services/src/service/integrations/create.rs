@@ -15,7 +15,7 @@ pub(super) async fn guard_for_replace(
     let store = state.store.as_ref();
     let guard = keys::integration_fence(account, &old.value.id);
     let now = state.clock.now_ms();
-    let existing = store.get(&key(guard.clone()), Consistency::Strong).await?;
+    let existing = store.get(&guard.clone(), Consistency::Strong).await?;
     let mut installed = None;
     let condition = match &existing {
         None => Condition::Absent,
@@ -46,13 +46,13 @@ pub(super) async fn guard_for_replace(
             })?;
             let tx = Transaction::new()
                 .with(Op::Put {
-                    key: key(guard.clone()),
+                    key: guard.clone(),
                     body,
                     expires_at: None,
                     condition: Some(condition),
                 })
                 .with(Op::check(
-                    key(keys::integration(account, &old.value.id)),
+                    keys::integration(account, &old.value.id),
                     Condition::Version(old.version),
                 ));
             match store.transact(tx).await {
@@ -64,7 +64,7 @@ pub(super) async fn guard_for_replace(
                     ));
                 }
                 Err(e) if e.is_outcome_unknown() => {
-                    match store.get(&key(guard.clone()), Consistency::Strong).await? {
+                    match store.get(&guard.clone(), Consistency::Strong).await? {
                         Some(item) if item.json::<GuardRecord>()?.owner == owner => item.version,
                         _ => return Err(e.into()),
                     }
@@ -82,7 +82,7 @@ pub(super) async fn guard_for_replace(
         .await?;
     if deps > 0 {
         let _ = store
-            .transact(Transaction::new().with(Op::delete_at(key(guard), version)))
+            .transact(Transaction::new().with(Op::delete_at(guard, version)))
             .await;
         return Err(ApiError::new(
             Code::HasDependents,
@@ -141,15 +141,15 @@ pub async fn create(
                         *replace_guard.lock().unwrap_or_else(|p| p.into_inner()) =
                             Some((old.value.id.clone(), guard_version));
                         ops.push(Op::delete_at(
-                            key(keys::integration_fence(account, &old.value.id)),
+                            keys::integration_fence(account, &old.value.id),
                             guard_version,
                         ));
                         ops.push(Op::delete_at(
-                            key(keys::integration(account, &old.value.id)),
+                            keys::integration(account, &old.value.id),
                             old.version,
                         ));
                         ops.push(Op::replace(
-                            key(name_key.clone()),
+                            name_key.clone(),
                             idx.version,
                             to_body(&NameIndexRecord { id: id.clone() })?,
                         ));
@@ -159,7 +159,7 @@ pub async fn create(
             }
             if replaced.is_none() {
                 ops.push(Op::create(
-                    key(name_key),
+                    name_key,
                     to_body(&NameIndexRecord { id: id.clone() })?,
                 ));
             }
@@ -213,13 +213,13 @@ pub async fn create(
                 update_time: now,
             };
             ops.push(Op::create(
-                key(keys::integration(account, &id)),
+                keys::integration(account, &id),
                 to_body(&rec)?,
             ));
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),
-                probe: key(keys::integration(account, &id)),
+                probe: keys::integration(account, &id),
             })
         }
     })
@@ -247,7 +247,7 @@ pub async fn create(
         // A replace that did not commit releases its guard (one that did deleted it).
         let _ = store
             .transact(Transaction::new().with(Op::delete_at(
-                key(keys::integration_fence(account, &old)),
+                keys::integration_fence(account, &old),
                 version,
             )))
             .await;

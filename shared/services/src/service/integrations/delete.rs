@@ -86,7 +86,7 @@ pub async fn delete(
         let outcome = guarded_delete(
             state,
             keys::integration_fence(account, id),
-            key(keys::integration(account, id)),
+            keys::integration(account, id),
             cur.version,
             "the integration",
             || async {
@@ -105,10 +105,10 @@ pub async fn delete(
                     .with_detail("overlays", deps)
                 }))
             },
-            vec![Op::delete(key(keys::integration_name(
+            vec![Op::delete(keys::integration_name(
                 account,
                 &cur.value.display_name,
-            )))],
+            ))],
         )
         .await?;
         match outcome {
@@ -131,7 +131,7 @@ pub(super) async fn cascade_delete(
     let store = state.store.as_ref();
     let fence_key = keys::integration_fence(account, id);
     let existing_fence = store
-        .get(&key(fence_key.clone()), Consistency::Strong)
+        .get(&fence_key.clone(), Consistency::Strong)
         .await?;
     let durable = existing_fence
         .as_ref()
@@ -146,7 +146,7 @@ pub(super) async fn cascade_delete(
                 // The record is gone: finish credential cleanup and drop the fence.
                 purge_credentials(state, account, id).await?;
                 store
-                    .transact(Transaction::new().with(Op::delete(key(fence_key))))
+                    .transact(Transaction::new().with(Op::delete(fence_key)))
                     .await?;
                 return Ok(());
             }
@@ -168,7 +168,7 @@ pub(super) async fn cascade_delete(
         })?;
         match store
             .transact(Transaction::new().with(Op::Put {
-                key: key(fence_key.clone()),
+                key: fence_key.clone(),
                 body,
                 expires_at: None,
                 condition: Some(condition),
@@ -181,7 +181,7 @@ pub(super) async fn cascade_delete(
             // under it, as overlay delete does; a transient guard is a plain delete: DELETING.
             Err(e) if crate::service::is_condition_failure(&e) => {
                 let theirs = store
-                    .get(&key(fence_key.clone()), Consistency::Strong)
+                    .get(&fence_key.clone(), Consistency::Strong)
                     .await?
                     .and_then(|i| i.json::<GuardRecord>().ok());
                 if !theirs.is_some_and(|g| g.durable) {
@@ -215,13 +215,13 @@ pub(super) async fn cascade_delete(
         };
         let tx = Transaction::new()
             .with(Op::delete_at(
-                key(keys::integration(account, id)),
+                keys::integration(account, id),
                 cur.version,
             ))
-            .with(Op::delete(key(keys::integration_name(
+            .with(Op::delete(keys::integration_name(
                 account,
                 &cur.value.display_name,
-            ))));
+            )));
         match store.transact(tx).await {
             Ok(()) => {
                 removed = true;
@@ -240,7 +240,7 @@ pub(super) async fn cascade_delete(
     }
     purge_credentials(state, account, id).await?;
     store
-        .transact(Transaction::new().with(Op::delete(key(fence_key))))
+        .transact(Transaction::new().with(Op::delete(fence_key)))
         .await?;
     Ok(())
 }

@@ -36,7 +36,7 @@ use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{
     GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error,
-    account_guards, backoff, check_if_match, guard_state, guarded_delete, key, read, to_body,
+    account_guards, backoff, check_if_match, guard_state, guarded_delete, read, to_body,
 };
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;

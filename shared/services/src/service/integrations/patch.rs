@@ -28,7 +28,7 @@ pub async fn patch(
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         if store
             .get(
-                &key(keys::integration_fence(account, id)),
+                &keys::integration_fence(account, id),
                 Consistency::Strong,
             )
             .await?
@@ -68,7 +68,7 @@ pub async fn patch(
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
         let mut tx = Transaction::new().with(Op::replace(
-            key(keys::integration(account, id)),
+            keys::integration(account, id),
             cur.version,
             to_body(&next)?,
         ));
@@ -123,7 +123,7 @@ pub async fn rotate(
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         if store
             .get(
-                &key(keys::integration_fence(account, id)),
+                &keys::integration_fence(account, id),
                 Consistency::Strong,
             )
             .await?
@@ -154,7 +154,7 @@ pub async fn rotate(
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
         let mut tx = Transaction::new().with(Op::replace(
-            key(keys::integration(account, id)),
+            keys::integration(account, id),
             cur.version,
             to_body(&next)?,
         ));

@@ -30,7 +30,7 @@ pub struct ScheduledSweep {
 /// again within `ceil(accounts / max_accounts)` passes.
 pub async fn sweep_scheduled(state: &AppState, max_accounts: usize) -> ApiResult<ScheduledSweep> {
     let store = state.store.as_ref();
-    let cursor_key = key((keys::SYSTEM_PK.to_owned(), SWEEP_CURSOR_SK.to_owned()));
+    let cursor_key = flotilla_metastore::Key::new(keys::SYSTEM_PK, SWEEP_CURSOR_SK);
     let cursor: Option<String> = store
         .get(&cursor_key, Consistency::Eventual)
         .await?
