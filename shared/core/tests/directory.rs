@@ -105,8 +105,8 @@ async fn served_names(cache: &DirectoryCache, cat: &str) -> BTreeSet<String> {
 /// The raw generation item body of a catalog (None when absent).
 async fn generation(store: &dyn Metastore, cat: &str) -> Option<Vec<u8>> {
     let k = Key::new(
-        keys::directory_generation(cat).0,
-        keys::directory_generation(cat).1,
+        keys::directory_generation(cat).pk,
+        keys::directory_generation(cat).sk,
     );
     store
         .get(&k, Consistency::Strong)

@@ -37,12 +37,10 @@ fn faulty() -> Faulty {
     }
 }
 
-fn writes(tx: &Transaction, key: &(String, String)) -> bool {
-    tx.ops.iter().any(|op| {
-        matches!(op, Op::Put { .. } | Op::Delete { .. })
-            && op.key().pk == key.0
-            && op.key().sk == key.1
-    })
+fn writes(tx: &Transaction, key: &flotilla_metastore::Key) -> bool {
+    tx.ops
+        .iter()
+        .any(|op| matches!(op, Op::Put { .. } | Op::Delete { .. }) && op.key() == key)
 }
 
 /// The overlay named `name` in the listing, by id.

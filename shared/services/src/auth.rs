@@ -72,7 +72,6 @@ impl Principal {
         Ok(AccountScope {
             principal: self.clone(),
             account: account.to_owned(),
-            checked: (),
         })
     }
 
@@ -119,10 +118,10 @@ impl Principal {
 /// An account a request acts in: a well-formed id the principal may access. Only
 /// [`Principal::authorize_account`] builds one, so holding it proves the check ran.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AccountScope {
     pub principal: Principal,
     pub account: String,
-    checked: (),
 }
 
 /// Maps bearer tokens to principals.
