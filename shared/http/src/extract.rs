@@ -411,7 +411,7 @@ mod account_scope_tests {
         let store = Arc::new(flotilla_metastore::redb_store::RedbMetastore::in_memory().unwrap());
         let state = AppState::new(
             store,
-            Arc::new(crate::clock::SystemClock),
+            Arc::new(flotilla_base::clock::SystemClock),
             Arc::new(flotilla_services::auth::StaticTokens::default()),
             flotilla_services::state::Config::default(),
         );
@@ -461,7 +461,7 @@ mod account_scope_tests {
         let store = Arc::new(flotilla_metastore::redb_store::RedbMetastore::in_memory().unwrap());
         let state = AppState::new(
             store,
-            Arc::new(crate::clock::SystemClock),
+            Arc::new(flotilla_base::clock::SystemClock),
             Arc::new(flotilla_services::auth::StaticTokens::default()),
             flotilla_services::state::Config::default(),
         );
