@@ -2,10 +2,10 @@
 //! with it the directory replica) is borrowed, so it outlives every invocation of a warm
 //! container.
 
+use flotilla_base::error::ApiError;
 use flotilla_services::AppState;
 use flotilla_services::auth::Principal;
 use flotilla_services::service::directory;
-use flotilla_base::error::ApiError;
 use serde::Deserialize;
 use serde_json::Value;
 

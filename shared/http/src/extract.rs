@@ -8,9 +8,9 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use flotilla_base::error::{ApiError, Code};
 pub use flotilla_services::auth::AccountScope;
 use flotilla_services::auth::Principal;
-use flotilla_base::error::{ApiError, Code};
 use flotilla_services::service::accounts::OnConflict;
 use flotilla_services::service::idempotency::{IdempotencyRequest, validate_client_key};
 use flotilla_services::state::AppState;

@@ -32,7 +32,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::extract::{
-    AccountScope, CreateParams, Scope, IdempotencyKey, JsonBody, ListParams, P, Q, idempotency,
+    AccountScope, CreateParams, IdempotencyKey, JsonBody, ListParams, P, Q, Scope, idempotency,
 };
 use super::{no_content, ok, recorded};
 use flotilla_base::error::{ApiError, ApiResult, Code};

@@ -7,7 +7,7 @@ use axum::routing::{get, post, put};
 use serde::Deserialize;
 
 use super::extract::{
-    AccountScope, Auth, CreateParams, Scope, IdempotencyKey, IfMatch, JsonBody, P, Q, idempotency,
+    AccountScope, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, P, Q, Scope, idempotency,
 };
 use super::{no_content, ok, recorded};
 use flotilla_base::error::{ApiError, ApiResult};

@@ -11,8 +11,8 @@ use serde_json::json;
 use tower_http::trace::TraceLayer;
 
 use super::extract::{
-    AccountScope, Auth, CreateParams, Scope, IdempotencyKey, IfMatch, JsonBody, ListParams,
-    MAX_BODY_BYTES, P, Q, idempotency,
+    AccountScope, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, ListParams,
+    MAX_BODY_BYTES, P, Q, Scope, idempotency,
 };
 use super::{no_content, ok, recorded};
 use flotilla_base::error::{ApiError, ApiResult};

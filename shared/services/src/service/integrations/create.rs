@@ -212,10 +212,7 @@ pub async fn create(
                 create_time: now.clone(),
                 update_time: now,
             };
-            ops.push(Op::create(
-                keys::integration(account, &id),
-                to_body(&rec)?,
-            ));
+            ops.push(Op::create(keys::integration(account, &id), to_body(&rec)?));
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),

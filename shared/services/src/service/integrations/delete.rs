@@ -130,9 +130,7 @@ pub(super) async fn cascade_delete(
 ) -> ApiResult<()> {
     let store = state.store.as_ref();
     let fence_key = keys::integration_fence(account, id);
-    let existing_fence = store
-        .get(&fence_key.clone(), Consistency::Strong)
-        .await?;
+    let existing_fence = store.get(&fence_key.clone(), Consistency::Strong).await?;
     let durable = existing_fence
         .as_ref()
         .and_then(|i| i.json::<GuardRecord>().ok())
@@ -214,10 +212,7 @@ pub(super) async fn cascade_delete(
             break;
         };
         let tx = Transaction::new()
-            .with(Op::delete_at(
-                keys::integration(account, id),
-                cur.version,
-            ))
+            .with(Op::delete_at(keys::integration(account, id), cur.version))
             .with(Op::delete(keys::integration_name(
                 account,
                 &cur.value.display_name,

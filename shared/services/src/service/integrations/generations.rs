@@ -33,11 +33,7 @@ pub(super) fn record_key(
     integration: &str,
     generation: u64,
 ) -> flotilla_metastore::Key {
-    keys::credential_generation(
-        account,
-        integration,
-        generation,
-    )
+    keys::credential_generation(account, integration, generation)
 }
 
 /// The op a publishing transaction carries for the generation it publishes: the record must

@@ -27,10 +27,7 @@ pub async fn patch(
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         if store
-            .get(
-                &keys::integration_fence(account, id),
-                Consistency::Strong,
-            )
+            .get(&keys::integration_fence(account, id), Consistency::Strong)
             .await?
             .is_some()
         {
@@ -122,10 +119,7 @@ pub async fn rotate(
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         if store
-            .get(
-                &keys::integration_fence(account, id),
-                Consistency::Strong,
-            )
+            .get(&keys::integration_fence(account, id), Consistency::Strong)
             .await?
             .is_some()
         {
