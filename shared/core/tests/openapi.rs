@@ -289,7 +289,9 @@ fn the_route_table_has_one_path_per_route_call_in_the_source() {
         let path = entry.expect("entry").path();
         if path.extension().and_then(|e| e.to_str()) == Some("rs") {
             let text = std::fs::read_to_string(&path).expect("read");
-            let n = text.matches(".route(").count();
+            // Unit tests of a module (its `#[cfg(test)]` tail) build probe routers of their own.
+            let served = text.split("#[cfg(test)]").next().unwrap_or_default();
+            let n = served.matches(".route(").count();
             calls += n;
             files.push(format!(
                 "{}: {n}",
