@@ -448,6 +448,12 @@ impl DirectoryCache {
         Ok(seen)
     }
 
+    /// Whether this replica has seen the authority marker (the deployment is finalized), so
+    /// that a refresh of a warm, unchanged directory is one point read. Never reverts.
+    pub fn authority_seen(&self) -> bool {
+        self.authority_seen.load(Ordering::Acquire)
+    }
+
     /// Brings the replica of `catalog_id` up to date (see the module docs for the protocol).
     /// On error the last-good snapshot stays published and is reported stale.
     pub async fn refresh(
