@@ -254,9 +254,10 @@ pub async fn claim_warehouse(
     }
     if !done {
         // Two lost races: whoever holds it now decides.
-        if let Some(e) = flotilla_parqdb::warehouse::claimed_by_other(store, policy, account, warehouse)
-            .await
-            .map_err(map)?
+        if let Some(e) =
+            flotilla_parqdb::warehouse::claimed_by_other(store, policy, account, warehouse)
+                .await
+                .map_err(map)?
         {
             return Err(map(e));
         }

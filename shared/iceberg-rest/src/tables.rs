@@ -51,7 +51,8 @@ pub async fn load_result(
     } else {
         None
     };
-    let (config, creds) = vending::render(&client_config(ctx, metadata.location()), vended.as_ref());
+    let (config, creds) =
+        vending::render(&client_config(ctx, metadata.location()), vended.as_ref());
     let mut v = json!({
         "metadata": metadata,
         "config": config,
@@ -123,9 +124,16 @@ pub async fn list_tables(
     let from_directory = token.is_some_and(|t| t.starts_with(DIRECTORY_TOKEN));
     if from_directory || token.is_none() {
         let (account, catalog_id) = crate::catalog::authorize_prefix(&caller.0, &prefix)?;
-        if let Some(v) =
-            list_from_directory(&state, account, catalog_id, &path, size, token, from_directory)
-                .await?
+        if let Some(v) = list_from_directory(
+            &state,
+            account,
+            catalog_id,
+            &path,
+            size,
+            token,
+            from_directory,
+        )
+        .await?
         {
             return Ok(Json(v).into_response());
         }

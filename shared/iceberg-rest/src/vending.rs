@@ -296,7 +296,10 @@ impl StsVending {
         let out = client
             .assume_role()
             .role_arn(&self.role_arn)
-            .role_session_name(format!("flotilla-iceberg-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]))
+            .role_session_name(format!(
+                "flotilla-iceberg-{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..16]
+            ))
             .policy(policy)
             .duration_seconds(i32::try_from(self.duration_secs).unwrap_or(3600))
             .send()
@@ -405,8 +408,16 @@ mod tests {
     fn the_session_policy_reaches_only_the_table_prefix() {
         let p = session_policy("bucket", "acme/lake/ns/t1/", Access::ReadWrite);
         let s = &p["Statement"];
-        assert_eq!(s[0]["Resource"], json!(["arn:aws:s3:::bucket/acme/lake/ns/t1/*"]));
-        assert!(s[0]["Action"].as_array().unwrap().contains(&json!("s3:PutObject")));
+        assert_eq!(
+            s[0]["Resource"],
+            json!(["arn:aws:s3:::bucket/acme/lake/ns/t1/*"])
+        );
+        assert!(
+            s[0]["Action"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("s3:PutObject"))
+        );
         assert_eq!(s[1]["Action"], json!(["s3:ListBucket"]));
         assert_eq!(
             s[1]["Condition"]["StringLike"]["s3:prefix"],
@@ -417,7 +428,8 @@ mod tests {
             for r in st["Resource"].as_array().unwrap() {
                 let r = r.as_str().unwrap();
                 assert!(
-                    r == "arn:aws:s3:::bucket" || r.starts_with("arn:aws:s3:::bucket/acme/lake/ns/t1/"),
+                    r == "arn:aws:s3:::bucket"
+                        || r.starts_with("arn:aws:s3:::bucket/acme/lake/ns/t1/"),
                     "{r}"
                 );
             }
@@ -431,7 +443,12 @@ mod tests {
     #[test]
     fn only_role_arns_configure_a_vendor() {
         assert!(StsVending::new("not-an-arn", 3600, None).is_err());
-        let v = StsVending::new("arn:aws:iam::123456789012:role/vend", 60, Some("http://127.0.0.1:5000".into())).unwrap();
+        let v = StsVending::new(
+            "arn:aws:iam::123456789012:role/vend",
+            60,
+            Some("http://127.0.0.1:5000".into()),
+        )
+        .unwrap();
         assert_eq!(v.duration_secs, 900);
         assert_eq!(v.client_config()["s3.endpoint"], "http://127.0.0.1:5000");
         assert_eq!(v.client_config()["s3.path-style-access"], "true");

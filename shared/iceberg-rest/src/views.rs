@@ -313,9 +313,22 @@ async fn current_view(
     }))
     .map_err(|e| unusable(e.to_string()))?;
     let built = match from_file {
-        Some(base) => ViewMetadataBuilder::new_from_metadata(base)
-            .set_current_version(version, schema)
-            .and_then(|b| b.build()),
+        Some(base) => {
+            let attempt = |allow_dropping_dialects: bool| {
+                let mut b = ViewMetadataBuilder::new_from_metadata(base.clone());
+                if allow_dropping_dialects {
+                    // `/v1` replaced the definitions outright (other dialects than the file's):
+                    // the record decides, as the property that permits it records.
+                    b = b.set_properties(HashMap::from([(
+                        "replace.drop-dialect.allowed".to_owned(),
+                        "true".to_owned(),
+                    )]))?;
+                }
+                b.set_current_version(version.clone(), schema.clone())?
+                    .build()
+            };
+            attempt(false).or_else(|_| attempt(true))
+        }
         None => {
             let location = match &rec.location {
                 Some(l) => l.clone(),

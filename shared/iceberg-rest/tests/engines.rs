@@ -68,13 +68,13 @@ async fn serve_with(s3: Option<&S3>) -> Served {
         Some(s3) => {
             // The host writes metadata with its own identity (the suite's moto keys); engines
             // get only what STS vends for one table.
-            let policy = flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(&root).unwrap();
+            let policy =
+                flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(&root).unwrap();
             let stores = flotilla_parqdb::store::DefaultWarehouseStores::new()
                 .with_s3_endpoint(s3.moto.clone())
                 .with_policy(policy);
-            let vending: Arc<dyn Vending> = Arc::new(
-                StsVending::new(ROLE, 3600, Some(s3.moto.clone())).expect("vending"),
-            );
+            let vending: Arc<dyn Vending> =
+                Arc::new(StsVending::new(ROLE, 3600, Some(s3.moto.clone())).expect("vending"));
             (
                 stack.state.with_index_stores(Arc::new(stores)),
                 Some(vending),
@@ -113,8 +113,8 @@ async fn serve_with(s3: Option<&S3>) -> Served {
         catalog["properties"] = json!({"warehouse": s3.warehouse});
     }
     let r = post("/v1/accounts/acme/catalogs", ACME, catalog)
-    .await
-    .unwrap();
+        .await
+        .unwrap();
     assert_eq!(r.status(), 201);
     Served {
         endpoint,
@@ -179,23 +179,36 @@ async fn pyiceberg_duckdb_and_isolation() {
 /// back, DuckDB reads and inserts, each with only the credentials vended through moto's STS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engines_on_moto_s3_with_vended_credentials() {
-    let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT")
-        .expect("FLOTILLA_MOTO_ENDPOINT is not set: the S3 engine test needs moto (scripts/test.sh)");
+    let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT").expect(
+        "FLOTILLA_MOTO_ENDPOINT is not set: the S3 engine test needs moto (scripts/test.sh)",
+    );
     // Vending must reach moto's STS, never AWS.
     let sts = std::env::var("AWS_ENDPOINT_URL_STS")
         .expect("AWS_ENDPOINT_URL_STS is not set: vending in tests must reach moto's STS");
-    assert!(sts.starts_with("http://127.0.0.1"), "STS endpoint {sts} is not local");
+    assert!(
+        sts.starts_with("http://127.0.0.1"),
+        "STS endpoint {sts} is not local"
+    );
     let bucket = "flotilla-iceberg-engines";
     let r = reqwest::Client::new()
         .put(format!("{moto}/{bucket}"))
         .send()
         .await
         .unwrap();
-    assert!(r.status().is_success() || r.status().as_u16() == 409, "create bucket: {}", r.status());
+    assert!(
+        r.status().is_success() || r.status().as_u16() == 409,
+        "create bucket: {}",
+        r.status()
+    );
     let s3 = S3 {
         warehouse: format!("s3://{bucket}/acme-{}/lake", uuid::Uuid::new_v4().simple()),
         moto,
     };
     let served = serve_with(Some(&s3)).await;
-    run_script_with(&served, "s3_vended_flow.py", &[("FLOTILLA_S3_WAREHOUSE", s3.warehouse.as_str())]).await;
+    run_script_with(
+        &served,
+        "s3_vended_flow.py",
+        &[("FLOTILLA_S3_WAREHOUSE", s3.warehouse.as_str())],
+    )
+    .await;
 }

@@ -5,6 +5,14 @@ and the S3 endpoint it answers in `config`."""
 import os
 
 import pyarrow as pa
+import pyarrow.fs
+
+# pyarrow 26 rejects moto 5.2's CompleteMultipartUpload answer ("error embedded in a 200 OK
+# response"), with any credentials, vended or static. A delayed open uploads a small file
+# with one PutObject instead; pyiceberg builds its S3 file system through this name at call
+# time, so the option reaches it. Nothing about credentials changes.
+_S3FileSystem = pyarrow.fs.S3FileSystem
+pyarrow.fs.S3FileSystem = lambda **kw: _S3FileSystem(allow_delayed_open=True, **kw)
 
 from common import TOKEN, URI, WAREHOUSE, catalog, check
 from duckdb_flow_lib import connect, rows
