@@ -167,10 +167,21 @@ async fn main() {
         Arc::new(tokens),
         Config::default(),
     );
+    // The host's warehouse root: the only local path the warehouse stores admit (as on
+    // `flotilla serve`).
+    let root = dir
+        .path()
+        .canonicalize()
+        .expect("tempdir")
+        .join("warehouse");
+    let policy =
+        flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(&root).expect("warehouse root");
+    let state = state
+        .with_index_stores(flotilla_core::service::index_catalogs::local_warehouse_stores(policy));
     let router = flotilla_iceberg_rest::router(
         state,
         IcebergConfig {
-            local_warehouse_root: Some(dir.path().join("warehouse")),
+            local_warehouse_root: Some(root),
             vending: None,
             ..Default::default()
         },
