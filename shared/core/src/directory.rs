@@ -691,6 +691,18 @@ impl flotilla_telemetry::Source for DirectoryCache {
 /// The catalog, its generation and (until a replica has seen it) the authority marker are
 /// read in one round trip, so a warm, unchanged directory costs one strong read.
 pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult<Value> {
+    Ok(get_view(state, account, catalog_id)
+        .await?
+        .to_api(catalog_id))
+}
+
+/// [`get`] without rendering: the published snapshot and its health, for callers that take
+/// part of the entries (the Iceberg endpoint's table listings). Same reads as [`get`].
+pub async fn get_view(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+) -> ApiResult<DirectoryView> {
     let generation = key(keys::directory_generation(catalog_id));
     let authority = key(keys::directory_authority());
     let mut wanted = vec![generation.clone()];
@@ -713,7 +725,7 @@ pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult
             Some(pre),
         )
         .await?;
-    Ok(view.to_api(catalog_id))
+    Ok(view)
 }
 
 /// Strong reads a caller made before refreshing: the generation and, when it asked, whether

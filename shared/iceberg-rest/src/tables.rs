@@ -187,33 +187,30 @@ async fn list_from_directory(
     {
         return Ok(None);
     }
-    let view = flotilla_core::directory::get(state, account, catalog_id)
+    let view = flotilla_core::directory::get_view(state, account, catalog_id)
         .await
         .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
-    let health = &view["health"];
-    if !continuing && (health["stale"] != json!(false) || health["mode"] != json!("AUTHORITATIVE"))
-    {
+    let fresh = !view.health.stale
+        && view.health.mode == flotilla_core::directory::ReplicaMode::Authoritative;
+    if !continuing && !fresh {
         return Ok(None);
     }
-    let segments = json!(path.segments());
-    let after = token
-        .and_then(|t| t.strip_prefix(DIRECTORY_TOKEN))
-        .map(str::to_owned);
+    let segments = path.segments();
+    let after = token.and_then(|t| t.strip_prefix(DIRECTORY_TOKEN));
     let mut in_namespace = false;
     let mut names: Vec<&str> = Vec::new();
     let mut more = false;
-    for e in view["entries"].as_array().into_iter().flatten() {
-        if e["namespace"] != segments {
+    // Entries are ordered by namespace, then name.
+    for e in &view.snapshot.entries {
+        if e.namespace.as_slice() != segments {
             continue;
         }
         in_namespace = true;
-        if e["kind"].as_str() != Some("TABLE") || e["format"].as_str() != Some(ICEBERG) {
+        if e.kind != RelationKind::Table || e.format.as_deref() != Some(ICEBERG) {
             continue;
         }
-        let Some(name) = e["name"].as_str() else {
-            continue;
-        };
-        if after.as_deref().is_some_and(|a| name <= a) {
+        let name = e.name.as_str();
+        if after.is_some_and(|a| name <= a) {
             continue;
         }
         if names.len() == size {
