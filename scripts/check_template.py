@@ -244,7 +244,22 @@ def self_test(path):
     def no_alarm(t):
         del t["Resources"]["ReconcilerThrottlesAlarm"]
 
-    cases = [(rename, "DirectoryRefreshFailed is not written"), (bad_value, "is never emitted"),
+    def vending_trusts_anyone(t):
+        st = t["Resources"]["IcebergVendingRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
+        st["Principal"] = {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}}
+
+    def vending_bucket_wide(t):
+        policy = t["Resources"]["IcebergVendingRole"]["Properties"]["Policies"][0]
+        policy["PolicyDocument"]["Statement"][0]["Resource"] = "arn:aws:s3:::*"
+
+    def assume_any_role(t):
+        st = t["Resources"]["IcebergVendingAssumePolicy"]["Properties"]["PolicyDocument"]["Statement"][0]
+        st["Resource"] = {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/*"}
+
+    cases = [(vending_trusts_anyone, "must trust exactly the api function's role"),
+             (vending_bucket_wide, "limited to the Iceberg warehouse bucket"),
+             (assume_any_role, "may assume the vending role and nothing else"),
+             (rename, "DirectoryRefreshFailed is not written"), (bad_value, "is never emitted"),
              (extra_dim, "is not emitted with dimensions"), (untraced, "active tracing"),
              (bad_graph, "ReconcileRunz is not written"), (no_alarm, "no alarm on ReconcilerFunction Throttles")]
     failed = 0
@@ -365,7 +380,37 @@ def check(template):
                     if "secret:flotilla/${Stage}/*" not in resource:
                         fail(errors, f"{name}: secrets access must be limited to flotilla/${{Stage}}/*")
 
+    check_iceberg_vending(resources, errors)
     return errors
+
+
+def check_iceberg_vending(resources, errors):
+    """The Iceberg vending role (docs/iceberg-rest.md): trusted by the api function's role
+    only, reaching only the Iceberg warehouse bucket; the api function may assume that role
+    and no other through the vending policy, and is told its ARN."""
+    role = resources.get("IcebergVendingRole")
+    if role is None:
+        fail(errors, "IcebergVendingRole is missing")
+        return
+    trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    principals = [st.get("Principal") for st in trust]
+    if principals != [{"AWS": {"Fn::GetAtt": ["ApiFunctionRole", "Arn"]}}] or any(
+            st.get("Action") != "sts:AssumeRole" for st in trust):
+        fail(errors, f"IcebergVendingRole: must trust exactly the api function's role, not {principals}")
+    for policy in role["Properties"].get("Policies", []):
+        for stmt in statements(policy):
+            resource = json.dumps(stmt.get("Resource"))
+            if "${IcebergWarehouseBucket}" not in resource:
+                fail(errors, f"IcebergVendingRole: access must be limited to the Iceberg warehouse bucket, not {resource}")
+    assume = resources.get("IcebergVendingAssumePolicy", {}).get("Properties", {})
+    grants = [st for st in assume.get("PolicyDocument", {}).get("Statement", [])]
+    if assume.get("Roles") != [{"Ref": "ApiFunctionRole"}] or [
+            (st.get("Action"), st.get("Resource")) for st in grants] != [
+            ("sts:AssumeRole", {"Fn::GetAtt": ["IcebergVendingRole", "Arn"]})]:
+        fail(errors, "IcebergVendingAssumePolicy: the api function may assume the vending role and nothing else")
+    env = resources.get("ApiFunction", {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
+    if "FLOTILLA_ICEBERG_VENDING_ROLE_ARN" not in env:
+        fail(errors, "ApiFunction: environment variable FLOTILLA_ICEBERG_VENDING_ROLE_ARN missing")
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ fn iceberg_config(warehouse_root: &std::path::Path) -> flotilla_iceberg_rest::Ic
     flotilla_iceberg_rest::IcebergConfig {
         local_warehouse_root: Some(root),
         vending: flotilla_iceberg_rest::vending::from_env(),
+        ..Default::default()
     }
 }
 

@@ -24,6 +24,7 @@ pub fn app(state: AppState, telemetry: Arc<LambdaTelemetry>) -> Router {
     let iceberg = flotilla_iceberg_rest::IcebergConfig {
         local_warehouse_root: None,
         vending: flotilla_iceberg_rest::vending::from_env(),
+        ..Default::default()
     };
     flotilla_iceberg_rest::router(state, iceberg)
         .layer(middleware::from_fn(principal_from_claims))

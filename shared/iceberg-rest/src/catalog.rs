@@ -40,6 +40,9 @@ pub struct IcebergConfig {
     /// Temporary storage credentials for `s3://` warehouses (STS `AssumeRole`), when the
     /// deployment configured a role.
     pub vending: Option<Arc<dyn Vending>>,
+    /// Warehouse tenant-prefix claims this process has confirmed (`(account, prefix)`): a
+    /// claim is only ever released with its account, so a confirmed one is not read again.
+    pub confirmed_claims: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
 }
 
 impl std::fmt::Debug for IcebergConfig {
@@ -87,20 +90,15 @@ impl Ctx {
         principal: Principal,
         prefix: &str,
     ) -> IcebergResult<Ctx> {
-        let (account, catalog_id) = prefix
-            .split_once('.')
-            .ok_or_else(|| IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"))?;
-        principal
-            .authorize_account(account)
-            .map_err(|e| match e.code {
-                Code::NotFound => IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"),
-                _ => IcebergError::from_api(e, Missing::Catalog),
-            })?;
+        let (account, catalog_id) = authorize_prefix(&principal, prefix)?;
         let catalog = catalogs::load(state.store.as_ref(), account, catalog_id)
             .await
             .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?
             .value;
         let warehouse = resolve_warehouse(config, &catalog)?;
+        if catalog.properties.contains_key("warehouse") {
+            claim_warehouse(state, config, account, &warehouse).await?;
+        }
         Ok(Ctx {
             state: state.clone(),
             config: config.clone(),
@@ -148,6 +146,24 @@ impl Ctx {
     }
 }
 
+/// Splits `<account>.<catalog id>` and checks the principal may act in that account,
+/// before anything of the catalog is read.
+pub fn authorize_prefix<'a>(
+    principal: &Principal,
+    prefix: &'a str,
+) -> IcebergResult<(&'a str, &'a str)> {
+    let (account, catalog_id) = prefix
+        .split_once('.')
+        .ok_or_else(|| IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"))?;
+    principal
+        .authorize_account(account)
+        .map_err(|e| match e.code {
+            Code::NotFound => IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"),
+            _ => IcebergError::from_api(e, Missing::Catalog),
+        })?;
+    Ok((account, catalog_id))
+}
+
 pub fn prefix_of(account: &str, catalog_id: &str) -> String {
     format!("{account}.{catalog_id}")
 }
@@ -184,6 +200,74 @@ pub fn resolve_warehouse(
     Warehouse::parse(&uri).map_err(|e| {
         IcebergError::bad_request(format!("the catalog's warehouse is not usable: {}", e.0))
     })
+}
+
+/// Binds the tenant prefix of a catalog's own `warehouse` property to the catalog's
+/// account, the same claim ParqDB index catalogs make (`flotilla_parqdb::warehouse`): the
+/// first account to use a prefix holds it, and the endpoint refuses (`403`) to serve any other
+/// account's catalog whose warehouse lies in it, so two accounts never share table files
+/// or credentials. The claim is made on the catalog's first use through this endpoint (the
+/// only door that writes to that warehouse), with an absence condition, so of two accounts
+/// racing for one prefix exactly one wins. Host-assigned warehouses (no property) are per
+/// account and catalog already and claim nothing.
+pub async fn claim_warehouse(
+    state: &AppState,
+    config: &IcebergConfig,
+    account: &str,
+    warehouse: &Warehouse,
+) -> IcebergResult<()> {
+    use flotilla_parqdb::error::IndexCatalogError as E;
+    let policy = state.index_stores.policy();
+    let prefix = policy
+        .tenant_prefix(warehouse)
+        .map_err(|e| IcebergError::bad_request(format!("the catalog's warehouse: {}", e.0)))?;
+    let confirmed = (account.to_owned(), prefix);
+    if config
+        .confirmed_claims
+        .lock()
+        .is_ok_and(|c| c.contains(&confirmed))
+    {
+        return Ok(());
+    }
+    let map = |e: E| match e {
+        E::WarehouseNotAllowed { message } => IcebergError::forbidden(message),
+        E::InvalidArgument { message } => IcebergError::bad_request(message),
+        other => IcebergError::unavailable(other),
+    };
+    let store = state.store.as_ref();
+    let mut done = false;
+    for _ in 0..2 {
+        let ops = flotilla_parqdb::warehouse::claim_ops(store, policy, account, warehouse)
+            .await
+            .map_err(map)?;
+        let mut tx = flotilla_metastore::Transaction::new();
+        for op in ops {
+            tx.push(op);
+        }
+        match store.transact(tx).await {
+            Ok(()) => {
+                done = true;
+                break;
+            }
+            // Another account (or a concurrent request of ours) wrote the claim: re-read.
+            Err(flotilla_metastore::MetastoreError::ConditionFailed { .. }) => continue,
+            Err(e) => return Err(IcebergError::unavailable(e)),
+        }
+    }
+    if !done {
+        // Two lost races: whoever holds it now decides.
+        if let Some(e) =
+            flotilla_parqdb::warehouse::claimed_by_other(store, policy, account, warehouse)
+                .await
+                .map_err(map)?
+        {
+            return Err(map(e));
+        }
+    }
+    if let Ok(mut c) = config.confirmed_claims.lock() {
+        c.insert(confirmed);
+    }
+    Ok(())
 }
 
 // ---- paging ---------------------------------------------------------------------------
@@ -270,8 +354,17 @@ pub async fn get_config(
     };
     // A catalog whose warehouse is unusable is reported now rather than at the first write.
     let wh = resolve_warehouse(&config, &catalog)?;
+    if catalog.properties.contains_key("warehouse") {
+        claim_warehouse(&state, &config, account, &wh).await?;
+    }
     let mut overrides = BTreeMap::new();
-    overrides.insert("prefix", prefix_of(account, &catalog.id));
+    // An S3-compatible endpoint (moto, MinIO) is an override, as real catalogs answer it.
+    if wh.as_str().starts_with("s3://")
+        && let Some(v) = &config.vending
+    {
+        overrides.extend(v.client_config());
+    }
+    overrides.insert("prefix".to_owned(), prefix_of(account, &catalog.id));
     Ok(Json(json!({
         "defaults": {"warehouse": wh.as_str().trim_end_matches('/')},
         "overrides": overrides,

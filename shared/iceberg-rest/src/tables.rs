@@ -44,13 +44,15 @@ pub async fn load_result(
     headers: &HeaderMap,
     metadata_location: Option<&str>,
     metadata: &TableMetadata,
+    access: vending::Access,
 ) -> IcebergResult<Value> {
     let vended = if vending::wants_vended(headers) {
-        vend(ctx, metadata.location()).await?
+        vend(ctx, metadata.location(), access, false).await?
     } else {
         None
     };
-    let (config, creds) = vending::render(vended.as_ref());
+    let (config, creds) =
+        vending::render(&client_config(ctx, metadata.location()), vended.as_ref());
     let mut v = json!({
         "metadata": metadata,
         "config": config,
@@ -64,12 +66,34 @@ pub async fn load_result(
     Ok(v)
 }
 
-async fn vend(ctx: &Ctx, location: &str) -> IcebergResult<Option<vending::Vended>> {
+/// Non-secret storage client settings (an S3-compatible endpoint) for an `s3://` location.
+pub fn client_config(ctx: &Ctx, location: &str) -> std::collections::BTreeMap<String, String> {
+    match &ctx.config.vending {
+        Some(v) if location.starts_with("s3://") => v.client_config(),
+        _ => Default::default(),
+    }
+}
+
+/// What credentials for a relation may do: an overlay-managed relation is read-only here.
+pub fn access_of(rec: &flotilla_domain::model::RelationRecord) -> vending::Access {
+    if rec.managed_by.is_some() {
+        vending::Access::ReadOnly
+    } else {
+        vending::Access::ReadWrite
+    }
+}
+
+async fn vend(
+    ctx: &Ctx,
+    location: &str,
+    access: vending::Access,
+    fresh: bool,
+) -> IcebergResult<Option<vending::Vended>> {
     if !location.starts_with("s3://") {
         return Ok(None);
     }
     match &ctx.config.vending {
-        Some(v) => v.vend(location).await,
+        Some(v) => v.vend(location, access, fresh).await,
         None => Ok(None),
     }
 }
@@ -82,7 +106,10 @@ pub struct IdentParams {
     pub snapshots: Option<String>,
 }
 
-// ---- list -----------------------------------------------------------------------------
+// ---- list ----------------------------------------------------------------------------
+
+/// Page tokens of listings served from the directory replica: the last name of the page.
+const DIRECTORY_TOKEN: &str = "dir1.";
 
 pub async fn list_tables(
     State(state): State<AppState>,
@@ -91,16 +118,35 @@ pub async fn list_tables(
     Path((prefix, ns)): Path<(String, String)>,
     Query(q): Query<PageParams>,
 ) -> IcebergResult<Response> {
-    let ctx = ctx(&state, &config, caller, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    let size = q.size()?;
+    let token = q.token();
+    let from_directory = token.is_some_and(|t| t.starts_with(DIRECTORY_TOKEN));
+    if from_directory || token.is_none() {
+        let (account, catalog_id) = crate::catalog::authorize_prefix(&caller.0, &prefix)?;
+        if let Some(v) = list_from_directory(
+            &state,
+            account,
+            catalog_id,
+            &path,
+            size,
+            token,
+            from_directory,
+        )
+        .await?
+        {
+            return Ok(Json(v).into_response());
+        }
+    }
+    let ctx = ctx(&state, &config, caller, &prefix).await?;
     let page = relations::list(
         &state,
         &ctx.account,
         ctx.catalog_id(),
         &path,
         RelationKind::Table,
-        q.size()?,
-        q.token(),
+        size,
+        token,
     )
     .await
     .map_err(|e| IcebergError::from_api(e, Missing::Namespace))?;
@@ -117,6 +163,79 @@ pub async fn list_tables(
         Json(json!({"identifiers": identifiers, "next-page-token": page["next_page_token"]}))
             .into_response(),
     )
+}
+
+/// A table listing from the directory replica (`docs/directory.md`), when the deployment is
+/// finalized: a warm, unchanged directory answers after one round trip (the catalog and the
+/// generation), whatever the number of tables. `None`: not finalized, or the replica is
+/// stale, so the caller lists from the metastore. A page token of this path is always
+/// answered here (from the last-good snapshot if need be), so paging never mixes sources.
+async fn list_from_directory(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    path: &NamespacePath,
+    size: usize,
+    token: Option<&str>,
+    continuing: bool,
+) -> IcebergResult<Option<Value>> {
+    if !continuing
+        && !state.directory.authority_seen()
+        && !flotilla_core::directory::authority_enabled(state.store.as_ref())
+            .await
+            .map_err(IcebergError::unavailable)?
+    {
+        return Ok(None);
+    }
+    let view = flotilla_core::service::directory::get_view(state, account, catalog_id)
+        .await
+        .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
+    let fresh = !view.health.stale
+        && view.health.mode == flotilla_core::directory::ReplicaMode::Authoritative;
+    if !continuing && !fresh {
+        return Ok(None);
+    }
+    let segments = path.segments();
+    let after = token.and_then(|t| t.strip_prefix(DIRECTORY_TOKEN));
+    let mut in_namespace = false;
+    let mut names: Vec<&str> = Vec::new();
+    let mut more = false;
+    // Entries are ordered by namespace, then name.
+    for e in &view.snapshot.entries {
+        if e.namespace.as_slice() != segments {
+            continue;
+        }
+        in_namespace = true;
+        if e.kind != RelationKind::Table || e.format.as_deref() != Some(ICEBERG) {
+            continue;
+        }
+        let name = e.name.as_str();
+        if after.is_some_and(|a| name <= a) {
+            continue;
+        }
+        if names.len() == size {
+            more = true;
+            break;
+        }
+        names.push(name);
+    }
+    if !in_namespace {
+        // Nothing of this namespace in the directory: it may still exist, empty.
+        flotilla_core::service::namespaces::require(state.store.as_ref(), catalog_id, path)
+            .await
+            .map_err(|e| IcebergError::from_api(e, Missing::Namespace))?;
+    }
+    let next = match (more, names.last()) {
+        (true, Some(last)) => json!(format!("{DIRECTORY_TOKEN}{last}")),
+        _ => Value::Null,
+    };
+    let identifiers: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"namespace": segments, "name": n}))
+        .collect();
+    Ok(Some(
+        json!({"identifiers": identifiers, "next-page-token": next}),
+    ))
 }
 
 // ---- create ---------------------------------------------------------------------------
@@ -186,7 +305,7 @@ pub async fn create_table(
         .metadata;
     if req.stage_create {
         // Nothing is published: the engine commits the table with `assert-create`.
-        let v = load_result(&ctx, &headers, None, &metadata).await?;
+        let v = load_result(&ctx, &headers, None, &metadata, vending::Access::ReadWrite).await?;
         return Ok(Json(v).into_response());
     }
     let store = ctx.store()?;
@@ -214,7 +333,14 @@ pub async fn create_table(
         }
         return Err(api(e));
     }
-    let v = load_result(&ctx, &headers, Some(&location), &metadata).await?;
+    let v = load_result(
+        &ctx,
+        &headers,
+        Some(&location),
+        &metadata,
+        vending::Access::ReadWrite,
+    )
+    .await?;
     Ok(Json(v).into_response())
 }
 
@@ -236,9 +362,9 @@ pub async fn load_table(
     {
         return Err(IcebergError::bad_request("snapshots must be all or refs"));
     }
-    let (_, loc) = commit::require_table(&ctx, &path, &table).await?;
+    let (rec, loc) = commit::require_table(&ctx, &path, &table).await?;
     let metadata = commit::read_metadata(&ctx, &loc).await?;
-    let v = load_result(&ctx, &headers, Some(&loc), &metadata).await?;
+    let v = load_result(&ctx, &headers, Some(&loc), &metadata, access_of(&rec.value)).await?;
     Ok(Json(v).into_response())
 }
 
@@ -270,8 +396,9 @@ pub async fn load_credentials(
             .location()
             .to_owned(),
     };
-    let vended = vend(&ctx, &location).await?;
-    let (_, creds) = vending::render(vended.as_ref());
+    // Renewal: always fresh credentials, never the cached ones being replaced.
+    let vended = vend(&ctx, &location, access_of(&rec.value), true).await?;
+    let (_, creds) = vending::render(&client_config(&ctx, &location), vended.as_ref());
     Ok(Json(json!({"storage-credentials": creds})).into_response())
 }
 
@@ -512,6 +639,13 @@ pub async fn register_table(
     )
     .await
     .map_err(api)?;
-    let v = load_result(&ctx, &headers, Some(&req.metadata_location), &metadata).await?;
+    let v = load_result(
+        &ctx,
+        &headers,
+        Some(&req.metadata_location),
+        &metadata,
+        vending::Access::ReadWrite,
+    )
+    .await?;
     Ok(Json(v).into_response())
 }

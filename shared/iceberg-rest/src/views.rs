@@ -162,10 +162,6 @@ fn view_fields(
     Ok((schema, definitions, ns))
 }
 
-fn load_view_result(location: &str, metadata: &ViewMetadata) -> Value {
-    json!({"metadata-location": location, "metadata": metadata, "config": {}})
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "kebab-case")]
 struct CreateViewRequest {
@@ -260,19 +256,106 @@ pub async fn create_view(
         }
         Err(e) => return Err(api(e.into())),
     }
-    Ok(Json(load_view_result(&metadata_location, &metadata)).into_response())
+    Ok(Json(load_view_result(Some(&metadata_location), &metadata)).into_response())
 }
 
-fn view_location(rec: &RelationRecord) -> IcebergResult<String> {
-    rec.metadata_location.clone().ok_or_else(|| {
-        IcebergError::no_such(
-            Missing::View,
-            format!(
-                "view {}.{} has no Iceberg view metadata (created through the JSON API)",
-                rec.namespace, rec.name
-            ),
-        )
-    })
+/// The view's Iceberg metadata, with the relation record as the truth, so that one view has
+/// two doors: a view created through `/v1` (no metadata file) is described from its record
+/// (schema, SQL per dialect, default namespace; its uuid is its id), and a view whose
+/// definitions `/v1` changed after the endpoint wrote its file gets the record's definition
+/// as a new current version on top of the file's history. The location is `None` when no
+/// file describes the answer yet (the next replace writes one).
+async fn current_view(
+    ctx: &Ctx,
+    rec: &RelationRecord,
+) -> IcebergResult<(Option<String>, ViewMetadata)> {
+    let from_file = match &rec.metadata_location {
+        Some(loc) => {
+            let m = read_view_metadata(ctx, loc).await?;
+            let (_, definitions, default_ns) = view_fields(&m)?;
+            let same = json!(definitions) == json!(rec.definitions)
+                && default_ns == rec.default_namespace.clone().unwrap_or_default();
+            if same {
+                return Ok((Some(loc.clone()), m));
+            }
+            Some(m)
+        }
+        None => None,
+    };
+    let unusable = |why: String| {
+        IcebergError::bad_request(format!(
+            "view {}.{} cannot be described as an Iceberg view: {why}",
+            rec.namespace, rec.name
+        ))
+    };
+    if rec.definitions.is_empty() {
+        return Err(unusable("it has no SQL definition".into()));
+    }
+    let schema: Schema = serde_json::from_value(rec.schema.clone())
+        .map_err(|e| unusable(format!("its schema is not an Iceberg schema ({e})")))?;
+    let timestamp_ms = time::OffsetDateTime::parse(
+        &rec.update_time,
+        &time::format_description::well_known::Rfc3339,
+    )
+    .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+    .unwrap_or(0);
+    let version: ViewVersion = serde_json::from_value(json!({
+        "version-id": 1,
+        "schema-id": schema.schema_id(),
+        "timestamp-ms": timestamp_ms,
+        "summary": {"engine-name": "flotilla"},
+        "representations": rec.definitions.iter().map(|d| json!({
+            "type": "sql", "sql": d.sql, "dialect": d.dialect,
+        })).collect::<Vec<_>>(),
+        "default-namespace": rec.default_namespace.clone().unwrap_or_default(),
+    }))
+    .map_err(|e| unusable(e.to_string()))?;
+    let built = match from_file {
+        Some(base) => {
+            let attempt = |allow_dropping_dialects: bool| {
+                let mut b = ViewMetadataBuilder::new_from_metadata(base.clone());
+                if allow_dropping_dialects {
+                    // `/v1` replaced the definitions outright (other dialects than the file's):
+                    // the record decides, as the property that permits it records.
+                    b = b.set_properties(HashMap::from([(
+                        "replace.drop-dialect.allowed".to_owned(),
+                        "true".to_owned(),
+                    )]))?;
+                }
+                b.set_current_version(version.clone(), schema.clone())?
+                    .build()
+            };
+            attempt(false).or_else(|_| attempt(true))
+        }
+        None => {
+            let location = match &rec.location {
+                Some(l) => l.clone(),
+                None => crate::commit::table_location(ctx, &rec.namespace, &rec.name, None)?,
+            };
+            let uuid = uuid::Uuid::parse_str(&rec.id).unwrap_or_else(|_| uuid::Uuid::new_v4());
+            ViewMetadataBuilder::new(
+                location,
+                schema,
+                version,
+                ViewFormatVersion::V1,
+                HashMap::new(),
+            )
+            .map(|b| b.assign_uuid(uuid))
+            .and_then(|b| b.build())
+        }
+    };
+    let metadata = built
+        .map_err(|e| unusable(e.message().to_owned()))?
+        .metadata;
+    Ok((None, metadata))
+}
+
+fn load_view_result(location: Option<&str>, metadata: &ViewMetadata) -> Value {
+    let mut v = json!({"metadata": metadata, "config": {}});
+    if let Some(l) = location {
+        v["metadata-location"] = json!(l);
+    }
+    v
 }
 
 pub async fn load_view(
@@ -284,9 +367,8 @@ pub async fn load_view(
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
     let rec = load_view_record(&ctx, &path, &view).await?;
-    let loc = view_location(&rec.value)?;
-    let metadata = read_view_metadata(&ctx, &loc).await?;
-    Ok(Json(load_view_result(&loc, &metadata)).into_response())
+    let (loc, metadata) = current_view(&ctx, &rec.value).await?;
+    Ok(Json(load_view_result(loc.as_deref(), &metadata)).into_response())
 }
 
 pub async fn view_exists(
@@ -353,8 +435,8 @@ pub async fn replace_view(
         if rec.value.managed_by.is_some() {
             return Err(api(relations::managed_error(&rec.value)));
         }
-        let loc = view_location(&rec.value)?;
-        let base = read_view_metadata(&ctx, &loc).await?;
+        let (loc, base) = current_view(&ctx, &rec.value).await?;
+        let loc = loc.or_else(|| rec.value.metadata_location.clone());
         for r in &req.requirements {
             let ViewRequirement::AssertViewUuid { uuid } = r;
             if *uuid != base.uuid() {
@@ -374,7 +456,7 @@ pub async fn replace_view(
             .build()
             .map_err(|e| IcebergError::bad_request(format!("invalid view: {}", e.message())))?
             .metadata;
-        let new_loc = write_view_metadata(&ctx, Some(&loc), &metadata).await?;
+        let new_loc = write_view_metadata(&ctx, loc.as_deref(), &metadata).await?;
         let (schema, definitions, default_ns) = view_fields(&metadata)?;
         let mut next = rec.value.clone();
         next.schema = schema;
@@ -392,7 +474,9 @@ pub async fn replace_view(
             ))
             .with(directory_bump(ctx.catalog_id()).map_err(api)?);
         match store.transact(tx).await {
-            Ok(()) => return Ok(Json(load_view_result(&new_loc, &metadata)).into_response()),
+            Ok(()) => {
+                return Ok(Json(load_view_result(Some(&new_loc), &metadata)).into_response());
+            }
             Err(e) if is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
             Err(e) if e.is_outcome_unknown() => {
                 return Err(IcebergError::commit_state_unknown(e));

@@ -87,6 +87,7 @@ async fn setup() -> Env {
         IcebergConfig {
             local_warehouse_root: Some(root),
             vending: None,
+            ..Default::default()
         },
     );
     for a in ["acme", "other"] {

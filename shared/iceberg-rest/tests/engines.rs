@@ -1,16 +1,22 @@
 //! Real engines against the endpoint: pyiceberg and DuckDB (pinned in `scripts/test.sh`,
 //! run from `FLOTILLA_ENGINES_PYTHON`) drive the router `flotilla serve` runs, on redb, over
 //! loopback HTTP. The scripts live in `tests/engines/`; each exits non-zero on a failed check.
+//!
+//! The second test puts the warehouse on moto S3 and vends credentials through moto's STS;
+//! the engines run with every `AWS_*` variable removed, so the vended keys are all they have.
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 
 use flotilla_iceberg_rest::IcebergConfig;
+use flotilla_iceberg_rest::vending::{StsVending, Vending};
 use serde_json::{Value, json};
 
 const OPERATOR: &str = "engines-operator-token";
 const ACME: &str = "engines-acme-token-0001";
 const OTHER: &str = "engines-other-token-0002";
+const ROLE: &str = "arn:aws:iam::123456789012:role/flotilla-iceberg-vending";
 
 fn python() -> PathBuf {
     let p = std::env::var("FLOTILLA_ENGINES_PYTHON").expect(
@@ -24,7 +30,18 @@ struct Served {
     _dir: tempfile::TempDir,
 }
 
+/// Where the catalog keeps its tables: the host's local warehouse root, or moto S3 with
+/// STS vending.
+struct S3 {
+    moto: String,
+    warehouse: String,
+}
+
 async fn serve() -> Served {
+    serve_with(None).await
+}
+
+async fn serve_with(s3: Option<&S3>) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.json");
     std::fs::write(
@@ -45,11 +62,31 @@ async fn serve() -> Served {
         warehouse_root: None,
     };
     let stack = flotilla_runtime::local::build(&opts).expect("local stack");
+    let root = opts.warehouse_root().canonicalize().unwrap();
+    let (state, vending) = match s3 {
+        None => (stack.state, None),
+        Some(s3) => {
+            // The host writes metadata with its own identity (the suite's moto keys); engines
+            // get only what STS vends for one table.
+            let policy =
+                flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(&root).unwrap();
+            let stores = flotilla_parqdb::store::DefaultWarehouseStores::new()
+                .with_s3_endpoint(s3.moto.clone())
+                .with_policy(policy);
+            let vending: Arc<dyn Vending> =
+                Arc::new(StsVending::new(ROLE, 3600, Some(s3.moto.clone())).expect("vending"));
+            (
+                stack.state.with_index_stores(Arc::new(stores)),
+                Some(vending),
+            )
+        }
+    };
     let app = flotilla_iceberg_rest::router(
-        stack.state,
+        state,
         IcebergConfig {
-            local_warehouse_root: Some(opts.warehouse_root().canonicalize().unwrap()),
-            vending: None,
+            local_warehouse_root: Some(root),
+            vending,
+            ..Default::default()
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -71,13 +108,13 @@ async fn serve() -> Served {
             .unwrap();
         assert_eq!(r.status(), 201);
     }
-    let r = post(
-        "/v1/accounts/acme/catalogs",
-        ACME,
-        json!({"display_name": "lake"}),
-    )
-    .await
-    .unwrap();
+    let mut catalog = json!({"display_name": "lake"});
+    if let Some(s3) = s3 {
+        catalog["properties"] = json!({"warehouse": s3.warehouse});
+    }
+    let r = post("/v1/accounts/acme/catalogs", ACME, catalog)
+        .await
+        .unwrap();
     assert_eq!(r.status(), 201);
     Served {
         endpoint,
@@ -86,6 +123,10 @@ async fn serve() -> Served {
 }
 
 async fn run_script(served: &Served, script: &str) {
+    run_script_with(served, script, &[]).await
+}
+
+async fn run_script_with(served: &Served, script: &str, extra: &[(&str, &str)]) {
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/engines");
     let mut cmd = Command::new(python());
     cmd.arg(scripts.join(script))
@@ -98,6 +139,19 @@ async fn run_script(served: &Served, script: &str) {
         .env("FLOTILLA_OTHER_TOKEN", OTHER)
         .env("FLOTILLA_WAREHOUSE", "acme/lake")
         .env("PYTHONDONTWRITEBYTECODE", "1");
+    // No static key, no ambient AWS configuration: an engine reaches storage only with what
+    // the catalog vends (or, on a file:// warehouse, needs nothing).
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
     // The server runs on this test's runtime: wait for the script off its threads.
     let out = tokio::task::spawn_blocking(move || cmd.output())
         .await
@@ -119,4 +173,42 @@ async fn pyiceberg_duckdb_and_isolation() {
     run_script(&served, "pyiceberg_flow.py").await;
     run_script(&served, "duckdb_flow.py").await;
     run_script(&served, "cross_account.py").await;
+}
+
+/// The same engines with the warehouse on moto S3: pyiceberg creates, appends and reads
+/// back, DuckDB reads and inserts, each with only the credentials vended through moto's STS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engines_on_moto_s3_with_vended_credentials() {
+    let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT").expect(
+        "FLOTILLA_MOTO_ENDPOINT is not set: the S3 engine test needs moto (scripts/test.sh)",
+    );
+    // Vending must reach moto's STS, never AWS.
+    let sts = std::env::var("AWS_ENDPOINT_URL_STS")
+        .expect("AWS_ENDPOINT_URL_STS is not set: vending in tests must reach moto's STS");
+    assert!(
+        sts.starts_with("http://127.0.0.1"),
+        "STS endpoint {sts} is not local"
+    );
+    let bucket = "flotilla-iceberg-engines";
+    let r = reqwest::Client::new()
+        .put(format!("{moto}/{bucket}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        r.status().is_success() || r.status().as_u16() == 409,
+        "create bucket: {}",
+        r.status()
+    );
+    let s3 = S3 {
+        warehouse: format!("s3://{bucket}/acme-{}/lake", uuid::Uuid::new_v4().simple()),
+        moto,
+    };
+    let served = serve_with(Some(&s3)).await;
+    run_script_with(
+        &served,
+        "s3_vended_flow.py",
+        &[("FLOTILLA_S3_WAREHOUSE", s3.warehouse.as_str())],
+    )
+    .await;
 }

@@ -2,32 +2,9 @@
 lists tables, reads the rows pyiceberg wrote and inserts rows. Extensions are loaded from
 the installed pip packages' files; nothing is downloaded."""
 
-import glob
-import os
-import site
-
-import duckdb
 
 from common import TOKEN, URI, WAREHOUSE, catalog, check
-
-
-def extension(name):
-    for root in site.getsitepackages():
-        found = glob.glob(os.path.join(root, f"duckdb_extension_{name}", "extensions", "*", f"{name}.duckdb_extension"))
-        if found:
-            return found[0]
-    raise AssertionError(f"the {name} extension package is not installed")
-
-
-def connect():
-    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
-    for name in ["httpfs", "avro", "iceberg"]:
-        con.execute(f"LOAD '{extension(name)}'")
-    return con
-
-
-def rows(con, sql):
-    return sorted(con.execute(sql).fetchall())
+from duckdb_flow_lib import connect, rows
 
 
 # OAuth2 client credentials: the client secret is the Flotilla token.

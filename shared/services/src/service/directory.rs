@@ -2,7 +2,7 @@
 //! authority marker) and a catalog's directory read from the state's replica. The replica
 //! itself, the generation and the marker's format are `flotilla_directory`.
 
-use flotilla_directory::{AuthorityRecord, AuthorityStatus, Prefetched};
+use flotilla_directory::{AuthorityRecord, AuthorityStatus, DirectoryView, Prefetched};
 use flotilla_domain::keys;
 use flotilla_metastore::{Consistency, Op, Transaction};
 use serde_json::{Value, json};
@@ -75,6 +75,18 @@ pub async fn finalize(
 /// The catalog, its generation and (until a replica has seen it) the authority marker are
 /// read in one round trip, so a warm, unchanged directory costs one strong read.
 pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult<Value> {
+    Ok(get_view(state, account, catalog_id)
+        .await?
+        .to_api(catalog_id))
+}
+
+/// [`get`] without rendering: the published snapshot and its health, for callers that take
+/// part of the entries (the Iceberg endpoint's table listings). Same reads as [`get`].
+pub async fn get_view(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+) -> ApiResult<DirectoryView> {
     let generation = keys::directory_generation(catalog_id);
     let authority = keys::directory_authority();
     let mut wanted = vec![generation.clone()];
@@ -97,5 +109,5 @@ pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult
             Some(pre),
         )
         .await?;
-    Ok(view.to_api(catalog_id))
+    Ok(view)
 }
