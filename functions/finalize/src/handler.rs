@@ -1,6 +1,6 @@
 //! The finalize handler, separate from `main` so tests call it on a local state.
 
-use flotilla_base::error::ApiError;
+use flotilla_base::error::Error;
 use flotilla_directory::{AuthorityStatus, FinalizeRequest};
 use flotilla_services::AppState;
 use flotilla_services::service::directory;
@@ -12,18 +12,18 @@ pub type FinalizeEvent = FinalizeRequest;
 /// failure only the generic message (the detail is logged under an `error_id`).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct HandlerError(ApiError);
+pub struct HandlerError(Error);
 
-impl From<ApiError> for HandlerError {
-    fn from(e: ApiError) -> Self {
+impl From<Error> for HandlerError {
+    fn from(e: Error) -> Self {
         // Logs a 5xx detail under its error id; a refusal is the caller's to read.
-        let _ = e.to_parts();
+        let _ = flotilla_http_status::to_parts(&e);
         HandlerError(e)
     }
 }
 
 impl HandlerError {
-    pub fn api(&self) -> &ApiError {
+    pub fn api(&self) -> &Error {
         &self.0
     }
 }
@@ -33,7 +33,7 @@ impl HandlerError {
 impl From<HandlerError> for lambda_runtime::Diagnostic {
     fn from(e: HandlerError) -> Self {
         lambda_runtime::Diagnostic {
-            error_type: e.0.code.as_str().to_owned(),
+            error_type: e.0.kind.as_str().to_owned(),
             error_message: e.0.message.clone(),
         }
     }
@@ -66,7 +66,7 @@ mod tests {
     use std::sync::Arc;
 
     use flotilla_base::clock::SystemClock;
-    use flotilla_base::error::Code;
+    use flotilla_base::error::ErrorKind;
     use flotilla_metastore::redb_store::RedbMetastore;
     use flotilla_runtime::aws::ClaimsOnly;
     use flotilla_services::{AppState, Config};
@@ -98,7 +98,7 @@ mod tests {
             r#"{"acknowledge_writer_rollout": true, "acknowledge_quiescent_writes": false}"#,
         ] {
             let err = handle(&state, event(e)).await.expect_err("refused");
-            assert_eq!(err.api().code, Code::FailedPrecondition);
+            assert_eq!(err.api().kind, ErrorKind::FailedPrecondition);
             assert!(err.to_string().starts_with("FAILED_PRECONDITION"), "{err}");
         }
         assert!(

@@ -2,7 +2,7 @@
 //! with it the directory replica) is borrowed, so it outlives every invocation of a warm
 //! container.
 
-use flotilla_base::error::ApiError;
+use flotilla_base::error::Error;
 use flotilla_services::AppState;
 use flotilla_services::auth::Principal;
 use flotilla_services::service::directory;
@@ -20,17 +20,17 @@ pub struct QueryEvent {
 /// A failed invocation: the API error code and message (5xx detail only in the log).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct HandlerError(ApiError);
+pub struct HandlerError(Error);
 
-impl From<ApiError> for HandlerError {
-    fn from(e: ApiError) -> Self {
-        let _ = e.to_parts();
+impl From<Error> for HandlerError {
+    fn from(e: Error) -> Self {
+        let _ = flotilla_http_status::to_parts(&e);
         HandlerError(e)
     }
 }
 
 impl HandlerError {
-    pub fn api(&self) -> &ApiError {
+    pub fn api(&self) -> &Error {
         &self.0
     }
 }
@@ -38,7 +38,7 @@ impl HandlerError {
 impl From<HandlerError> for lambda_runtime::Diagnostic {
     fn from(e: HandlerError) -> Self {
         lambda_runtime::Diagnostic {
-            error_type: e.0.code.as_str().to_owned(),
+            error_type: e.0.kind.as_str().to_owned(),
             error_message: e.0.message.clone(),
         }
     }
@@ -66,7 +66,7 @@ mod tests {
     use std::sync::Arc;
 
     use flotilla_base::clock::SystemClock;
-    use flotilla_base::error::Code;
+    use flotilla_base::error::ErrorKind;
     use flotilla_domain::names::NamespacePath;
     use flotilla_metastore::metrics::CountingMetastore;
     use flotilla_metastore::redb_store::RedbMetastore;
@@ -211,18 +211,18 @@ mod tests {
         let mut e = event(&f);
         e.catalog_id = "nosuchcatalog".into();
         let err = handle(&f.state, e).await.expect_err("missing");
-        assert_eq!(err.api().code, Code::NotFound);
+        assert_eq!(err.api().kind, ErrorKind::NotFound);
         let mut e = event(&f);
         e.account_id = "beta".into();
         assert_eq!(
-            handle(&f.state, e).await.expect_err("foreign").api().code,
-            Code::NotFound
+            handle(&f.state, e).await.expect_err("foreign").api().kind,
+            ErrorKind::NotFound
         );
         let mut e = event(&f);
         e.account_id = "Not An Id".into();
         assert_eq!(
-            handle(&f.state, e).await.expect_err("bad id").api().code,
-            Code::NotFound
+            handle(&f.state, e).await.expect_err("bad id").api().kind,
+            ErrorKind::NotFound
         );
     }
 

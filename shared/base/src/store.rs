@@ -13,14 +13,14 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiResult, Error};
 
 /// How many times a protocol re-reads and retries after losing a race or a retryable
 /// backend failure before answering `503`/`409`.
 pub const MAX_ATTEMPTS: usize = 8;
 
 pub fn to_body<T: Serialize>(v: &T) -> ApiResult<Vec<u8>> {
-    serde_json::to_vec(v).map_err(|e| ApiError::internal(format!("encode: {e}")))
+    serde_json::to_vec(v).map_err(|e| Error::internal(format!("encode: {e}")))
 }
 
 /// A decoded item and its storage version.
@@ -145,7 +145,7 @@ pub fn page_size(requested: Option<usize>) -> ApiResult<usize> {
     match requested {
         None => Ok(DEFAULT_PAGE_SIZE),
         Some(n) if (1..=MAX_API_PAGE_SIZE).contains(&n) => Ok(n),
-        Some(_) => Err(ApiError::invalid(format!(
+        Some(_) => Err(Error::invalid(format!(
             "page_size must be between 1 and {MAX_API_PAGE_SIZE}"
         ))),
     }
@@ -163,7 +163,7 @@ fn scope_tag(scope: &str) -> String {
 }
 
 pub fn decode_page_token(scope: &str, prefix: &str, token: &str) -> ApiResult<String> {
-    let bad = || ApiError::invalid("malformed or foreign page_token");
+    let bad = || Error::invalid("malformed or foreign page_token");
     let raw = URL_SAFE_NO_PAD
         .decode(token.as_bytes())
         .map_err(|_| bad())?;

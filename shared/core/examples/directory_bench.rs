@@ -112,7 +112,7 @@ async fn setup(tables: usize) -> BenchResult<Bench> {
         Arc::new(StaticTokens::new()),
         Config::default(),
     );
-    let api = |e: flotilla_core::error::ApiError| e.to_string();
+    let api = |e: flotilla_core::error::Error| e.to_string();
     accounts::create(
         &state,
         serde_json::from_value(json!({"id": ACCOUNT}))?,

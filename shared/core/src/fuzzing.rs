@@ -6,16 +6,16 @@
 use bytes::Bytes;
 use flotilla_domain::names::NamespacePath;
 
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::http::extract::parse_json;
 use crate::service::{accounts, catalogs, integrations, namespaces, overlays, relations};
 
-fn assert_client_error(what: &str, e: &ApiError) {
-    let status = e.code.status();
+fn assert_client_error(what: &str, e: &Error) {
+    let status = crate::http::error::status_of(e.kind);
     assert!(
         status.is_client_error(),
         "{what}: refused with {status} ({:?}), not a 4xx",
-        e.code
+        e.kind
     );
 }
 

@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 
 use flotilla_base::MetricsRenderer;
 use flotilla_base::clock::{Clock, rfc3339_from_ms};
-use flotilla_base::error::{ApiError, ApiResult};
+use flotilla_base::error::{ApiResult, Error};
 use flotilla_base::store::to_body;
 
 /// How many times one refresh retries its full scan because directory DDL moved the
@@ -254,10 +254,10 @@ impl RefreshError {
     }
 }
 
-impl From<RefreshError> for ApiError {
+impl From<RefreshError> for Error {
     fn from(e: RefreshError) -> Self {
         match e {
-            RefreshError::GenerationMoving { .. } => ApiError::unavailable(e.to_string()),
+            RefreshError::GenerationMoving { .. } => Error::unavailable(e.to_string()),
             RefreshError::Store(s) => s.into(),
         }
     }

@@ -8,7 +8,8 @@ use axum::routing::{get, post};
 
 use super::extract::{AccountScope, Auth, JsonBody, P, Scope};
 use super::ok;
-use flotilla_base::error::{ApiError, ApiResult};
+use crate::error::HttpResult;
+use flotilla_base::error::Error;
 use flotilla_directory::FinalizeRequest;
 use flotilla_services::service::directory;
 use flotilla_services::state::AppState;
@@ -27,7 +28,7 @@ async fn get_directory(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c)): P<(String, String)>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(directory::get(&state, &a, &c).await?))
 }
 
@@ -36,7 +37,7 @@ async fn catalog_finalize(
     State(state): State<AppState>,
     Auth(p): Auth,
     body: JsonBody<FinalizeRequest>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     p.require_operator()?;
     let req = body.value;
     let status = directory::finalize(
@@ -46,6 +47,6 @@ async fn catalog_finalize(
     )
     .await?;
     Ok(ok(
-        serde_json::to_value(status).map_err(|e| ApiError::internal(format!("encode: {e}")))?
+        serde_json::to_value(status).map_err(|e| Error::internal(format!("encode: {e}")))?
     ))
 }

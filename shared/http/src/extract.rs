@@ -8,7 +8,8 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use flotilla_base::error::{ApiError, Code};
+use crate::error::HttpError;
+use flotilla_base::error::{Error, ErrorKind};
 pub use flotilla_services::auth::AccountScope;
 use flotilla_services::auth::Principal;
 use flotilla_services::service::accounts::OnConflict;
@@ -25,7 +26,7 @@ pub const MAX_JSON_DEPTH: usize = 64;
 pub struct Auth(pub Principal);
 
 impl FromRequestParts<AppState> for Auth {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request_parts(
         parts: &mut Parts,
@@ -34,7 +35,12 @@ impl FromRequestParts<AppState> for Auth {
         if let Some(p) = parts.extensions.get::<Principal>() {
             return Ok(Auth(p.clone()));
         }
-        let unauth = || ApiError::new(Code::Unauthenticated, "a valid bearer token is required");
+        let unauth = || {
+            Error::new(
+                ErrorKind::Unauthenticated,
+                "a valid bearer token is required",
+            )
+        };
         let header = parts.headers.get(AUTHORIZATION).ok_or_else(unauth)?;
         let text = header.to_str().map_err(|_| unauth())?;
         let token = text
@@ -55,7 +61,7 @@ impl FromRequestParts<AppState> for Auth {
 pub struct Scope(pub AccountScope);
 
 impl FromRequestParts<AppState> for Scope {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request_parts(
         parts: &mut Parts,
@@ -67,8 +73,8 @@ impl FromRequestParts<AppState> for Scope {
                 .await?;
         let account = params
             .get("account_id")
-            .ok_or_else(|| ApiError::internal("the route has no {account_id} parameter"))?;
-        principal.authorize_account(account).map(Scope)
+            .ok_or_else(|| Error::internal("the route has no {account_id} parameter"))?;
+        Ok(principal.authorize_account(account).map(Scope)?)
     }
 }
 
@@ -81,7 +87,7 @@ pub struct JsonBody<T> {
 }
 
 impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request(req: Request, _state: &AppState) -> Result<Self, Self::Rejection> {
         let is_json = req
@@ -97,31 +103,32 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
             })
             .unwrap_or(false);
         if !is_json {
-            return Err(ApiError::new(
-                Code::UnsupportedMediaType,
+            return Err(Error::new(
+                ErrorKind::UnsupportedMediaType,
                 "request bodies must be application/json",
-            ));
+            )
+            .into());
         }
         let body = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES)
             .await
-            .map_err(|_| ApiError::new(Code::PayloadTooLarge, "request body exceeds 1 MiB"))?;
-        parse_json(&body)
+            .map_err(|_| Error::new(ErrorKind::PayloadTooLarge, "request body exceeds 1 MiB"))?;
+        Ok(parse_json(&body)?)
     }
 }
 
-pub fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<JsonBody<T>, ApiError> {
+pub fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<JsonBody<T>, Error> {
     check_depth(body)?;
     let raw: Value = serde_json::from_slice::<UniqueKeys>(body)
         .map(|v| v.0)
-        .map_err(|e| ApiError::invalid(format!("malformed JSON body: {}", short(&e))))?;
+        .map_err(|e| Error::invalid(format!("malformed JSON body: {}", short(&e))))?;
     // Every request body is an object: serde would also read a struct from an array of its
     // fields in declaration order (`[null, null]`), which the API does not offer.
     if !raw.is_object() {
-        return Err(ApiError::invalid("the request body must be a JSON object"));
+        return Err(Error::invalid("the request body must be a JSON object"));
     }
-    let canonical = serde_json::to_vec(&raw).map_err(|e| ApiError::internal(e.to_string()))?;
+    let canonical = serde_json::to_vec(&raw).map_err(|e| Error::internal(e.to_string()))?;
     let value = serde_json::from_value(raw)
-        .map_err(|e| ApiError::invalid(format!("invalid request: {}", short(&e))))?;
+        .map_err(|e| Error::invalid(format!("invalid request: {}", short(&e))))?;
     Ok(JsonBody { value, canonical })
 }
 
@@ -223,7 +230,7 @@ fn redact_values(message: &str) -> String {
 }
 
 /// Refuses JSON nested deeper than [`MAX_JSON_DEPTH`] before parsing it into a tree.
-fn check_depth(body: &[u8]) -> Result<(), ApiError> {
+fn check_depth(body: &[u8]) -> Result<(), Error> {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -242,7 +249,7 @@ fn check_depth(body: &[u8]) -> Result<(), ApiError> {
             b'{' | b'[' => {
                 depth += 1;
                 if depth > MAX_JSON_DEPTH {
-                    return Err(ApiError::invalid(format!(
+                    return Err(Error::invalid(format!(
                         "JSON nests deeper than {MAX_JSON_DEPTH} levels"
                     )));
                 }
@@ -258,7 +265,7 @@ fn check_depth(body: &[u8]) -> Result<(), ApiError> {
 pub struct IfMatch(pub Option<String>);
 
 impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         match parts.headers.get("if-match") {
@@ -266,7 +273,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
             Some(v) => v
                 .to_str()
                 .map(|s| IfMatch(Some(s.to_owned())))
-                .map_err(|_| ApiError::invalid("If-Match must be visible ASCII")),
+                .map_err(|_| Error::invalid("If-Match must be visible ASCII").into()),
         }
     }
 }
@@ -275,7 +282,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
 pub struct IdempotencyKey(pub Option<String>);
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         match parts.headers.get("idempotency-key") {
@@ -283,7 +290,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
             Some(v) => {
                 let s = v
                     .to_str()
-                    .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
+                    .map_err(|_| Error::invalid("Idempotency-Key must be visible ASCII"))?;
                 validate_client_key(s)?;
                 Ok(IdempotencyKey(Some(s.to_owned())))
             }
@@ -295,13 +302,15 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
 pub struct Q<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| Q(q.0))
-            .map_err(|e| ApiError::invalid(format!("invalid query parameters: {}", e.body_text())))
+            .map_err(|e| {
+                Error::invalid(format!("invalid query parameters: {}", e.body_text())).into()
+            })
     }
 }
 
@@ -309,13 +318,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
 pub struct P<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for P<T> {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| P(p.0))
-            .map_err(|e| ApiError::invalid(format!("invalid path: {}", e.body_text())))
+            .map_err(|e| Error::invalid(format!("invalid path: {}", e.body_text())).into())
     }
 }
 
@@ -344,11 +353,11 @@ pub fn idempotency(
     receipt_key: impl FnOnce(&str) -> flotilla_metastore::Key,
     route: &str,
     canonical_body: &[u8],
-) -> Result<Option<IdempotencyRequest>, ApiError> {
+) -> Result<Option<IdempotencyRequest>, Error> {
     match key {
         None => Ok(None),
-        Some(_) if on_conflict == OnConflict::Replace => Err(ApiError::new(
-            Code::IdempotencyKeyNotAllowed,
+        Some(_) if on_conflict == OnConflict::Replace => Err(Error::new(
+            ErrorKind::IdempotencyKeyNotAllowed,
             "on_conflict=replace cannot be combined with an Idempotency-Key",
         )),
         Some(k) => {
@@ -375,7 +384,7 @@ mod tests {
             let Err(e) = parse_json::<Value>(&Bytes::from(body)) else {
                 panic!("accepted {body}");
             };
-            assert_eq!(e.code, Code::InvalidArgument, "{body}");
+            assert_eq!(e.kind, ErrorKind::InvalidArgument, "{body}");
             assert!(e.message.contains("duplicate key"), "{}", e.message);
             assert!(!e.message.contains("first") && !e.message.contains("second"));
         }

@@ -35,7 +35,8 @@ use super::extract::{
     AccountScope, CreateParams, IdempotencyKey, JsonBody, ListParams, P, Q, Scope, idempotency,
 };
 use super::{no_content, ok, recorded};
-use flotilla_base::error::{ApiError, ApiResult, Code};
+use crate::error::HttpResult;
+use flotilla_base::error::{ApiResult, Error, ErrorKind};
 use flotilla_services::service::accounts::OnConflict;
 use flotilla_services::service::idempotency::account_receipt_key;
 use flotilla_services::service::index_catalogs::{self, explain, service};
@@ -78,8 +79,8 @@ pub fn routes() -> Router<AppState> {
 fn refuse_idempotency_key(key: &Option<String>) -> ApiResult<()> {
     match key {
         None => Ok(()),
-        Some(_) => Err(ApiError::new(
-            Code::IdempotencyKeyNotAllowed,
+        Some(_) => Err(Error::new(
+            ErrorKind::IdempotencyKeyNotAllowed,
             "commit and rename are conditional by themselves (compare-and-swap on base, absent \
              destination): retry without an Idempotency-Key and load to compare",
         )),
@@ -88,7 +89,7 @@ fn refuse_idempotency_key(key: &Option<String>) -> ApiResult<()> {
 
 fn only_error_mode(params: &CreateParams) -> ApiResult<()> {
     if params.on_conflict != OnConflict::Error {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "index catalog creates support on_conflict=error only",
         ));
     }
@@ -116,14 +117,14 @@ fn check_identifier(id: &IndexIdentifier) -> ApiResult<()> {
 }
 
 fn to_json<T: Serialize>(v: &T) -> ApiResult<Value> {
-    serde_json::to_value(v).map_err(|e| ApiError::internal(format!("encode: {e}")))
+    serde_json::to_value(v).map_err(|e| Error::internal(format!("encode: {e}")))
 }
 
 /// A listing's page request: the API's page size rules, and the crate's token unwrapped from
 /// an API token bound to `scope`.
 fn page_request(scope: &str, l: &ListParams) -> ApiResult<PageRequest> {
     if l.parent.is_some() {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "parent does not apply to index catalog listings",
         ));
     }
@@ -138,7 +139,7 @@ fn page_request(scope: &str, l: &ListParams) -> ApiResult<PageRequest> {
 }
 
 /// `{"items": [...], "next_page_token": ...}` with the crate's token wrapped for `scope`.
-fn page<T: Serialize>(scope: &str, items: &[T], next: Option<String>) -> ApiResult<Response> {
+fn page<T: Serialize>(scope: &str, items: &[T], next: Option<String>) -> HttpResult<Response> {
     let items = items.iter().map(to_json).collect::<ApiResult<Vec<_>>>()?;
     Ok(ok(page_body(
         items,
@@ -176,7 +177,7 @@ async fn create_catalog(
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<CreateIndexCatalogRequest>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     only_error_mode(&params)?;
     let idem = idempotency(
         k,
@@ -204,7 +205,7 @@ async fn list_catalogs(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     Q(l): Q<ListParams>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let scope = format!("index-catalogs|{a}");
     let req = page_request(&scope, &l)?;
     let listed = read(&state, async |s| s.list_index_catalogs(&a, &req).await).await?;
@@ -215,7 +216,7 @@ async fn get_catalog(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c)): P<(String, String)>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     name("index catalog name", &c)?;
     let catalog = read(&state, async |s| s.get_index_catalog(&a, &c).await).await?;
     Ok(ok(to_json(&catalog)?))
@@ -230,7 +231,7 @@ async fn create_namespace(
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<CreateNamespaceRequest>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     only_error_mode(&params)?;
     name("index catalog name", &c)?;
     let route = format!("index-namespaces/{c}");
@@ -259,7 +260,7 @@ async fn list_namespaces(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c)): P<(String, String)>,
     Q(l): Q<ListParams>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     name("index catalog name", &c)?;
     let scope = format!("index-namespaces|{a}|{c}");
     let req = page_request(&scope, &l)?;
@@ -271,7 +272,7 @@ async fn drop_namespace(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c, ns)): P<(String, String, String)>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     name("index catalog name", &c)?;
     let path = ns_path(&ns)?;
     run(&state, &a, async |s| s.drop_namespace(&a, &c, &path).await).await?;
@@ -286,7 +287,7 @@ async fn register(
     P((_, c, ns)): P<(String, String, String)>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<RegisterIndexRequest>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     name("index catalog name", &c)?;
     let namespace = ns_path(&ns)?;
     let route = format!("indexes/{c}/{ns}");
@@ -319,7 +320,7 @@ async fn list_indexes(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c, ns)): P<(String, String, String)>,
     Q(l): Q<ListParams>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     name("index catalog name", &c)?;
     let namespace = ns_path(&ns)?;
     let scope = format!("indexes|{a}|{c}|{ns}");
@@ -344,7 +345,7 @@ async fn load(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c, ns, i)): IndexPath,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let id = identifier(&c, &ns, &i)?;
     let entry = read(&state, async |s| s.load(&a, &c, &id).await).await?;
     Ok(ok(to_json(&entry)?))
@@ -354,7 +355,7 @@ async fn drop_index(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c, ns, i)): IndexPath,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let id = identifier(&c, &ns, &i)?;
     run(&state, &a, async |s| s.drop(&a, &c, &id).await).await?;
     Ok(no_content())
@@ -366,7 +367,7 @@ async fn commit(
     P((_, c, ns, i)): IndexPath,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<CommitIndexRequest>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     refuse_idempotency_key(&k)?;
     let id = identifier(&c, &ns, &i)?;
     let req = body.value;
@@ -380,7 +381,7 @@ async fn rename(
     P((_, c)): P<(String, String)>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<RenameIndexRequest>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     refuse_idempotency_key(&k)?;
     name("index catalog name", &c)?;
     let req = body.value;

@@ -10,7 +10,8 @@ use super::extract::{
     AccountScope, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, P, Q, Scope, idempotency,
 };
 use super::{no_content, ok, recorded};
-use flotilla_base::error::{ApiError, ApiResult};
+use crate::error::HttpResult;
+use flotilla_base::error::Error;
 use flotilla_services::service::idempotency::account_receipt_key;
 use flotilla_services::service::{integrations, overlays, page_size};
 use flotilla_services::state::AppState;
@@ -66,7 +67,7 @@ async fn create_integration(
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<integrations::CreateIntegration>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let fingerprint = integrations::fingerprint_body(&body.canonical);
     let idem = idempotency(
         k,
@@ -84,11 +85,9 @@ async fn list_integrations(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     Q(l): Q<ListQuery>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     if l.integration_id.is_some() {
-        return Err(ApiError::invalid(
-            "integration_id filters overlay listings only",
-        ));
+        return Err(Error::invalid("integration_id filters overlay listings only").into());
     }
     Ok(ok(integrations::list(
         &state,
@@ -103,7 +102,7 @@ async fn get_integration(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, id)): P<(String, String)>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(integrations::get(&state, &a, &id).await?))
 }
 
@@ -113,7 +112,7 @@ async fn patch_integration(
     P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<integrations::PatchIntegration>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(integrations::patch(
         &state,
         &a,
@@ -130,7 +129,7 @@ async fn rotate_authentication(
     P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<integrations::RotateAuthentication>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(integrations::rotate(
         &state,
         &a,
@@ -147,7 +146,7 @@ async fn delete_integration(
     P((_, id)): P<(String, String)>,
     Q(q): Q<DeleteQuery>,
     IfMatch(m): IfMatch,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     integrations::delete(&state, &a, &id, q.cascade, m.as_deref()).await?;
     Ok(no_content())
 }
@@ -173,14 +172,14 @@ async fn sweep_credentials(
     State(state): State<AppState>,
     Auth(p): Auth,
     body: JsonBody<SweepRequest>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     p.require_operator()?;
     let req = body.value;
-    flotilla_domain::names::validate_account_id(&req.account_id)?;
+    flotilla_domain::names::validate_account_id(&req.account_id).map_err(Error::from)?;
     let min_age_ms = i64::try_from(req.min_age_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
     let report = integrations::sweep(&state, &req.account_id, min_age_ms).await?;
     Ok(ok(
-        serde_json::to_value(report).map_err(|e| ApiError::internal(e.to_string()))?
+        serde_json::to_value(report).map_err(|e| Error::internal(e.to_string()))?
     ))
 }
 
@@ -190,7 +189,7 @@ async fn create_overlay(
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<overlays::CreateOverlay>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let idem = idempotency(
         k,
         params.on_conflict,
@@ -207,7 +206,7 @@ async fn list_overlays(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     Q(l): Q<ListQuery>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(overlays::list(
         &state,
         &a,
@@ -222,7 +221,7 @@ async fn get_overlay(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, id)): P<(String, String)>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(overlays::get(&state, &a, &id).await?))
 }
 
@@ -232,7 +231,7 @@ async fn patch_overlay(
     P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<overlays::PatchOverlay>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(overlays::patch(
         &state,
         &a,
@@ -248,7 +247,7 @@ async fn delete_overlay(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     overlays::delete(&state, &a, &id, m.as_deref()).await?;
     Ok(no_content())
 }

@@ -3,6 +3,7 @@
 //! `flotilla serve` (through `axum::serve`). No route exists in only one host.
 
 mod directory_routes;
+pub mod error;
 pub mod extract;
 mod index_routes;
 mod integration_routes;
@@ -18,7 +19,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use flotilla_base::error::{ApiError, Code};
+use crate::error::HttpError;
+use flotilla_base::error::{Error, ErrorKind};
 use flotilla_services::service::idempotency::RecordedResponse;
 use flotilla_services::state::AppState;
 
@@ -52,12 +54,16 @@ pub fn no_content() -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
 
-pub async fn not_found_fallback() -> ApiError {
-    ApiError::new(Code::NotFound, "no such route")
+pub async fn not_found_fallback() -> HttpError {
+    Error::new(ErrorKind::NotFound, "no such route").into()
 }
 
-pub async fn method_not_allowed() -> ApiError {
-    ApiError::new(Code::MethodNotAllowed, "method not allowed on this route")
+pub async fn method_not_allowed() -> HttpError {
+    Error::new(
+        ErrorKind::MethodNotAllowed,
+        "method not allowed on this route",
+    )
+    .into()
 }
 
 /// Adds the standard fallbacks to a router.

@@ -8,7 +8,8 @@ use axum::routing::post;
 
 use super::extract::{AccountScope, P, Scope};
 use super::ok;
-use flotilla_base::error::ApiResult;
+use crate::error::HttpResult;
+use flotilla_base::error::Error;
 use flotilla_reconcile::{AdapterConnector, RunOptions, reconcile};
 use flotilla_services::state::AppState;
 
@@ -23,7 +24,9 @@ async fn reconcile_overlay(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, id)): P<(String, String)>,
-) -> ApiResult<Response> {
-    let summary = reconcile(&state, &AdapterConnector, &a, &id, &RunOptions::default()).await?;
+) -> HttpResult<Response> {
+    let summary = reconcile(&state, &AdapterConnector, &a, &id, &RunOptions::default())
+        .await
+        .map_err(Error::from)?;
     Ok(ok(summary.to_json()))
 }

@@ -15,7 +15,8 @@ use super::extract::{
     MAX_BODY_BYTES, P, Q, Scope, idempotency,
 };
 use super::{no_content, ok, recorded};
-use flotilla_base::error::{ApiError, ApiResult};
+use crate::error::HttpResult;
+use flotilla_base::error::{ApiResult, Error};
 use flotilla_services::service::idempotency::{account_receipt_key, system_receipt_key};
 use flotilla_services::service::{accounts, catalogs, namespaces, page_size, relations};
 use flotilla_services::state::AppState;
@@ -100,7 +101,7 @@ async fn health() -> Response {
     ok(json!({"status": "ok"}))
 }
 
-async fn metrics(State(state): State<AppState>, Auth(p): Auth) -> ApiResult<Response> {
+async fn metrics(State(state): State<AppState>, Auth(p): Auth) -> HttpResult<Response> {
     p.require_operator()?;
     let text = state.render_metrics();
     let mut resp = (StatusCode::OK, text).into_response();
@@ -129,7 +130,7 @@ async fn create_account(
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<accounts::CreateAccount>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     p.require_operator()?;
     let idem = idempotency(
         k,
@@ -147,7 +148,7 @@ async fn list_accounts(
     State(state): State<AppState>,
     Auth(p): Auth,
     Q(l): Q<ListParams>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     p.require_operator()?;
     Ok(ok(accounts::list(
         &state,
@@ -160,7 +161,7 @@ async fn list_accounts(
 async fn get_account(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(accounts::get(&state, &a).await?))
 }
 
@@ -169,9 +170,9 @@ async fn delete_account(
     Auth(p): Auth,
     P(a): P<String>,
     IfMatch(m): IfMatch,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     p.require_operator()?;
-    validate_account_id(&a)?;
+    validate_account_id(&a).map_err(Error::from)?;
     accounts::delete(&state, &a, m.as_deref(), &state.account_cleanups).await?;
     Ok(no_content())
 }
@@ -184,7 +185,7 @@ async fn create_catalog(
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<catalogs::CreateCatalog>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let idem = idempotency(
         k,
         params.on_conflict,
@@ -201,11 +202,9 @@ async fn list_catalogs(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     Q(l): Q<ListParams>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     if l.parent.is_some() {
-        return Err(ApiError::invalid(
-            "parent applies to namespace listings only",
-        ));
+        return Err(Error::invalid("parent applies to namespace listings only").into());
     }
     Ok(ok(catalogs::list(
         &state,
@@ -220,7 +219,7 @@ async fn get_catalog(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c)): P<(String, String)>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(catalogs::get(&state, &a, &c).await?))
 }
 
@@ -230,7 +229,7 @@ async fn patch_catalog(
     P((_, c)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<catalogs::PatchCatalog>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(catalogs::patch(
         &state,
         &a,
@@ -246,7 +245,7 @@ async fn delete_catalog(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c)): P<(String, String)>,
     IfMatch(m): IfMatch,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     catalogs::delete(&state, &a, &c, m.as_deref()).await?;
     Ok(no_content())
 }
@@ -260,7 +259,7 @@ async fn create_namespace(
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<namespaces::CreateNamespace>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let route = route_key(&["namespaces", &c]);
     let idem = idempotency(
         k,
@@ -279,7 +278,7 @@ async fn list_namespaces(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c)): P<(String, String)>,
     Q(l): Q<ListParams>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let parent = match l.parent.as_deref() {
         Some(s) if !s.is_empty() => Some(ns_path(s)?),
         _ => None,
@@ -299,7 +298,7 @@ async fn get_namespace(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c, ns)): P<(String, String, String)>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(namespaces::get(&state, &a, &c, &ns_path(&ns)?).await?))
 }
 
@@ -309,7 +308,7 @@ async fn patch_namespace(
     P((_, c, ns)): P<(String, String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<namespaces::PatchNamespace>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     Ok(ok(namespaces::patch(
         &state,
         &a,
@@ -326,7 +325,7 @@ async fn delete_namespace(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c, ns)): P<(String, String, String)>,
     IfMatch(m): IfMatch,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     namespaces::delete(&state, &a, &c, &ns_path(&ns)?, m.as_deref()).await?;
     Ok(no_content())
 }
@@ -340,7 +339,7 @@ async fn create_table(
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<relations::CreateTable>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let path = ns_path(&ns)?;
     let route = route_key(&["tables", &c, &ns]);
     let idem = idempotency(
@@ -363,7 +362,7 @@ async fn create_view(
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<relations::CreateView>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let path = ns_path(&ns)?;
     let route = route_key(&["views", &c, &ns]);
     let idem = idempotency(
@@ -386,11 +385,9 @@ async fn list_relations(
     ns: String,
     l: ListParams,
     kind: RelationKind,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     if l.parent.is_some() {
-        return Err(ApiError::invalid(
-            "parent applies to namespace listings only",
-        ));
+        return Err(Error::invalid("parent applies to namespace listings only").into());
     }
     let path = ns_path(&ns)?;
     Ok(ok(relations::list(
@@ -410,7 +407,7 @@ async fn list_tables(
     Scope(scope): Scope,
     P((a, c, ns)): P<(String, String, String)>,
     Q(l): Q<ListParams>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     list_relations(state, scope, a, c, ns, l, RelationKind::Table).await
 }
 
@@ -419,7 +416,7 @@ async fn list_views(
     Scope(scope): Scope,
     P((a, c, ns)): P<(String, String, String)>,
     Q(l): Q<ListParams>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     list_relations(state, scope, a, c, ns, l, RelationKind::View).await
 }
 
@@ -430,7 +427,7 @@ async fn get_relation(
     _scope: AccountScope,
     path: (String, String, String, String),
     kind: RelationKind,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let (a, c, ns, name) = path;
     Ok(ok(relations::get(
         &state,
@@ -447,7 +444,7 @@ async fn get_table(
     State(state): State<AppState>,
     Scope(scope): Scope,
     P(path): RelPath,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     get_relation(state, scope, path, RelationKind::Table).await
 }
 
@@ -455,7 +452,7 @@ async fn get_view(
     State(state): State<AppState>,
     Scope(scope): Scope,
     P(path): RelPath,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     get_relation(state, scope, path, RelationKind::View).await
 }
 
@@ -466,7 +463,7 @@ async fn patch_relation(
     if_match: Option<String>,
     body: relations::PatchRelation,
     kind: RelationKind,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let (a, c, ns, name) = path;
     Ok(ok(relations::patch(
         &state,
@@ -487,7 +484,7 @@ async fn patch_table(
     P(path): RelPath,
     IfMatch(m): IfMatch,
     body: JsonBody<relations::PatchRelation>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     patch_relation(state, scope, path, m, body.value, RelationKind::Table).await
 }
 
@@ -497,7 +494,7 @@ async fn patch_view(
     P(path): RelPath,
     IfMatch(m): IfMatch,
     body: JsonBody<relations::PatchRelation>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     patch_relation(state, scope, path, m, body.value, RelationKind::View).await
 }
 
@@ -507,7 +504,7 @@ async fn delete_relation(
     path: (String, String, String, String),
     if_match: Option<String>,
     kind: RelationKind,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let (a, c, ns, name) = path;
     relations::delete(
         &state,
@@ -527,7 +524,7 @@ async fn delete_table(
     Scope(scope): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     delete_relation(state, scope, path, m, RelationKind::Table).await
 }
 
@@ -536,6 +533,6 @@ async fn delete_view(
     Scope(scope): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     delete_relation(state, scope, path, m, RelationKind::View).await
 }

@@ -10,7 +10,8 @@ use serde::Deserialize;
 
 use super::extract::{AccountScope, P, Q, Scope};
 use super::ok;
-use flotilla_base::error::{ApiError, ApiResult};
+use crate::error::HttpResult;
+use flotilla_base::error::Error;
 use flotilla_services::access::upstream::{self, Kinds, parse_namespace};
 use flotilla_services::access::validation::{self, TableChoice};
 use flotilla_services::service::page_size;
@@ -71,18 +72,18 @@ async fn validate(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<ValidateQuery>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let table = match (q.namespace.as_deref(), q.table) {
         (None, None) => None,
         (Some(ns), Some(name)) if !name.is_empty() => Some(TableChoice {
             namespace: parse_namespace(ns, "namespace")?,
             name,
         }),
-        _ => return Err(ApiError::invalid("namespace and table are given together")),
+        _ => return Err(Error::invalid("namespace and table are given together").into()),
     };
     let report = validation::validate(&state, &a, &id, table).await?;
     Ok(ok(
-        serde_json::to_value(report).map_err(|e| ApiError::internal(e.to_string()))?
+        serde_json::to_value(report).map_err(|e| Error::internal(e.to_string()))?
     ))
 }
 
@@ -91,7 +92,7 @@ async fn list_namespaces(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<NamespacesQuery>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let parent = match q.parent.as_deref() {
         Some(s) if !s.is_empty() => Some(parse_namespace(s, "parent")?),
         _ => None,
@@ -113,10 +114,10 @@ async fn list_objects(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<ObjectsQuery>,
-) -> ApiResult<Response> {
+) -> HttpResult<Response> {
     let namespace = match q.namespace.as_deref() {
         Some(s) if !s.is_empty() => parse_namespace(s, "namespace")?,
-        _ => return Err(ApiError::invalid("namespace is required")),
+        _ => return Err(Error::invalid("namespace is required").into()),
     };
     let kinds = match q.kinds.as_deref() {
         None => Kinds::default(),

@@ -20,10 +20,11 @@ use std::task::{Context, Poll, ready};
 
 use axum::extract::Request;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use flotilla_base::error::{ApiError, Code};
+use crate::error::error_response;
+use flotilla_base::error::{Error, ErrorKind};
 
 /// Longest request URI (path and query) answered normally.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -36,11 +37,10 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 pub async fn request_limits(req: Request, next: Next) -> Response {
     let uri_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
     if uri_len > MAX_URI_BYTES {
-        return ApiError::new(
-            Code::UriTooLong,
+        return error_response(&Error::new(
+            ErrorKind::UriTooLong,
             format!("the request URI is longer than {MAX_URI_BYTES} bytes"),
-        )
-        .into_response();
+        ));
     }
     let headers = req.headers();
     let bytes: usize = headers
@@ -48,13 +48,12 @@ pub async fn request_limits(req: Request, next: Next) -> Response {
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
     if headers.len() > MAX_HEADER_COUNT || bytes > MAX_HEADER_BYTES {
-        return ApiError::new(
-            Code::HeadersTooLarge,
+        return error_response(&Error::new(
+            ErrorKind::HeadersTooLarge,
             format!(
                 "the request has more than {MAX_HEADER_COUNT} header fields or {MAX_HEADER_BYTES} bytes of them"
             ),
-        )
-        .into_response();
+        ));
     }
     next.run(req).await
 }
@@ -100,19 +99,19 @@ fn rewrite(buf: &[u8]) -> Option<Vec<u8>> {
     let (status, code, message) = if text.starts_with("HTTP/1.1 400 ") {
         (
             "400 Bad Request",
-            Code::InvalidArgument,
+            ErrorKind::InvalidArgument,
             "the request is not valid HTTP/1.1",
         )
     } else if text.starts_with("HTTP/1.1 414 ") {
         (
             "414 URI Too Long",
-            Code::UriTooLong,
+            ErrorKind::UriTooLong,
             "the request URI is too long",
         )
     } else if text.starts_with("HTTP/1.1 431 ") {
         (
             "431 Request Header Fields Too Large",
-            Code::HeadersTooLarge,
+            ErrorKind::HeadersTooLarge,
             "the request head is too large",
         )
     } else {

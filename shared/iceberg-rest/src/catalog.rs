@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
 use flotilla_core::auth::Principal;
-use flotilla_core::error::Code;
+use flotilla_core::error::ErrorKind;
 use flotilla_core::http::extract::Auth;
 use flotilla_core::service::{catalogs, read};
 use flotilla_core::state::AppState;
@@ -157,8 +157,8 @@ pub fn authorize_prefix<'a>(
         .ok_or_else(|| IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"))?;
     principal
         .authorize_account(account)
-        .map_err(|e| match e.code {
-            Code::NotFound => IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"),
+        .map_err(|e| match e.kind {
+            ErrorKind::NotFound => IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"),
             _ => IcebergError::from_api(e, Missing::Catalog),
         })?;
     Ok((account, catalog_id))
@@ -328,8 +328,8 @@ pub async fn get_config(
     })?;
     let unknown = || IcebergError::no_such(Missing::Catalog, format!("no warehouse {w:?}"));
     let (account, name) = w.split_once('/').ok_or_else(unknown)?;
-    p.authorize_account(account).map_err(|e| match e.code {
-        Code::NotFound => unknown(),
+    p.authorize_account(account).map_err(|e| match e.kind {
+        ErrorKind::NotFound => unknown(),
         _ => IcebergError::from_api(e, Missing::Catalog),
     })?;
     let store = state.store.as_ref();

@@ -45,7 +45,7 @@ pub struct Committed {
     pub metadata: TableMetadata,
 }
 
-fn api(e: flotilla_core::error::ApiError) -> IcebergError {
+fn api(e: flotilla_core::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::Table)
 }
 

@@ -4,7 +4,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use flotilla_core::error::{ApiError, Code};
+use flotilla_core::error::{Error, ErrorKind};
 use serde_json::json;
 
 /// What a `404` from a shared service is about, when its message does not say.
@@ -107,16 +107,16 @@ impl IcebergError {
     }
 
     /// Maps an error of the shared services; `missing` names what a bare `404` is about.
-    pub fn from_api(e: ApiError, missing: Missing) -> Self {
-        let status = e.status();
+    pub fn from_api(e: Error, missing: Missing) -> Self {
+        let status = flotilla_core::http::error::status_of(e.kind);
         if status.is_server_error() {
             // `to_parts` logs the detail under a fresh id and answers only that id.
-            let (_, body) = e.to_parts();
+            let (_, body) = flotilla_core::http::error::to_parts(&e);
             let id = body["error"]["details"]["error_id"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            let (kind, text) = if e.code == Code::Unavailable {
+            let (kind, text) = if e.kind == ErrorKind::Unavailable {
                 (
                     "ServiceUnavailableException",
                     "the service is temporarily unavailable; retry",
@@ -127,10 +127,10 @@ impl IcebergError {
             return Self::new(status, kind, format!("{text} (error id {id})"));
         }
         let message = e.message.clone();
-        let kind = match e.code {
-            Code::Unauthenticated => "NotAuthorizedException",
-            Code::PermissionDenied => "ForbiddenException",
-            Code::ManagedByOverlay => {
+        let kind = match e.kind {
+            ErrorKind::Unauthenticated => "NotAuthorizedException",
+            ErrorKind::PermissionDenied => "ForbiddenException",
+            ErrorKind::ManagedByOverlay => {
                 let overlay = e
                     .details
                     .get("overlay_id")
@@ -140,7 +140,7 @@ impl IcebergError {
                     "{message} (managed by overlay {overlay}); read-only through this endpoint"
                 ));
             }
-            Code::NotFound | Code::NamespaceNotFound => {
+            ErrorKind::NotFound | ErrorKind::NamespaceNotFound => {
                 let about = if message.starts_with("namespace") {
                     Missing::Namespace
                 } else if message.starts_with("catalog") || message.starts_with("account") {
@@ -150,13 +150,15 @@ impl IcebergError {
                 };
                 return Self::no_such(about, message);
             }
-            Code::AlreadyExists => "AlreadyExistsException",
-            Code::HasDependents => "NamespaceNotEmptyException",
-            Code::CommitConflict | Code::PreconditionFailed => "CommitFailedException",
-            Code::PayloadTooLarge | Code::UnsupportedMediaType | Code::MethodNotAllowed => {
-                "BadRequestException"
+            ErrorKind::AlreadyExists => "AlreadyExistsException",
+            ErrorKind::HasDependents => "NamespaceNotEmptyException",
+            ErrorKind::CommitConflict | ErrorKind::PreconditionFailed => "CommitFailedException",
+            ErrorKind::PayloadTooLarge
+            | ErrorKind::UnsupportedMediaType
+            | ErrorKind::MethodNotAllowed => "BadRequestException",
+            ErrorKind::Deleting | ErrorKind::Conflict | ErrorKind::FailedPrecondition => {
+                "ConflictException"
             }
-            Code::Deleting | Code::Conflict | Code::FailedPrecondition => "ConflictException",
             _ if status == StatusCode::CONFLICT => "ConflictException",
             _ => "BadRequestException",
         };

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_parts, ns_from_segment};
 use crate::error::{IcebergError, IcebergResult, Missing};
 
-fn api(e: flotilla_core::error::ApiError) -> IcebergError {
+fn api(e: flotilla_core::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::Namespace)
 }
 
@@ -222,7 +222,7 @@ pub async fn update_properties(
                 }))
                 .into_response());
             }
-            Err(e) if e.code == flotilla_core::error::Code::PreconditionFailed => continue,
+            Err(e) if e.kind == flotilla_core::error::ErrorKind::PreconditionFailed => continue,
             Err(e) => return Err(api(e)),
         }
     }

@@ -25,7 +25,7 @@ use crate::error::{IcebergError, IcebergResult, Missing};
 use crate::namespaces::body;
 use crate::vending;
 
-fn api(e: flotilla_core::error::ApiError) -> IcebergError {
+fn api(e: flotilla_core::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::Table)
 }
 

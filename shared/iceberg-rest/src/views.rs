@@ -30,7 +30,7 @@ use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_segment};
 use crate::error::{IcebergError, IcebergResult, Missing};
 use crate::namespaces::body;
 
-fn api(e: flotilla_core::error::ApiError) -> IcebergError {
+fn api(e: flotilla_core::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::View)
 }
 

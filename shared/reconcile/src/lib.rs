@@ -61,7 +61,7 @@ pub use bounds::{Exceeded, Limits};
 pub use discover::Dropped;
 pub use status::{Outcome, RunError, Stage};
 
-use flotilla_base::error::{ApiError, Code};
+use flotilla_base::error::{Error, ErrorKind};
 use flotilla_base::store::read;
 use flotilla_services::state::AppState;
 
@@ -242,7 +242,7 @@ pub enum ReconcileError {
     #[error("{failed} publications did not complete; nothing was retired")]
     Incomplete { failed: usize },
     #[error(transparent)]
-    Api(#[from] ApiError),
+    Api(#[from] Error),
 }
 
 fn display_path(path: &[String]) -> String {
@@ -275,7 +275,9 @@ impl ReconcileError {
             | ReconcileError::UpstreamChanged { .. }
             | ReconcileError::Deleting(_) => true,
             ReconcileError::Upstream { error, .. } => error.is_retryable(),
-            ReconcileError::Api(e) => matches!(e.code, Code::Unavailable | Code::Internal),
+            ReconcileError::Api(e) => {
+                matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Internal)
+            }
             ReconcileError::NotFound
             | ReconcileError::Paused(_)
             | ReconcileError::Conflicts(_)
@@ -301,7 +303,7 @@ impl ReconcileError {
             ReconcileError::Exceeded(e) => e.code(),
             ReconcileError::Unstorable { .. } => "UPSTREAM_OBJECT_TOO_LARGE",
             ReconcileError::Incomplete { .. } => "INCOMPLETE",
-            ReconcileError::Api(e) => e.code.as_str(),
+            ReconcileError::Api(e) => e.kind.as_str(),
         }
     }
 
@@ -326,30 +328,30 @@ impl ReconcileError {
     }
 }
 
-impl From<ReconcileError> for ApiError {
+impl From<ReconcileError> for Error {
     fn from(e: ReconcileError) -> Self {
         let code = e.code();
         let cause = e.cause();
         let object = e.object().map(<[String]>::to_vec);
         match e {
-            ReconcileError::NotFound => ApiError::not_found("overlay"),
-            ReconcileError::Paused(what) => ApiError::new(
-                Code::FailedPrecondition,
+            ReconcileError::NotFound => Error::not_found("overlay"),
+            ReconcileError::Paused(what) => Error::new(
+                ErrorKind::FailedPrecondition,
                 format!("{what} is paused; unpause it to reconcile"),
             ),
-            ReconcileError::Deleting(what) => ApiError::deleting(&what),
+            ReconcileError::Deleting(what) => Error::deleting(&what),
             ReconcileError::FenceLost => {
-                ApiError::new(Code::Conflict, cause).with_detail("retryable", true)
+                Error::new(ErrorKind::Conflict, cause).with_detail("retryable", true)
             }
             ReconcileError::Conflicts(list) => {
                 let conflicts = serde_json::to_value(&list).unwrap_or(Value::Null);
-                ApiError::new(Code::MappingConflict, cause)
+                Error::new(ErrorKind::MappingConflict, cause)
                     .with_detail("conflicts", conflicts)
                     .with_detail("retryable", false)
             }
             ref err if err.is_retryable() => {
                 // 5xx answers carry no detail: the cause is in the overlay's `last_reconcile`.
-                let mut api = ApiError::unavailable(format!("reconciliation failed: {cause}"));
+                let mut api = Error::unavailable(format!("reconciliation failed: {cause}"));
                 api.message = "the reconciliation failed for a transient reason; its cause is \
                                recorded in the overlay's last_reconcile; retry"
                     .into();
@@ -357,7 +359,7 @@ impl From<ReconcileError> for ApiError {
             }
             ReconcileError::Api(api) => api,
             _ => {
-                let mut api = ApiError::new(Code::FailedPrecondition, cause)
+                let mut api = Error::new(ErrorKind::FailedPrecondition, cause)
                     .with_detail("reason", code)
                     .with_detail("retryable", false);
                 if let Some(path) = object {
@@ -448,7 +450,7 @@ pub async fn observe(
         return Err(ReconcileError::NotFound);
     }
     if let Some(err) = flotilla_services::service::account_guard_error(store, account).await? {
-        return Err(if err.code == Code::NotFound {
+        return Err(if err.kind == ErrorKind::NotFound {
             ReconcileError::NotFound
         } else {
             ReconcileError::Deleting("the account".into())
@@ -630,7 +632,7 @@ async fn attempt(
         overlay.include_namespaces.clone(),
         overlay.exclude_namespaces.clone(),
     )
-    .map_err(|e| (Stage::Connect, ReconcileError::Api(ApiError::from(e))))?;
+    .map_err(|e| (Stage::Connect, ReconcileError::Api(Error::from(e))))?;
     let fence = publish::Fence::establish(state, account, observed)
         .await
         .map_err(at(Stage::Connect))?;

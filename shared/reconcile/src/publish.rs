@@ -22,7 +22,7 @@ use super::discover::Discovered;
 use super::plan::{Action, Ctx, Desired, DesiredRelation, decide};
 use super::target::{Slot, Stored, TargetState};
 use super::{KindCounts, Observed, ReconcileError, ReconcileSummary, RunOptions};
-use flotilla_base::error::ApiError;
+use flotilla_base::error::Error;
 use flotilla_services::service::relations::directory_bump;
 use flotilla_services::service::{GuardState, MAX_ATTEMPTS, backoff, guard_state, to_body};
 use flotilla_services::state::AppState;
@@ -203,7 +203,7 @@ impl<'a> Publisher<'a> {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(ApiError::unavailable("reconciliation transaction did not converge").into())
+        Err(Error::unavailable("reconciliation transaction did not converge").into())
     }
 
     /// The ops asserting that children may be created in `ns` (it exists and no delete is
@@ -381,7 +381,7 @@ impl<'a> Publisher<'a> {
                 }
             }
         }
-        Err(ApiError::unavailable(format!("claiming namespace {path} did not converge")).into())
+        Err(Error::unavailable(format!("claiming namespace {path} did not converge")).into())
     }
 
     // ---- relations ----------------------------------------------------------------------

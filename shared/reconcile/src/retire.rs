@@ -13,7 +13,7 @@ use super::plan::Desired;
 use super::publish::{Commit, Publisher, counts_for, slot_key};
 use super::target::{Slot, Stored, TargetState};
 use super::{ReconcileError, ReconcileSummary};
-use flotilla_base::error::ApiError;
+use flotilla_base::error::Error;
 use flotilla_base::store::{MAX_ATTEMPTS, backoff};
 use flotilla_services::service::relations::directory_bump;
 
@@ -134,6 +134,6 @@ impl Publisher<'_> {
                 Commit::Reread => backoff(attempt).await,
             }
         }
-        Err(ApiError::unavailable("retirement did not converge").into())
+        Err(Error::unavailable("retirement did not converge").into())
     }
 }

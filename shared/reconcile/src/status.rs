@@ -9,7 +9,7 @@ use flotilla_metastore::{Condition, Consistency, MetastoreError, Op, OpOutcome, 
 use serde::Serialize;
 
 use super::{ReconcileError, ReconcileSummary};
-use flotilla_base::error::ApiError;
+use flotilla_base::error::Error;
 use flotilla_base::store::{MAX_ATTEMPTS, backoff, to_body};
 use flotilla_services::state::AppState;
 
@@ -177,5 +177,5 @@ pub async fn record(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("status write did not converge").into())
+    Err(Error::unavailable("status write did not converge").into())
 }

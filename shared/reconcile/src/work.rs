@@ -121,7 +121,9 @@ fn failure_kind(e: &ReconcileError) -> &'static str {
         ReconcileError::FenceLost => "fence_lost",
         ReconcileError::Incomplete { .. } => "incomplete",
         ReconcileError::Deleting(_) => "deleting",
-        ReconcileError::Api(e) if e.code == flotilla_base::error::Code::Unavailable => "metastore",
+        ReconcileError::Api(e) if e.kind == flotilla_base::error::ErrorKind::Unavailable => {
+            "metastore"
+        }
         _ => "internal",
     }
 }
@@ -163,7 +165,7 @@ async fn run_message(
         Err(e) => {
             return MessageOutcome::Failed {
                 retryable: true,
-                code: e.code.as_str(),
+                code: e.kind.as_str(),
                 reason: e.to_string(),
                 kind: "metastore",
             };

@@ -44,7 +44,7 @@ use flotilla_domain::model::{AuthConfig, IntegrationRecord, IntegrationType};
 use flotilla_secrets::{SecretRef, SecretStoreError};
 use serde_json::{Map, Value};
 
-use crate::error::{ApiError, Code};
+use crate::error::{Error, ErrorKind};
 use crate::state::AppState;
 
 /// Why an integration could not be turned into a client. Every message is ours and names at
@@ -75,19 +75,19 @@ impl AccessError {
     }
 }
 
-impl From<AccessError> for ApiError {
+impl From<AccessError> for Error {
     fn from(e: AccessError) -> Self {
         match &e {
             AccessError::Store(s) if s.is_retryable() || s.is_outcome_unknown() => {
-                ApiError::unavailable(e.to_string())
+                Error::unavailable(e.to_string())
             }
-            AccessError::Store(SecretStoreError::NotFound(_)) => ApiError::new(
-                Code::FailedPrecondition,
+            AccessError::Store(SecretStoreError::NotFound(_)) => Error::new(
+                ErrorKind::FailedPrecondition,
                 "the integration's credentials are missing from the credential store; rotate them with PUT .../authentication",
             ),
-            AccessError::Store(_) => ApiError::internal(e.to_string()),
+            AccessError::Store(_) => Error::internal(e.to_string()),
             AccessError::Unsupported(m) | AccessError::Credentials(m) => {
-                ApiError::new(Code::FailedPrecondition, m.clone())
+                Error::new(ErrorKind::FailedPrecondition, m.clone())
             }
             AccessError::Catalog(c) => upstream_error(c),
         }
@@ -98,25 +98,26 @@ impl From<AccessError> for ApiError {
 /// error contract. The SPI's messages are bounded and withhold credential-bearing upstream
 /// text (`BoundedText`), so they may be shown; retryable failures answer `503` and keep the
 /// detail in the log only.
-pub fn upstream_error(e: &CatalogAccessError) -> ApiError {
+pub fn upstream_error(e: &CatalogAccessError) -> Error {
     match e {
         CatalogAccessError::Connection(_) | CatalogAccessError::Retryable { .. } => {
-            ApiError::unavailable(format!("upstream catalog: {e}"))
+            Error::unavailable(format!("upstream catalog: {e}"))
         }
         CatalogAccessError::NotFound(_) => {
-            ApiError::new(Code::NotFound, format!("upstream catalog: {e}"))
+            Error::new(ErrorKind::NotFound, format!("upstream catalog: {e}"))
         }
-        CatalogAccessError::Authentication { .. } => ApiError::new(
-            Code::FailedPrecondition,
+        CatalogAccessError::Authentication { .. } => Error::new(
+            ErrorKind::FailedPrecondition,
             format!("the upstream catalog refused the integration's authentication: {e}"),
         ),
         CatalogAccessError::Config(_)
         | CatalogAccessError::Unsupported(_)
         | CatalogAccessError::Protocol { .. }
         | CatalogAccessError::CredentialVending { .. }
-        | CatalogAccessError::UnexpectedStatus { .. } => {
-            ApiError::new(Code::FailedPrecondition, format!("upstream catalog: {e}"))
-        }
+        | CatalogAccessError::UnexpectedStatus { .. } => Error::new(
+            ErrorKind::FailedPrecondition,
+            format!("upstream catalog: {e}"),
+        ),
     }
 }
 
@@ -760,7 +761,7 @@ pub async fn connect_integration(
     state: &AppState,
     account: &str,
     id: &str,
-) -> Result<(IntegrationRecord, Box<dyn CatalogClient>), ApiError> {
+) -> Result<(IntegrationRecord, Box<dyn CatalogClient>), Error> {
     let record = crate::service::integrations::load(state.store.as_ref(), account, id)
         .await?
         .value;

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::error::{ApiError, Code};
+use crate::error::{Error, ErrorKind};
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,12 +50,12 @@ impl Principal {
     }
 
     /// Refuses principals outside `account`.
-    pub fn require_account(&self, account: &str) -> Result<(), ApiError> {
+    pub fn require_account(&self, account: &str) -> Result<(), Error> {
         if self.can_access(account) {
             Ok(())
         } else {
-            Err(ApiError::new(
-                Code::PermissionDenied,
+            Err(Error::new(
+                ErrorKind::PermissionDenied,
                 "this principal may not access that account",
             ))
         }
@@ -65,9 +65,9 @@ impl Principal {
     /// found, as for an account that does not exist) and an account outside the principal's
     /// scope `403`. Every account-scoped route (through the [`AccountScope`] extractor in
     /// `http::extract`) and the query function call it.
-    pub fn authorize_account(&self, account: &str) -> Result<AccountScope, ApiError> {
+    pub fn authorize_account(&self, account: &str) -> Result<AccountScope, Error> {
         flotilla_domain::names::validate_account_id(account)
-            .map_err(|_| ApiError::not_found("account"))?;
+            .map_err(|_| Error::not_found("account"))?;
         self.require_account(account)?;
         Ok(AccountScope {
             principal: self.clone(),
@@ -75,12 +75,12 @@ impl Principal {
         })
     }
 
-    pub fn require_operator(&self) -> Result<(), ApiError> {
+    pub fn require_operator(&self) -> Result<(), Error> {
         if self.operator {
             Ok(())
         } else {
-            Err(ApiError::new(
-                Code::PermissionDenied,
+            Err(Error::new(
+                ErrorKind::PermissionDenied,
                 "operator permission required",
             ))
         }

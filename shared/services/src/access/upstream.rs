@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{connect_integration, upstream_error};
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 use crate::state::AppState;
 
 /// Upstream calls one API page may make (empty upstream pages, phase changes).
@@ -68,7 +68,7 @@ impl Kinds {
                 "table" | "tables" => k.tables = true,
                 "view" | "views" => k.views = true,
                 _ => {
-                    return Err(ApiError::invalid(
+                    return Err(Error::invalid(
                         "kinds is a comma-separated list of table and view",
                     ));
                 }
@@ -86,7 +86,7 @@ pub fn parse_namespace(text: &str, what: &str) -> ApiResult<NamespacePath> {
             .iter()
             .any(|l| l.is_empty() || l.len() > 1024 || l.chars().any(char::is_control))
     {
-        return Err(ApiError::invalid(format!(
+        return Err(Error::invalid(format!(
             "{what} is a namespace path whose levels are joined by %1F; levels are non-empty and at most \
              {MAX_NAMESPACE_LEVELS} deep"
         )));
@@ -125,13 +125,13 @@ fn binding(listing: &str, record: &IntegrationRecord, filter: &Value) -> String 
 
 fn encode(cursor: &Cursor) -> ApiResult<String> {
     let body = serde_json::to_vec(cursor)
-        .map_err(|e| ApiError::internal(format!("encode page token: {e}")))?;
+        .map_err(|e| Error::internal(format!("encode page token: {e}")))?;
     Ok(URL_SAFE_NO_PAD.encode(body))
 }
 
 fn decode(token: &str, tag: &str, phases: u8) -> ApiResult<Cursor> {
     let bad = || {
-        ApiError::invalid(
+        Error::invalid(
             "malformed or foreign page_token (tokens are bound to the integration's credentials and the filter)",
         )
     };
@@ -248,9 +248,9 @@ where
     }
 }
 
-fn namespace_error(e: ApiError) -> ApiError {
-    if e.code == Code::NotFound {
-        ApiError::new(Code::NamespaceNotFound, e.message)
+fn namespace_error(e: Error) -> Error {
+    if e.kind == ErrorKind::NotFound {
+        Error::new(ErrorKind::NamespaceNotFound, e.message)
     } else {
         e
     }
@@ -405,7 +405,7 @@ mod tests {
         })
         .await
         .expect_err("refused");
-        assert_eq!(err.code, Code::InvalidArgument);
+        assert_eq!(err.kind, ErrorKind::InvalidArgument);
     }
 
     #[test]

@@ -40,7 +40,7 @@ use serde::Serialize;
 use url::Url;
 
 use super::{AccessError, connect, protocol_of};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiResult, Error};
 use crate::state::AppState;
 
 /// Namespaces visited at most while looking for a table to validate with.
@@ -309,7 +309,7 @@ fn record_connect_failure(checks: &mut Checks, e: AccessError) -> ApiResult<()> 
                 "the integration's credentials are missing from the credential store; rotate them",
             );
         }
-        e @ AccessError::Store(_) => return Err(ApiError::from(e)),
+        e @ AccessError::Store(_) => return Err(Error::from(e)),
         AccessError::Catalog(c @ CatalogAccessError::Unsupported(_)) => {
             checks.not_run(
                 CheckType::CatalogConnection,

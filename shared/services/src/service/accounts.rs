@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{MAX_ATTEMPTS, backoff, check_if_match, read, to_body};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiResult, Error};
 use crate::service::catalogs::purge_catalog_partition;
 use crate::state::AppState;
 
@@ -63,7 +63,7 @@ pub async fn create(
     idem: Option<IdempotencyRequest>,
 ) -> ApiResult<RecordedResponse> {
     if on_conflict == OnConflict::Replace {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "accounts cannot be replaced: the id is the identity",
         ));
     }
@@ -84,7 +84,7 @@ pub async fn create(
                 .await?
                 .is_some()
             {
-                return Err(ApiError::deleting("an account with this id"));
+                return Err(Error::deleting("an account with this id"));
             }
             if let Some(existing) =
                 read::<AccountRecord>(store, keys::account(&id), Consistency::Strong).await?
@@ -93,7 +93,7 @@ pub async fn create(
                     OnConflict::ReturnExisting => {
                         Ok(Plan::Respond(RecordedResponse::ok(existing.value.to_api())))
                     }
-                    _ => Err(ApiError::already_exists(format!(
+                    _ => Err(Error::already_exists(format!(
                         "account {id:?} already exists"
                     ))),
                 };
@@ -128,7 +128,7 @@ pub async fn get(state: &AppState, id: &str) -> ApiResult<Value> {
         .await?
     {
         Some(v) => Ok(v.value.to_api()),
-        None => Err(ApiError::not_found("account")),
+        None => Err(Error::not_found("account")),
     }
 }
 
@@ -162,7 +162,7 @@ pub async fn delete(
             .await?;
         let account = read::<AccountRecord>(store, keys::account(id), Consistency::Strong).await?;
         match (account, fence) {
-            (None, None) => return Err(ApiError::not_found("account")),
+            (None, None) => return Err(Error::not_found("account")),
             // A previous delete committed and then stopped part-way: resume.
             (None, Some(_)) => break,
             (Some(acct), fence) => {
@@ -198,7 +198,7 @@ pub async fn delete(
         .await?
         .is_some()
     {
-        return Err(ApiError::unavailable("account delete did not converge"));
+        return Err(Error::unavailable("account delete did not converge"));
     }
     cleanup(state, id, cleanups).await
 }
@@ -243,13 +243,13 @@ async fn cleanup(
         .credentials
         .list_account(id)
         .await
-        .map_err(|e| ApiError::unavailable(e.to_string()))?;
+        .map_err(|e| Error::unavailable(e.to_string()))?;
     for r in orphans {
         state
             .credentials
             .delete(&r)
             .await
-            .map_err(|e| ApiError::unavailable(e.to_string()))?;
+            .map_err(|e| Error::unavailable(e.to_string()))?;
     }
     let tx = Transaction::new()
         .with(Op::delete(keys::account_listing(id)))

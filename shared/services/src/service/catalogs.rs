@@ -16,7 +16,7 @@ use super::{
     GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
     guarded_delete, read, to_body,
 };
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 use crate::state::AppState;
 
 pub const MAX_DESCRIPTION_BYTES: usize = 4096;
@@ -56,18 +56,18 @@ where
 
 pub fn validate_properties(props: &BTreeMap<String, String>) -> ApiResult<()> {
     if props.len() > MAX_PROPERTIES {
-        return Err(ApiError::invalid(format!(
+        return Err(Error::invalid(format!(
             "at most {MAX_PROPERTIES} properties"
         )));
     }
     for (k, v) in props {
         if k.is_empty() || k.len() > 255 || k.chars().any(char::is_control) {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "property keys must be 1 to 255 bytes without control characters",
             ));
         }
         if v.len() > 16 * 1024 {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "property {k:?} is longer than 16 KiB"
             )));
         }
@@ -77,7 +77,7 @@ pub fn validate_properties(props: &BTreeMap<String, String>) -> ApiResult<()> {
 
 fn validate_description(d: &Option<String>) -> ApiResult<()> {
     if d.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES) {
-        return Err(ApiError::invalid(format!(
+        return Err(Error::invalid(format!(
             "description is longer than {MAX_DESCRIPTION_BYTES} bytes"
         )));
     }
@@ -90,10 +90,10 @@ pub async fn load(
     account: &str,
     id: &str,
 ) -> ApiResult<Versioned<CatalogRecord>> {
-    flotilla_domain::names::validate_resource_id(id).map_err(|_| ApiError::not_found("catalog"))?;
+    flotilla_domain::names::validate_resource_id(id).map_err(|_| Error::not_found("catalog"))?;
     read::<CatalogRecord>(store, keys::catalog(account, id), Consistency::Strong)
         .await?
-        .ok_or_else(|| ApiError::not_found("catalog"))
+        .ok_or_else(|| Error::not_found("catalog"))
 }
 
 /// [`load`] on items already read.
@@ -102,10 +102,10 @@ pub fn load_from(
     account: &str,
     id: &str,
 ) -> ApiResult<Versioned<CatalogRecord>> {
-    flotilla_domain::names::validate_resource_id(id).map_err(|_| ApiError::not_found("catalog"))?;
+    flotilla_domain::names::validate_resource_id(id).map_err(|_| Error::not_found("catalog"))?;
     reads
         .read::<CatalogRecord>(keys::catalog(account, id))?
-        .ok_or_else(|| ApiError::not_found("catalog"))
+        .ok_or_else(|| Error::not_found("catalog"))
 }
 
 /// Strong reads of the catalog `id` of `account` and of `more`, in one round trip;
@@ -117,7 +117,7 @@ pub async fn fetch_with(
     id: &str,
     mut more: Vec<flotilla_metastore::Key>,
 ) -> ApiResult<super::Reads> {
-    flotilla_domain::names::validate_resource_id(id).map_err(|_| ApiError::not_found("catalog"))?;
+    flotilla_domain::names::validate_resource_id(id).map_err(|_| Error::not_found("catalog"))?;
     more.push(keys::catalog(account, id));
     super::fetch(store, &more).await
 }
@@ -165,7 +165,7 @@ pub async fn create(
                     let old = load(store, account, &idx.value.id).await?;
                     match on_conflict {
                         OnConflict::Error => {
-                            return Err(ApiError::already_exists(format!(
+                            return Err(Error::already_exists(format!(
                                 "a catalog named {:?} already exists",
                                 req.display_name
                             )));
@@ -215,7 +215,7 @@ async fn retire_for_replace(
     let guard = keys::catalog_guard(&old.value.id);
     let gs = super::guard_state(store, guard.clone(), now, state.config.guard_lease_ms).await?;
     if matches!(gs, super::GuardState::Live) {
-        return Err(ApiError::deleting("the catalog being replaced"));
+        return Err(Error::deleting("the catalog being replaced"));
     }
     let condition = match gs {
         super::GuardState::Abandoned { version } => Condition::Version(version),
@@ -256,7 +256,7 @@ async fn dependents(
     store: &dyn Metastore,
     account: &str,
     catalog_id: &str,
-) -> ApiResult<Option<ApiError>> {
+) -> ApiResult<Option<Error>> {
     let overlays = store
         .count(
             &keys::account_pk(account),
@@ -275,8 +275,8 @@ async fn dependents(
         return Ok(None);
     }
     Ok(Some(
-        ApiError::new(
-            Code::HasDependents,
+        Error::new(
+            ErrorKind::HasDependents,
             "the catalog is referenced by overlays or is not empty",
         )
         .with_detail("overlays", overlays)
@@ -372,7 +372,7 @@ pub async fn patch(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("catalog update did not converge"))
+    Err(Error::unavailable("catalog update did not converge"))
 }
 
 pub async fn delete(
@@ -408,7 +408,7 @@ pub async fn delete(
             GuardedOutcome::Retry => backoff(attempt).await,
         }
     }
-    Err(ApiError::unavailable("catalog delete did not converge"))
+    Err(Error::unavailable("catalog delete did not converge"))
 }
 
 /// Deletes every item of a catalog's partition (used once the catalog record is gone, by

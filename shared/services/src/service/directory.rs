@@ -7,7 +7,7 @@ use flotilla_domain::keys;
 use flotilla_metastore::{Consistency, Op, Transaction};
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 use crate::service::{MAX_ATTEMPTS, backoff, catalogs, is_condition_failure, to_body};
 use crate::state::AppState;
 
@@ -33,8 +33,8 @@ pub async fn finalize(
         missing.push("acknowledge_quiescent_writes");
     }
     if !missing.is_empty() {
-        return Err(ApiError::new(
-            Code::FailedPrecondition,
+        return Err(Error::new(
+            ErrorKind::FailedPrecondition,
             "catalog-finalize requires both a complete writer rollout and quiescent write admission to be acknowledged",
         )
         .with_detail("missing_acknowledgements", json!(missing)));
@@ -65,7 +65,7 @@ pub async fn finalize(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("catalog-finalize did not converge"))
+    Err(Error::unavailable("catalog-finalize did not converge"))
 }
 
 /// The directory of a catalog of `account` from the state's replica: checks the catalog

@@ -32,7 +32,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{MAX_ATTEMPTS, Reads, backoff, fetch};
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 use crate::state::AppState;
 
 /// The response a create answered, as recorded in its receipt.
@@ -102,7 +102,7 @@ pub fn hash_client_key(k: &str) -> String {
 /// Checks an `Idempotency-Key` header value.
 pub fn validate_client_key(k: &str) -> ApiResult<()> {
     if k.is_empty() || k.len() > 255 || !k.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "Idempotency-Key must be 1 to 255 visible ASCII characters",
         ));
     }
@@ -143,8 +143,8 @@ fn examine(req: &IdempotencyRequest, item: Option<Item>, now: i64) -> ApiResult<
     };
     let r: Receipt = item.json()?;
     if r.fingerprint != req.fingerprint {
-        return Err(ApiError::new(
-            Code::IdempotencyKeyReused,
+        return Err(Error::new(
+            ErrorKind::IdempotencyKeyReused,
             "this Idempotency-Key was used with a different request",
         ));
     }
@@ -225,23 +225,24 @@ fn settle_op(
 
 /// Whether an error is the request's final answer, recorded for replays. Client errors are,
 /// except those that ask the caller to try again later or that concern the key itself.
-fn is_final(e: &ApiError) -> bool {
-    e.status().is_client_error()
+fn is_final(e: &Error) -> bool {
+    !e.kind.is_server_side()
         && !matches!(
-            e.code,
-            Code::Deleting
-                | Code::IdempotencyKeyReused
-                | Code::CommitConflict
-                | Code::Conflict
-                | Code::PreconditionFailed
-                | Code::Unauthenticated
-                | Code::PermissionDenied
+            e.kind,
+            ErrorKind::Deleting
+                | ErrorKind::IdempotencyKeyReused
+                | ErrorKind::CommitConflict
+                | ErrorKind::Conflict
+                | ErrorKind::PreconditionFailed
+                | ErrorKind::Unauthenticated
+                | ErrorKind::PermissionDenied
         )
 }
 
-/// The response a final error answered, for its receipt.
-fn recorded_error(e: &ApiError) -> RecordedResponse {
-    let (status, body) = e.to_parts();
+/// The response a final error answered, for its receipt: the status and body of the one HTTP
+/// table (`flotilla-http-status`), so a replay answers what the first request did.
+fn recorded_error(e: &Error) -> RecordedResponse {
+    let (status, body) = flotilla_http_status::to_parts(e);
     RecordedResponse {
         status: status.as_u16(),
         body,
@@ -249,18 +250,18 @@ fn recorded_error(e: &ApiError) -> RecordedResponse {
 }
 
 /// The error a failed receipt recorded, answered again with the same status and body.
-fn replayed_error(resp: &RecordedResponse) -> ApiError {
+fn replayed_error(resp: &RecordedResponse) -> Error {
     let err = &resp.body["error"];
-    let code = err["code"].as_str().and_then(Code::from_name);
+    let code = err["code"].as_str().and_then(ErrorKind::from_name);
     match code {
         Some(code) => {
-            let mut e = ApiError::new(code, err["message"].as_str().unwrap_or_default());
+            let mut e = Error::new(code, err["message"].as_str().unwrap_or_default());
             if let Some(details) = err["details"].as_object() {
                 e.details = details.clone();
             }
             e
         }
-        None => ApiError::internal("a failed idempotency receipt records an unknown code"),
+        None => Error::internal("a failed idempotency receipt records an unknown code"),
     }
 }
 
@@ -280,7 +281,7 @@ pub async fn settle_failure(
     req: &IdempotencyRequest,
     version: u64,
     reserved_id: &str,
-    error: ApiError,
+    error: Error,
 ) -> ApiResult<Settled> {
     let item = state
         .store
@@ -431,12 +432,12 @@ where
                 {
                     return Ok(response);
                 }
-                return Err(ApiError::unavailable(e.to_string()));
+                return Err(Error::unavailable(e.to_string()));
             }
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable(
+    Err(Error::unavailable(
         "create did not converge after repeated conflicts",
     ))
 }
@@ -508,7 +509,7 @@ pub async fn reserve(
             }
         }
     }
-    Err(ApiError::unavailable(
+    Err(Error::unavailable(
         "idempotency receipt reservation did not converge",
     ))
 }

@@ -11,7 +11,7 @@
 //!   [`AppState::new`](crate::AppState::new)). Warehouse objects are the customer's and are
 //!   never deleted by an account delete.
 //! - [`api_error`] is the one mapping of [`IndexCatalogError`] to the API's codes; the status of
-//!   each code is decided by [`Code::status`] like everywhere else.
+//!   each code is decided by [`ErrorKind::status`] like everywhere else.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ pub use flotilla_parqdb::gc;
 
 use super::accounts::{AccountCleanup, delete_items};
 use super::idempotency::{self, IdempotencyRequest, RecordedResponse};
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 use crate::state::AppState;
 
 /// Environment variable naming an S3-compatible endpoint (moto, MinIO) for `s3://` index
@@ -187,39 +187,40 @@ where
             idempotency::Settled::Moved => continue,
         }
     }
-    Err(ApiError::unavailable(
+    Err(Error::unavailable(
         "idempotent index catalog create did not converge",
     ))
 }
 
 fn to_value<T: Serialize>(v: &T) -> ApiResult<serde_json::Value> {
-    serde_json::to_value(v).map_err(|e| ApiError::internal(format!("encode: {e}")))
+    serde_json::to_value(v).map_err(|e| Error::internal(format!("encode: {e}")))
 }
 
 /// The one mapping of the catalog's typed errors to API errors. Exhaustive on purpose: a new
 /// error kind in the crate must be given a code here. 5xx kinds keep their detail for the log
-/// only ([`ApiError::unavailable`], [`ApiError::internal`]).
-pub fn api_error(e: IndexCatalogError) -> ApiError {
+/// only ([`Error::unavailable`], [`Error::internal`]).
+pub fn api_error(e: IndexCatalogError) -> Error {
     use IndexCatalogError as E;
     match e {
-        E::NamespaceNotFound { message } => ApiError::new(Code::NamespaceNotFound, message),
-        E::IndexNotFound { message } => ApiError::new(Code::IndexNotFound, message),
-        E::AlreadyExists { message } => ApiError::new(Code::AlreadyExists, message),
-        E::InvalidIndexMetadata { rule, message } => {
-            ApiError::new(Code::InvalidIndexMetadata, format!("{rule}: {message}"))
-                .with_detail("rule", rule.as_str())
-        }
+        E::NamespaceNotFound { message } => Error::new(ErrorKind::NamespaceNotFound, message),
+        E::IndexNotFound { message } => Error::new(ErrorKind::IndexNotFound, message),
+        E::AlreadyExists { message } => Error::new(ErrorKind::AlreadyExists, message),
+        E::InvalidIndexMetadata { rule, message } => Error::new(
+            ErrorKind::InvalidIndexMetadata,
+            format!("{rule}: {message}"),
+        )
+        .with_detail("rule", rule.as_str()),
         E::UnsupportedFormatVersion { message } => {
-            ApiError::new(Code::UnsupportedFormatVersion, message)
+            Error::new(ErrorKind::UnsupportedFormatVersion, message)
         }
-        E::IndexUuidMismatch { message } => ApiError::new(Code::IndexUuidMismatch, message),
-        E::CommitConflict { message } => ApiError::new(Code::CommitConflict, message),
-        E::NotFound { message } => ApiError::new(Code::NotFound, message),
-        E::HasDependents { message } => ApiError::new(Code::HasDependents, message),
-        E::InvalidArgument { message } => ApiError::new(Code::InvalidArgument, message),
-        E::WarehouseNotAllowed { message } => ApiError::new(Code::PermissionDenied, message),
-        E::Unavailable { message } => ApiError::unavailable(message),
-        E::Internal { message } => ApiError::internal(message),
+        E::IndexUuidMismatch { message } => Error::new(ErrorKind::IndexUuidMismatch, message),
+        E::CommitConflict { message } => Error::new(ErrorKind::CommitConflict, message),
+        E::NotFound { message } => Error::new(ErrorKind::NotFound, message),
+        E::HasDependents { message } => Error::new(ErrorKind::HasDependents, message),
+        E::InvalidArgument { message } => Error::new(ErrorKind::InvalidArgument, message),
+        E::WarehouseNotAllowed { message } => Error::new(ErrorKind::PermissionDenied, message),
+        E::Unavailable { message } => Error::unavailable(message),
+        E::Internal { message } => Error::internal(message),
     }
 }
 
@@ -227,7 +228,7 @@ pub fn api_error(e: IndexCatalogError) -> ApiError {
 /// `NOT_FOUND` (it cannot tell the fence from a missing account); a `NOT_FOUND` is therefore
 /// explained with strong reads: `409 DELETING` while the account is being deleted, `404` for
 /// a missing account, else the crate's own `NOT_FOUND` (a missing index catalog).
-pub async fn explain(state: &AppState, account: &str, e: IndexCatalogError) -> ApiError {
+pub async fn explain(state: &AppState, account: &str, e: IndexCatalogError) -> Error {
     if matches!(e, IndexCatalogError::NotFound { .. }) {
         match super::account_guard_error(state.store.as_ref(), account).await {
             Ok(Some(guard)) => return guard,

@@ -13,7 +13,7 @@ pub mod relations;
 
 use flotilla_metastore::{Condition, Consistency, Item, Key, Metastore, Op};
 
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 
 /// The low-level helpers every protocol shares (retry, codecs, page tokens), re-exported so
 /// `service::key`, `service::backoff` and the rest keep their paths.
@@ -42,23 +42,20 @@ pub fn account_guard_keys(account: &str) -> [Key; 2] {
 
 /// Explains a failed account guard, when it was one: reads the fence and the account (one
 /// round trip).
-pub async fn account_guard_error(
-    store: &dyn Metastore,
-    account: &str,
-) -> ApiResult<Option<ApiError>> {
+pub async fn account_guard_error(store: &dyn Metastore, account: &str) -> ApiResult<Option<Error>> {
     let reads = fetch(store, &account_guard_keys(account)).await?;
     Ok(account_guard_error_from(&reads, account))
 }
 
 /// [`account_guard_error`] on items already read: a fence answers `DELETING` before a
 /// missing account answers `NOT_FOUND`.
-pub fn account_guard_error_from(reads: &Reads, account: &str) -> Option<ApiError> {
+pub fn account_guard_error_from(reads: &Reads, account: &str) -> Option<Error> {
     let [fence, record] = account_guard_keys(account);
     if reads.item(&fence).is_some() {
-        return Some(ApiError::deleting("the account"));
+        return Some(Error::deleting("the account"));
     }
     if reads.item(&record).is_none() {
-        return Some(ApiError::not_found("account"));
+        return Some(Error::not_found("account"));
     }
     None
 }
@@ -122,7 +119,7 @@ pub fn guard_op(parts: Key, state: &GuardState) -> Option<Op> {
 pub fn require_if_match(if_match: Option<&str>, what: &str) -> ApiResult<()> {
     match if_match {
         Some(v) if !v.trim().is_empty() => Ok(()),
-        _ => Err(ApiError::precondition_required(what)),
+        _ => Err(Error::precondition_required(what)),
     }
 }
 
@@ -139,15 +136,15 @@ pub fn check_if_match(if_match: Option<&str>, current_etag: &str) -> ApiResult<(
             if matches {
                 Ok(())
             } else {
-                Err(ApiError::precondition_failed())
+                Err(Error::precondition_failed())
             }
         }
     }
 }
 
 /// Maps a failed guard on a parent to the error a caller should see.
-pub fn not_found(what: &str) -> ApiError {
-    ApiError::new(Code::NotFound, format!("{what} not found"))
+pub fn not_found(what: &str) -> Error {
+    Error::new(ErrorKind::NotFound, format!("{what} not found"))
 }
 
 /// Outcome of one attempt of [`guarded_delete`].
@@ -176,7 +173,7 @@ pub async fn guarded_delete<F, Fut>(
 ) -> ApiResult<GuardedOutcome>
 where
     F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = ApiResult<Option<ApiError>>>,
+    Fut: std::future::Future<Output = ApiResult<Option<Error>>>,
 {
     let store = state.store.as_ref();
     let now = state.clock.now_ms();
@@ -188,7 +185,7 @@ where
         durable: false,
     })?;
     let (condition, guard_version) = match gstate {
-        GuardState::Live => return Err(ApiError::deleting(what)),
+        GuardState::Live => return Err(Error::deleting(what)),
         GuardState::Absent => (Condition::Absent, 1),
         GuardState::Abandoned { version } => (Condition::Version(version), version + 1),
     };
@@ -280,9 +277,9 @@ pub async fn name_taken(
     new: Key,
     what: &str,
     name: &str,
-) -> ApiResult<Option<ApiError>> {
+) -> ApiResult<Option<Error>> {
     Ok(store
         .get(&new, Consistency::Strong)
         .await?
-        .map(|_| ApiError::already_exists(format!("{what} named {name:?} already exists"))))
+        .map(|_| Error::already_exists(format!("{what} named {name:?} already exists"))))
 }

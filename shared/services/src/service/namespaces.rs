@@ -18,7 +18,7 @@ use super::{
     GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
     guard_op, guard_state_of, guarded_delete, read, to_body,
 };
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -56,7 +56,7 @@ pub async fn require(
 ) -> ApiResult<Versioned<NamespaceRecord>> {
     load(store, catalog_id, path)
         .await?
-        .ok_or_else(|| ApiError::new(Code::NotFound, format!("namespace {path} not found")))
+        .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("namespace {path} not found")))
 }
 
 /// The keys [`child_guards_from`] decides from, for one round trip: the account and its
@@ -87,7 +87,7 @@ pub fn require_from(
 ) -> ApiResult<Versioned<NamespaceRecord>> {
     reads
         .read::<NamespaceRecord>(keys::namespace(catalog_id, path))?
-        .ok_or_else(|| ApiError::new(Code::NotFound, format!("namespace {path} not found")))
+        .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("namespace {path} not found")))
 }
 
 /// The conditions a child of `parent` (or of the catalog root, when `None`) asserts: the
@@ -131,7 +131,7 @@ pub fn child_guards_from(
     let cg = guard_state_of(reads.item(&keys::catalog_guard(catalog_id)), now, lease)?;
     ops.push(
         guard_op(keys::catalog_guard(catalog_id), &cg)
-            .ok_or_else(|| ApiError::deleting("the catalog"))?,
+            .ok_or_else(|| Error::deleting("the catalog"))?,
     );
     if let Some(parent) = parent {
         require_from(reads, catalog_id, parent)?;
@@ -145,7 +145,7 @@ pub fn child_guards_from(
             lease,
         )?;
         if matches!(ng, GuardState::Live) {
-            return Err(ApiError::deleting(&format!("namespace {parent}")));
+            return Err(Error::deleting(&format!("namespace {parent}")));
         }
         if let Some(op) = guard_op(keys::namespace_guard(catalog_id, parent), &ng) {
             ops.push(op);
@@ -191,7 +191,7 @@ pub async fn create(
                 None => ops.push(Op::create(ns_key.clone(), to_body(&rec)?)),
                 Some(old) => match on_conflict {
                     OnConflict::Error => {
-                        return Err(ApiError::already_exists(format!(
+                        return Err(Error::already_exists(format!(
                             "namespace {path} already exists"
                         )));
                     }
@@ -221,7 +221,7 @@ async fn dependents(
     store: &dyn Metastore,
     catalog_id: &str,
     path: &NamespacePath,
-) -> ApiResult<Option<ApiError>> {
+) -> ApiResult<Option<Error>> {
     let pk = keys::catalog_pk(catalog_id);
     let children = store
         .count(
@@ -244,8 +244,8 @@ async fn dependents(
         return Ok(None);
     }
     Ok(Some(
-        ApiError::new(
-            Code::HasDependents,
+        Error::new(
+            ErrorKind::HasDependents,
             format!("namespace {path} is not empty or is claimed by an overlay"),
         )
         .with_detail("namespaces", children)
@@ -337,7 +337,7 @@ pub async fn patch(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("namespace update did not converge"))
+    Err(Error::unavailable("namespace update did not converge"))
 }
 
 pub async fn delete(
@@ -367,5 +367,5 @@ pub async fn delete(
             GuardedOutcome::Retry => backoff(attempt).await,
         }
     }
-    Err(ApiError::unavailable("namespace delete did not converge"))
+    Err(Error::unavailable("namespace delete did not converge"))
 }

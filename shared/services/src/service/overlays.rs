@@ -26,7 +26,7 @@ use super::{
     MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff, check_if_match,
     guard_op, guard_state, read, to_body,
 };
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 use crate::state::AppState;
 
 pub const MIN_REFRESH_INTERVAL_SECS: u64 = 60;
@@ -71,7 +71,7 @@ fn validate_interval(v: Option<u64>) -> ApiResult<u64> {
     match v {
         None => Ok(default_refresh_interval()),
         Some(s) if (MIN_REFRESH_INTERVAL_SECS..=30 * 86_400).contains(&s) => Ok(s),
-        Some(_) => Err(ApiError::invalid(format!(
+        Some(_) => Err(Error::invalid(format!(
             "refresh_interval_secs must be between {MIN_REFRESH_INTERVAL_SECS} and 2592000"
         ))),
     }
@@ -82,10 +82,10 @@ pub async fn load(
     account: &str,
     id: &str,
 ) -> ApiResult<Versioned<OverlayRecord>> {
-    validate_resource_id(id).map_err(|_| ApiError::not_found("overlay"))?;
+    validate_resource_id(id).map_err(|_| Error::not_found("overlay"))?;
     read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong)
         .await?
-        .ok_or_else(|| ApiError::not_found("overlay"))
+        .ok_or_else(|| Error::not_found("overlay"))
 }
 
 pub async fn status(
@@ -137,7 +137,7 @@ pub async fn list(
     let mut out = Vec::with_capacity(items.len());
     for v in items {
         let rec: OverlayRecord =
-            serde_json::from_value(v).map_err(|e| ApiError::internal(e.to_string()))?;
+            serde_json::from_value(v).map_err(|e| Error::internal(e.to_string()))?;
         out.push(to_api(store, account, &rec).await?);
     }
     Ok(super::page_body(out, next))
@@ -169,9 +169,9 @@ async fn load_integration(
 ) -> ApiResult<Versioned<flotilla_domain::model::IntegrationRecord>> {
     super::integrations::load(store, account, id)
         .await
-        .map_err(|e| match e.code {
-            Code::NotFound => {
-                ApiError::invalid("integration_id names no integration of this account")
+        .map_err(|e| match e.kind {
+            ErrorKind::NotFound => {
+                Error::invalid("integration_id names no integration of this account")
             }
             _ => e,
         })
@@ -181,8 +181,8 @@ async fn load_catalog(store: &dyn Metastore, account: &str, id: &str) -> ApiResu
     super::catalogs::load(store, account, id)
         .await
         .map(|_| ())
-        .map_err(|e| match e.code {
-            Code::NotFound => ApiError::invalid("catalog_id names no catalog of this account"),
+        .map_err(|e| match e.kind {
+            ErrorKind::NotFound => Error::invalid("catalog_id names no catalog of this account"),
             _ => e,
         })
 }
@@ -196,8 +196,8 @@ pub async fn create(
 ) -> ApiResult<RecordedResponse> {
     validate_display_name(&req.display_name)?;
     validate_resource_id(&req.integration_id)
-        .map_err(|_| ApiError::invalid("malformed integration_id"))?;
-    validate_resource_id(&req.catalog_id).map_err(|_| ApiError::invalid("malformed catalog_id"))?;
+        .map_err(|_| Error::invalid("malformed integration_id"))?;
+    validate_resource_id(&req.catalog_id).map_err(|_| Error::invalid("malformed catalog_id"))?;
     let selection = Selection::normalize(
         req.include_namespaces.clone(),
         req.exclude_namespaces.clone(),
@@ -230,7 +230,7 @@ pub async fn create(
                         )));
                     }
                     OnConflict::Error => {
-                        return Err(ApiError::already_exists(format!(
+                        return Err(Error::already_exists(format!(
                             "an overlay named {:?} already exists",
                             req.display_name
                         )));
@@ -243,7 +243,7 @@ pub async fn create(
                         // after the swap, by the old overlay's own resumable delete.
                         let fence = keys::overlay_fence(account, &old.value.id);
                         if store.get(&fence, Consistency::Strong).await?.is_some() {
-                            return Err(ApiError::deleting("the overlay being replaced"));
+                            return Err(Error::deleting("the overlay being replaced"));
                         }
                         name_op = Op::replace(
                             name_key.clone(),
@@ -287,7 +287,7 @@ pub async fn create(
             .await?;
             ops.push(
                 guard_op(keys::integration_fence(account, &req.integration_id), &ig)
-                    .ok_or_else(|| ApiError::deleting("the integration"))?,
+                    .ok_or_else(|| Error::deleting("the integration"))?,
             );
             ops.push(Op::check(
                 keys::catalog(account, &req.catalog_id),
@@ -296,7 +296,7 @@ pub async fn create(
             let cg = guard_state(store, keys::catalog_guard(&req.catalog_id), now, lease).await?;
             ops.push(
                 guard_op(keys::catalog_guard(&req.catalog_id), &cg)
-                    .ok_or_else(|| ApiError::deleting("the catalog"))?,
+                    .ok_or_else(|| Error::deleting("the catalog"))?,
             );
             let dep = to_body(&DependencyRecord {
                 overlay_id: id.clone(),
@@ -344,11 +344,11 @@ pub async fn create(
         // failure here leaves it fenced (publishing nothing) and listed under its own id;
         // `DELETE .../overlays/{old id}` resumes the retirement.
         if let Err(e) = delete(state, account, &old, None).await
-            && e.code != Code::NotFound
+            && e.kind != ErrorKind::NotFound
         {
             tracing::warn!(
                 overlay_id = %old,
-                code = e.code.as_str(),
+                code = e.kind.as_str(),
                 "retiring the overlay superseded by a replace did not finish; \
                  DELETE it by id to resume"
             );
@@ -365,7 +365,7 @@ pub async fn patch(
     if_match: Option<&str>,
 ) -> ApiResult<Value> {
     if req.integration_id.is_some() || req.catalog_id.is_some() {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "integration_id and catalog_id are immutable; create with on_conflict=replace to rebind",
         ));
     }
@@ -384,7 +384,7 @@ pub async fn patch(
             .await?
             .is_some()
         {
-            return Err(ApiError::deleting("the overlay"));
+            return Err(Error::deleting("the overlay"));
         }
         let mut next = cur.value.clone();
         if let Some(n) = &req.display_name {
@@ -449,7 +449,7 @@ pub async fn patch(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("overlay update did not converge"))
+    Err(Error::unavailable("overlay update did not converge"))
 }
 
 /// The durable overlay deletion fence. Besides fencing reconciliation and updates, it
@@ -483,7 +483,7 @@ pub async fn delete(
     id: &str,
     if_match: Option<&str>,
 ) -> ApiResult<()> {
-    validate_resource_id(id).map_err(|_| ApiError::not_found("overlay"))?;
+    validate_resource_id(id).map_err(|_| Error::not_found("overlay"))?;
     let store = state.store.as_ref();
     let fence_key = keys::overlay_fence(account, id);
     let fence = store.get(&fence_key, Consistency::Strong).await?;
@@ -493,7 +493,7 @@ pub async fn delete(
         Some(c) => c,
         None => {
             let Some(item) = fence else {
-                return Err(ApiError::not_found("overlay"));
+                return Err(Error::not_found("overlay"));
             };
             // The record went in an earlier attempt: finish pruning, then drop the fence.
             let f: OverlayFence = item.json()?;
@@ -534,7 +534,7 @@ pub async fn delete(
         }
     }
     let Some(item) = store.get(&fence_key, Consistency::Strong).await? else {
-        return Err(ApiError::unavailable(
+        return Err(Error::unavailable(
             "the overlay deletion fence disappeared; retry",
         ));
     };
@@ -602,9 +602,9 @@ pub async fn delete(
 /// A lost race with a concurrent delete of the same overlay: retryable (`503`), and a retry
 /// resumes under the fence. Both used to surface as `500` (found by the deterministic
 /// simulation: two cascades of one integration).
-fn concurrent_delete(e: flotilla_metastore::MetastoreError) -> ApiError {
+fn concurrent_delete(e: flotilla_metastore::MetastoreError) -> Error {
     if super::is_condition_failure(&e) {
-        ApiError::unavailable(format!("a concurrent delete of this overlay moved on: {e}"))
+        Error::unavailable(format!("a concurrent delete of this overlay moved on: {e}"))
     } else {
         e.into()
     }
@@ -630,7 +630,7 @@ async fn prune_recorded(
                 Pruned::Deleted => path = p.parent(),
                 Pruned::Kept => break,
                 Pruned::Blocked => {
-                    return Err(ApiError::deleting("a namespace of the target catalog"));
+                    return Err(Error::deleting("a namespace of the target catalog"));
                 }
             }
         }
@@ -641,7 +641,7 @@ async fn prune_recorded(
 /// Cascade entry point for integration deletion.
 pub async fn delete_for_cascade(state: &AppState, account: &str, id: &str) -> ApiResult<()> {
     match delete(state, account, id, None).await {
-        Err(e) if e.code == Code::NotFound => Ok(()),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
         other => other,
     }
 }
@@ -783,7 +783,7 @@ async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiR
                 )
                 .await?;
             Ok((children + relations + claims > 0)
-                .then(|| ApiError::new(Code::HasDependents, "namespace in use")))
+                .then(|| Error::new(ErrorKind::HasDependents, "namespace in use")))
         };
         match super::guarded_delete(
             state,
@@ -799,8 +799,8 @@ async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiR
             Ok(super::GuardedOutcome::Deleted) => return Ok(Pruned::Deleted),
             // Lost a race with a writer: re-read and decide again.
             Ok(super::GuardedOutcome::Retry) => backoff(attempt).await,
-            Err(e) if e.code == Code::HasDependents => return Ok(Pruned::Kept),
-            Err(e) if e.code == Code::Deleting => return Ok(Pruned::Blocked),
+            Err(e) if e.kind == ErrorKind::HasDependents => return Ok(Pruned::Kept),
+            Err(e) if e.kind == ErrorKind::Deleting => return Ok(Pruned::Blocked),
             Err(e) => return Err(e),
         }
     }

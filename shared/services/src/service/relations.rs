@@ -17,7 +17,7 @@ use super::catalogs::{self, validate_properties};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::namespaces::{child_guard_keys, child_guards, child_guards_from};
 use super::{MAX_ATTEMPTS, Versioned, backoff, check_if_match, read, to_body};
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 use crate::state::AppState;
 
 pub use flotilla_directory::{DirectoryGeneration, directory_bump};
@@ -80,7 +80,7 @@ pub fn validate_format(f: &str) -> ApiResult<()> {
     if FORMATS.contains(&f) {
         Ok(())
     } else {
-        Err(ApiError::invalid(format!(
+        Err(Error::invalid(format!(
             "format must be one of {}",
             FORMATS.join(", ")
         )))
@@ -132,24 +132,24 @@ pub fn validate_schema(schema: &Value) -> ApiResult<()> {
             _ => Err("nested types must be struct, list or map".into()),
         }
     }
-    check_struct(schema, 0).map_err(|m| ApiError::invalid(format!("invalid schema: {m}")))
+    check_struct(schema, 0).map_err(|m| Error::invalid(format!("invalid schema: {m}")))
 }
 
 fn validate_definitions(defs: &[ViewDefinition]) -> ApiResult<()> {
     if defs.is_empty() {
-        return Err(ApiError::invalid("a view needs at least one definition"));
+        return Err(Error::invalid("a view needs at least one definition"));
     }
     let mut dialects = std::collections::HashSet::new();
     for d in defs {
         validate_segment("dialect", &d.dialect)?;
         if d.sql.trim().is_empty() {
-            return Err(ApiError::invalid("view SQL must not be empty"));
+            return Err(Error::invalid("view SQL must not be empty"));
         }
         if d.sql.len() > 256 * 1024 {
-            return Err(ApiError::invalid("view SQL is longer than 256 KiB"));
+            return Err(Error::invalid("view SQL is longer than 256 KiB"));
         }
         if !dialects.insert(d.dialect.to_ascii_lowercase()) {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "dialect {:?} is given twice",
                 d.dialect
             )));
@@ -162,7 +162,7 @@ fn validate_location(what: &str, l: &Option<String>) -> ApiResult<()> {
     if let Some(l) = l
         && (l.is_empty() || l.len() > 2048 || l.chars().any(char::is_control) || !l.contains("://"))
     {
-        return Err(ApiError::invalid(format!("{what} must be an absolute URI")));
+        return Err(Error::invalid(format!("{what} must be an absolute URI")));
     }
     Ok(())
 }
@@ -190,7 +190,7 @@ async fn require(
 ) -> ApiResult<Versioned<RelationRecord>> {
     match load(store, catalog_id, ns, name).await? {
         Some(v) if v.value.kind == kind => Ok(v),
-        _ => Err(ApiError::not_found(match kind {
+        _ => Err(Error::not_found(match kind {
             RelationKind::Table => "table",
             RelationKind::View => "view",
         })),
@@ -244,7 +244,7 @@ async fn create_relation(
                             ops.push(Op::replace(slot.clone(), old.version, to_body(&rec)?));
                         }
                         _ => {
-                            return Err(ApiError::already_exists(format!(
+                            return Err(Error::already_exists(format!(
                                 "a {} named {:?} already exists in namespace {ns}",
                                 kind_word(old.value.kind),
                                 template.name
@@ -361,7 +361,7 @@ pub async fn get(
     catalogs::load_from(&reads, account, catalog_id)?;
     match reads.read::<RelationRecord>(keys::relation(catalog_id, ns, name))? {
         Some(v) if v.value.kind == kind => Ok(v.value.to_api()),
-        _ => Err(ApiError::not_found(kind_word(kind))),
+        _ => Err(Error::not_found(kind_word(kind))),
     }
 }
 
@@ -403,9 +403,9 @@ pub async fn list(
     Ok(super::page_body(items, next))
 }
 
-pub fn managed_error(rec: &RelationRecord) -> ApiError {
-    let mut e = ApiError::new(
-        Code::ManagedByOverlay,
+pub fn managed_error(rec: &RelationRecord) -> Error {
+    let mut e = Error::new(
+        ErrorKind::ManagedByOverlay,
         format!(
             "this {} is managed by an overlay; change it upstream or through the overlay",
             kind_word(rec.kind)
@@ -445,7 +445,7 @@ pub async fn patch(
     match kind {
         RelationKind::Table => {
             if req.definitions.is_some() || req.default_namespace.is_some() {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "definitions and default_namespace apply to views only",
                 ));
             }
@@ -461,7 +461,7 @@ pub async fn patch(
         }
         RelationKind::View => {
             if req.format.is_some() || req.metadata_location.is_some() || req.location.is_some() {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "format, metadata_location and location apply to tables only",
                 ));
             }
@@ -529,7 +529,7 @@ pub async fn patch(
                 .await?
                 .is_some()
             {
-                return Err(ApiError::already_exists(format!(
+                return Err(Error::already_exists(format!(
                     "{:?} already exists in namespace {}",
                     next.name, next.namespace
                 )));
@@ -551,7 +551,7 @@ pub async fn patch(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("update did not converge"))
+    Err(Error::unavailable("update did not converge"))
 }
 
 pub async fn delete(
@@ -591,5 +591,5 @@ pub async fn delete(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("delete did not converge"))
+    Err(Error::unavailable("delete did not converge"))
 }

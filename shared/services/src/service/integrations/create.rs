@@ -28,7 +28,7 @@ pub(super) async fn guard_for_replace(
             {
                 Condition::Version(item.version)
             } else {
-                return Err(ApiError::deleting("the integration being replaced"));
+                return Err(Error::deleting("the integration being replaced"));
             }
         }
     };
@@ -58,8 +58,8 @@ pub(super) async fn guard_for_replace(
             match store.transact(tx).await {
                 Ok(()) => next,
                 Err(e) if crate::service::is_condition_failure(&e) => {
-                    return Err(ApiError::new(
-                        Code::CommitConflict,
+                    return Err(Error::new(
+                        ErrorKind::CommitConflict,
                         "the integration being replaced changed; retry",
                     ));
                 }
@@ -84,8 +84,8 @@ pub(super) async fn guard_for_replace(
         let _ = store
             .transact(Transaction::new().with(Op::delete_at(guard, version)))
             .await;
-        return Err(ApiError::new(
-            Code::HasDependents,
+        return Err(Error::new(
+            ErrorKind::HasDependents,
             "overlays depend on the integration being replaced; replacement must not retarget them",
         )
         .with_detail("overlays", deps));
@@ -128,7 +128,7 @@ pub async fn create(
                 let old = load(store, account, &idx.value.id).await?;
                 match on_conflict {
                     OnConflict::Error => {
-                        return Err(ApiError::already_exists(format!(
+                        return Err(Error::already_exists(format!(
                             "an integration named {:?} already exists",
                             req.display_name
                         )));
@@ -236,7 +236,7 @@ pub async fn create(
             }
             // The outcome may be unknown: the CAS may have published it. Keep it; the sweep
             // decides later with the published record in hand.
-            (Err(e), _) if e.code == Code::Unavailable => {}
+            (Err(e), _) if e.kind == ErrorKind::Unavailable => {}
             _ => discard_unpublished(state, account, &pid, g).await,
         }
     }

@@ -71,7 +71,7 @@ pub async fn delete(
     for attempt in 0..MAX_ATTEMPTS {
         let cur = match load(store, account, id).await {
             Ok(c) => c,
-            Err(e) if e.code == Code::NotFound => {
+            Err(e) if e.kind == ErrorKind::NotFound => {
                 // A delete that removed the record and stopped before its credentials were
                 // gone: finish the cleanup instead of answering 404.
                 if validate_resource_id(id).is_ok() && has_leftovers(state, account, id).await? {
@@ -98,8 +98,8 @@ pub async fn delete(
                     )
                     .await?;
                 Ok((deps > 0).then(|| {
-                    ApiError::new(
-                        Code::HasDependents,
+                    Error::new(
+                        ErrorKind::HasDependents,
                         "overlays use this integration; delete them or use ?cascade=true",
                     )
                     .with_detail("overlays", deps)
@@ -116,7 +116,7 @@ pub async fn delete(
             GuardedOutcome::Retry => backoff(attempt).await,
         }
     }
-    Err(ApiError::unavailable("integration delete did not converge"))
+    Err(Error::unavailable("integration delete did not converge"))
 }
 
 /// Cascade: a durable integration fence (no new overlay can attach and reconciliation stops
@@ -148,7 +148,7 @@ pub(super) async fn cascade_delete(
                     .await?;
                 return Ok(());
             }
-            None => return Err(ApiError::not_found("integration")),
+            None => return Err(Error::not_found("integration")),
         };
     if !durable {
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
@@ -157,7 +157,7 @@ pub(super) async fn cascade_delete(
         let condition = match gs {
             GuardState::Absent => Condition::Absent,
             GuardState::Abandoned { version } => Condition::Version(version),
-            GuardState::Live => return Err(ApiError::deleting("the integration")),
+            GuardState::Live => return Err(Error::deleting("the integration")),
         };
         let body = to_body(&GuardRecord {
             installed_ms: now,
@@ -183,7 +183,7 @@ pub(super) async fn cascade_delete(
                     .await?
                     .and_then(|i| i.json::<GuardRecord>().ok());
                 if !theirs.is_some_and(|g| g.durable) {
-                    return Err(ApiError::deleting("the integration"));
+                    return Err(Error::deleting("the integration"));
                 }
             }
             Err(e) => return Err(e.into()),
@@ -231,7 +231,7 @@ pub(super) async fn cascade_delete(
         }
     }
     if !removed {
-        return Err(ApiError::unavailable("integration delete did not converge"));
+        return Err(Error::unavailable("integration delete did not converge"));
     }
     purge_credentials(state, account, id).await?;
     store

@@ -7,14 +7,14 @@ pub(super) fn secret_ref(
     integration: &str,
     generation: u64,
 ) -> ApiResult<SecretRef> {
-    SecretRef::new(account, integration, generation).map_err(|e| ApiError::internal(e.to_string()))
+    SecretRef::new(account, integration, generation).map_err(|e| Error::internal(e.to_string()))
 }
 
-pub(super) fn secret_error(e: SecretStoreError) -> ApiError {
+pub(super) fn secret_error(e: SecretStoreError) -> Error {
     if e.is_retryable() || e.is_outcome_unknown() {
-        ApiError::unavailable(e.to_string())
+        Error::unavailable(e.to_string())
     } else {
-        ApiError::internal(e.to_string())
+        Error::internal(e.to_string())
     }
 }
 
@@ -96,7 +96,7 @@ pub(super) async fn prepare_generation(
             }
         }
     }
-    Err(ApiError::unavailable(
+    Err(Error::unavailable(
         "no free credential generation after repeated concurrent rotations; retry",
     ))
 }

@@ -38,7 +38,7 @@ use super::{
     GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error,
     account_guards, backoff, check_if_match, guard_state, guarded_delete, read, to_body,
 };
-use crate::error::{ApiError, ApiResult, Code};
+use crate::error::{ApiResult, Error, ErrorKind};
 use crate::state::AppState;
 
 mod create;

@@ -10,12 +10,12 @@ pub async fn patch(
     if_match: Option<&str>,
 ) -> ApiResult<Value> {
     if req.kind.is_some() {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "type is immutable; create with on_conflict=replace to change it",
         ));
     }
     if req.authentication.is_some() || req.credentials.is_some() {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "authentication and credentials change through PUT .../authentication",
         ));
     }
@@ -31,7 +31,7 @@ pub async fn patch(
             .await?
             .is_some()
         {
-            return Err(ApiError::deleting("the integration"));
+            return Err(Error::deleting("the integration"));
         }
         let mut next = cur.value.clone();
         if let Some(n) = &req.display_name {
@@ -97,7 +97,7 @@ pub async fn patch(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable("integration update did not converge"))
+    Err(Error::unavailable("integration update did not converge"))
 }
 
 /// `PUT .../authentication`: new authentication configuration and/or credentials, published
@@ -110,9 +110,7 @@ pub async fn rotate(
     if_match: Option<&str>,
 ) -> ApiResult<Value> {
     if req.authentication.is_none() && req.credentials.is_none() {
-        return Err(ApiError::invalid(
-            "give authentication, credentials, or both",
-        ));
+        return Err(Error::invalid("give authentication, credentials, or both"));
     }
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
@@ -123,7 +121,7 @@ pub async fn rotate(
             .await?
             .is_some()
         {
-            return Err(ApiError::deleting("the integration"));
+            return Err(Error::deleting("the integration"));
         }
         let auth = req
             .authentication
@@ -183,5 +181,5 @@ pub async fn rotate(
             }
         }
     }
-    Err(ApiError::unavailable("rotation did not converge"))
+    Err(Error::unavailable("rotation did not converge"))
 }

@@ -7,10 +7,10 @@ pub async fn load(
     account: &str,
     id: &str,
 ) -> ApiResult<Versioned<IntegrationRecord>> {
-    validate_resource_id(id).map_err(|_| ApiError::not_found("integration"))?;
+    validate_resource_id(id).map_err(|_| Error::not_found("integration"))?;
     read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong)
         .await?
-        .ok_or_else(|| ApiError::not_found("integration"))
+        .ok_or_else(|| Error::not_found("integration"))
 }
 
 pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> {

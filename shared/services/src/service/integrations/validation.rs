@@ -24,11 +24,11 @@ pub(super) fn validate_auth_for_type(
                 "DELTA_SHARING integrations accept only BEARER authentication (the recipient token)"
             }
         };
-        return Err(ApiError::invalid(rule));
+        return Err(Error::invalid(rule));
     }
     let nonempty = |what: &str, v: &str| {
         if v.trim().is_empty() || v.len() > 2048 || v.chars().any(char::is_control) {
-            Err(ApiError::invalid(format!(
+            Err(Error::invalid(format!(
                 "authentication.{what} must be a non-empty string"
             )))
         } else {
@@ -44,7 +44,7 @@ pub(super) fn validate_auth_for_type(
             nonempty("client_id", client_id)?;
             if let Some(u) = token_uri {
                 let url = url::Url::parse(u).map_err(|_| {
-                    ApiError::invalid("authentication.token_uri must be an absolute URL")
+                    Error::invalid("authentication.token_uri must be an absolute URL")
                 })?;
                 if !matches!(url.scheme(), "http" | "https")
                     || url.host_str().is_none()
@@ -52,7 +52,7 @@ pub(super) fn validate_auth_for_type(
                     || url.password().is_some()
                     || url.fragment().is_some()
                 {
-                    return Err(ApiError::invalid(
+                    return Err(Error::invalid(
                         "authentication.token_uri must be an http(s) URL without user-info or fragment",
                     ));
                 }
@@ -67,7 +67,7 @@ pub(super) fn validate_auth_for_type(
         AuthConfig::Bearer {} => {}
         AuthConfig::AwsAssumeRole { role_arn, .. } => {
             if !role_arn.starts_with("arn:") || !role_arn.contains(":role/") {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "authentication.role_arn must be an IAM role ARN",
                 ));
             }
@@ -86,14 +86,14 @@ pub(super) fn validate_auth_for_type(
             match credential_source.as_str() {
                 "STATIC" => {
                     if access_key_id.as_deref().is_none_or(|k| k.trim().is_empty()) {
-                        return Err(ApiError::invalid(
+                        return Err(Error::invalid(
                             "AWS_SIGV4 with credential_source STATIC needs authentication.access_key_id",
                         ));
                     }
                 }
                 "AMBIENT" => {}
                 _ => {
-                    return Err(ApiError::invalid(
+                    return Err(Error::invalid(
                         "authentication.credential_source must be STATIC or AMBIENT",
                     ));
                 }
@@ -112,7 +112,7 @@ pub(super) fn validate_signing(
 ) -> ApiResult<()> {
     crate::access::aws_signing(auth, properties)
         .map(|_| ())
-        .map_err(ApiError::invalid)
+        .map_err(Error::invalid)
 }
 
 /// Which credential fields an authentication type needs and accepts.
@@ -149,19 +149,19 @@ pub(super) fn validate_credentials(
         None | Some(Value::Null) => &empty,
         Some(Value::Object(m)) => m,
         Some(_) => {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "credentials must be an object of credential fields",
             ));
         }
     };
     for (k, v) in c {
         if !CREDENTIAL_FIELDS.contains(&k.as_str()) {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "credentials.{k} is not a credential field"
             )));
         }
         if !allowed.contains(&k.as_str()) {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "credentials.{k} does not apply to {} authentication",
                 auth.type_name()
             )));
@@ -169,7 +169,7 @@ pub(super) fn validate_credentials(
         match v {
             Value::String(s) if !s.is_empty() && s.len() <= 16 * 1024 => {}
             _ => {
-                return Err(ApiError::invalid(format!(
+                return Err(Error::invalid(format!(
                     "credentials.{k} must be a non-empty string"
                 )));
             }
@@ -177,7 +177,7 @@ pub(super) fn validate_credentials(
     }
     for r in required {
         if !c.contains_key(*r) {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "{} authentication needs credentials.{r}",
                 auth.type_name()
             )));
@@ -188,7 +188,7 @@ pub(super) fn validate_credentials(
     }
     SecretBytes::from_fields(c)
         .map(Some)
-        .map_err(|_| ApiError::invalid("credentials cannot be stored"))
+        .map_err(|_| Error::invalid("credentials cannot be stored"))
 }
 
 pub(super) const METADATA_HOSTS: &[&str] = &[
@@ -205,12 +205,12 @@ pub fn validate_connection(
     properties: &BTreeMap<String, String>,
 ) -> ApiResult<()> {
     if uri.len() > 2048 {
-        return Err(ApiError::invalid("uri is longer than 2048 bytes"));
+        return Err(Error::invalid("uri is longer than 2048 bytes"));
     }
     crate::service::catalogs::validate_properties(properties)?;
     for k in properties.keys() {
         if is_secret_key(k) {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "property {k:?} looks secret-bearing; supply secrets as credentials, never as properties"
             )));
         }
@@ -221,7 +221,7 @@ pub fn validate_connection(
     };
     let url = config
         .validate()
-        .map_err(|e| ApiError::invalid(format!("invalid connection: {e}")))?;
+        .map_err(|e| Error::invalid(format!("invalid connection: {e}")))?;
     check_upstream_url(state, "uri", &url)
 }
 
@@ -237,17 +237,17 @@ pub(super) fn check_upstream_url(state: &AppState, what: &str, url: &url::Url) -
     };
     policy
         .check_url(url)
-        .map_err(|e| ApiError::invalid(format!("{what} refused: {}", e.reason())))?;
+        .map_err(|e| Error::invalid(format!("{what} refused: {}", e.reason())))?;
     if let Some(host) = url.host_str() {
         let h = host.trim_end_matches('.').to_ascii_lowercase();
         if METADATA_HOSTS.contains(&h.as_str()) {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "{what} refused: cloud metadata endpoints are never contacted"
             )));
         }
         if !state.config.allow_insecure_upstreams && (h == "localhost" || h.ends_with(".localhost"))
         {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "{what} refused: loopback hosts are only allowed with --allow-insecure-upstreams"
             )));
         }
