@@ -42,7 +42,7 @@ UNSCOPABLE = {"secretsmanager:ListSecrets"}
 # is authorized per item: PutItem/UpdateItem/DeleteItem/ConditionCheckItem; SendMessageBatch
 # by sqs:SendMessage). Sources: shared/metastore/src/dynamo.rs (GetItem, BatchGetItem,
 # Query, TransactWriteItems), shared/secrets/src/aws.rs (CreateSecret, GetSecretValue,
-# DeleteSecret, ListSecrets), shared/runtime/src/queue.rs (SendMessageBatch),
+# DeleteSecret, ListSecrets), shared/runtime/src/queue/sqs.rs (SendMessageBatch),
 # shared/services/src/service/directory.rs (finalize: strong GetItem + put-if-absent of the marker).
 METASTORE_RW = {
     "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:PutItem",

@@ -697,21 +697,9 @@ pub fn location_has_prefix(location: &str, prefix: &str) -> bool {
 // Client and provider (the registry is `crate::factory`)
 // ---------------------------------------------------------------------------------------
 
-/// A wall clock, injectable so expiry and refresh logic is testable without sleeping.
-pub trait Clock: Send + Sync + fmt::Debug {
-    /// Current time.
-    fn now(&self) -> SystemTime;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-}
+/// The clock for token and credential expiry: Flotilla's one clock, so that refresh and
+/// vended-credential expiry follow the same (injectable) time as the rest of the service.
+pub use flotilla_domain::clock::{Clock, SystemClock};
 
 /// Everything a provider needs besides the integration's own configuration.
 #[derive(Debug, Clone)]

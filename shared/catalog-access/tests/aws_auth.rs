@@ -4,8 +4,8 @@
 //! checked by the fixture's independent SigV4 verifier, which also learns the sessions
 //! moto's STS issued; renewal is driven by an injected clock.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
 use flotilla_catalog_access::http::HttpPolicy;
 use flotilla_catalog_access::iceberg_rest::IcebergRestProvider;
@@ -15,33 +15,21 @@ use flotilla_catalog_access::sigv4::{
 };
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogClientProvider,
-    CatalogConnectionConfig, Clock, ConnectOptions, NamespacePath, ResolvedCatalogCredentials,
+    CatalogConnectionConfig, ConnectOptions, NamespacePath, ResolvedCatalogCredentials,
 };
+use flotilla_domain::clock::ManualClock;
 use flotilla_testkit::iceberg_fixture::{FixtureAuth, IcebergFixture};
 use flotilla_testkit::moto;
 
-#[derive(Debug)]
-struct TestClock(Mutex<SystemTime>);
-
-impl TestClock {
-    fn new() -> Arc<Self> {
-        Arc::new(Self(Mutex::new(SystemTime::now())))
-    }
-    fn advance(&self, d: Duration) {
-        *self.0.lock().unwrap() += d;
-    }
-}
-
-impl Clock for TestClock {
-    fn now(&self) -> SystemTime {
-        *self.0.lock().unwrap()
-    }
+/// A manual clock starting now, shared with the client under test.
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::starting_now())
 }
 
 const REGION: &str = "us-east-1";
 const SERVICE: &str = "glue";
 
-fn options(clock: Arc<TestClock>) -> ConnectOptions {
+fn options(clock: Arc<ManualClock>) -> ConnectOptions {
     ConnectOptions {
         http: HttpPolicy::local(),
         clock,
@@ -67,7 +55,7 @@ async fn fixture() -> IcebergFixture {
 fn connect(
     fx: &IcebergFixture,
     creds: ResolvedCatalogCredentials,
-    clock: Arc<TestClock>,
+    clock: Arc<ManualClock>,
 ) -> Box<dyn CatalogClient> {
     let config = CatalogConnectionConfig::new(fx.uri());
     IcebergRestProvider
@@ -100,7 +88,7 @@ async fn access_keys_sign_and_a_wrong_key_is_rejected() {
     let c = connect(
         &fx,
         keys("AKIDSTATIC", "static/secret", None),
-        TestClock::new(),
+        manual_clock(),
     );
     c.list_namespaces(None, None, None).await.unwrap();
     c.load_table(&NamespacePath::new(["sales"]), "orders", None)
@@ -116,7 +104,7 @@ async fn access_keys_sign_and_a_wrong_key_is_rejected() {
         // A session token the key does not have.
         keys("AKIDSTATIC", "static/secret", Some("stray-token")),
     ] {
-        let c = connect(&fx, wrong, TestClock::new());
+        let c = connect(&fx, wrong, manual_clock());
         let e = c.list_namespaces(None, None, None).await.unwrap_err();
         assert!(is_refusal(&e), "{e:?}");
     }
@@ -130,7 +118,7 @@ async fn temporary_access_keys_sign_their_session_token() {
     let c = connect(
         &fx,
         keys("ASIATEMP", "temp/secret", Some("the-session-token")),
-        TestClock::new(),
+        manual_clock(),
     );
     c.list_namespaces(None, None, None).await.unwrap();
     assert_eq!(
@@ -139,11 +127,7 @@ async fn temporary_access_keys_sign_their_session_token() {
     );
     // Without the token, or with another one, the temporary key is refused.
     for token in [None, Some("another-token")] {
-        let c = connect(
-            &fx,
-            keys("ASIATEMP", "temp/secret", token),
-            TestClock::new(),
-        );
+        let c = connect(&fx, keys("ASIATEMP", "temp/secret", token), manual_clock());
         let e = c.list_namespaces(None, None, None).await.unwrap_err();
         assert!(is_refusal(&e), "{e:?}");
     }
@@ -172,7 +156,7 @@ async fn assume_role_signs_with_the_session_and_renews_before_expiry() {
     let fx = fixture().await;
     fx.set_sigv4_keys("AKIDNOTUSED", "x");
     fx.set_sigv4_sts_lookup(Some(&sts));
-    let clock = TestClock::new();
+    let clock = manual_clock();
     let source = Arc::new(
         AssumedRoleCredentials::new(standard_deployment(), role_params("glue-reader")).unwrap(),
     );
@@ -214,7 +198,7 @@ async fn a_refused_session_is_renewed_once_and_a_new_source_never_reuses_the_old
     let c = connect(
         &fx,
         ResolvedCatalogCredentials::AwsSource(AwsCredentialHandle(old.clone())),
-        TestClock::new(),
+        manual_clock(),
     );
     c.list_namespaces(None, None, None).await.unwrap();
     let old_key = fx.sigv4_keys_used().last().cloned().unwrap();
@@ -230,7 +214,7 @@ async fn a_refused_session_is_renewed_once_and_a_new_source_never_reuses_the_old
     let c2 = connect(
         &fx,
         ResolvedCatalogCredentials::AwsSource(AwsCredentialHandle(new.clone())),
-        TestClock::new(),
+        manual_clock(),
     );
     let seen = fx.sigv4_keys_used().len();
     c2.list_namespaces(None, None, None).await.unwrap();
@@ -266,7 +250,7 @@ async fn ambient_signs_with_the_deployment_chain() {
         ResolvedCatalogCredentials::AwsSource(AwsCredentialHandle(Arc::new(
             AmbientAwsCredentials::new(deployment),
         ))),
-        TestClock::new(),
+        manual_clock(),
     );
     c.list_namespaces(None, None, None).await.unwrap();
     let used = fx.sigv4_keys_used();
@@ -286,7 +270,7 @@ async fn an_sts_failure_is_an_authentication_error_naming_sts() {
     let c = connect(
         &fx,
         ResolvedCatalogCredentials::AwsSource(AwsCredentialHandle(Arc::new(source))),
-        TestClock::new(),
+        manual_clock(),
     );
     let e = c.list_namespaces(None, None, None).await.unwrap_err();
     assert!(is_sts_refusal(&e), "{e:?}");

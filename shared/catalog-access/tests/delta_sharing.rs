@@ -3,38 +3,26 @@
 //! What the provider sent is asserted from the fixture's request log and credential
 //! request record, not from what the client reports.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use flotilla_catalog_access::delta_sharing::{DeltaSharingProvider, STRICT_ACCESS_MODES};
 use flotilla_catalog_access::http::{HttpPolicy, RetryPolicy};
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogClientProvider,
-    CatalogConnectionConfig, Clock, ConnectOptions, LoadTableOutcome, NamespacePath,
+    CatalogConnectionConfig, ConnectOptions, LoadTableOutcome, NamespacePath,
     ResolvedCatalogCredentials, StorageCredential, TableFormat, TableMetadata, VendingErrorKind,
 };
+use flotilla_domain::clock::ManualClock;
 use flotilla_testkit::delta_sharing_fixture::{
     CredentialsEndpoint, DEFAULT_RECIPIENT_TOKEN, DeltaSharingFixture, Fault, FaultRule,
     SharingTable,
 };
 use serde_json::json;
 
-#[derive(Debug)]
-struct ManualClock(Mutex<SystemTime>);
-
-impl ManualClock {
-    fn new() -> Arc<Self> {
-        Arc::new(Self(Mutex::new(SystemTime::now())))
-    }
-    fn advance(&self, d: Duration) {
-        *self.0.lock().unwrap() += d;
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> SystemTime {
-        *self.0.lock().unwrap()
-    }
+/// A manual clock starting now, shared with the client under test.
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::starting_now())
 }
 
 fn policy() -> HttpPolicy {
@@ -441,7 +429,7 @@ async fn access_mode_matrix() {
 #[tokio::test]
 async fn vended_credentials_are_parsed_cached_and_renewed() {
     let f = DeltaSharingFixture::start_with_sample().await;
-    let clock = ManualClock::new();
+    let clock = manual_clock();
     let mut options = ConnectOptions::with_http(policy());
     options.clock = clock.clone();
     let c = client_with(&f, &[], options);

@@ -1,8 +1,8 @@
 //! The Iceberg REST provider against the Iceberg REST fixture server: every assertion is on
 //! what the fixture saw (its request log and counters) or on typed errors.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
 
 use flotilla_catalog_access::http::{HttpPolicy, RetryPolicy};
 use flotilla_catalog_access::iceberg_rest::{IcebergRestClient, IcebergRestProvider};
@@ -12,29 +12,16 @@ use flotilla_catalog_access::{
     LoadTableOutcome, NamespacePath, ResolvedCatalogCredentials, StorageCredential, TableFormat,
     VendingErrorKind,
 };
+use flotilla_domain::clock::ManualClock;
 use flotilla_testkit::iceberg_fixture::{
     CONFIG_VENDED_KEY, DEFAULT_BEARER_TOKEN, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET,
     DEFAULT_SIGV4_ACCESS_KEY, DEFAULT_SIGV4_SECRET, FixtureAuth, IcebergFault, IcebergFaultRule,
     IcebergFixture, VendingMode, table_key,
 };
 
-#[derive(Debug)]
-struct TestClock(Mutex<SystemTime>);
-
-impl TestClock {
-    fn new() -> Arc<Self> {
-        Arc::new(Self(Mutex::new(SystemTime::now())))
-    }
-    fn advance(&self, d: Duration) {
-        let mut t = self.0.lock().unwrap();
-        *t += d;
-    }
-}
-
-impl Clock for TestClock {
-    fn now(&self) -> SystemTime {
-        *self.0.lock().unwrap()
-    }
+/// A manual clock starting now, shared with the client under test.
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::starting_now())
 }
 
 fn policy() -> HttpPolicy {
@@ -48,7 +35,7 @@ fn policy() -> HttpPolicy {
     }
 }
 
-fn options(clock: Arc<TestClock>) -> ConnectOptions {
+fn options(clock: Arc<ManualClock>) -> ConnectOptions {
     ConnectOptions {
         http: policy(),
         clock,
@@ -76,7 +63,7 @@ fn connect(fx: &IcebergFixture) -> Box<dyn CatalogClient> {
         fx,
         CatalogAuthentication::Bearer,
         ResolvedCatalogCredentials::Token("unused".into()),
-        &options(TestClock::new()),
+        &options(manual_clock()),
     )
 }
 
@@ -337,7 +324,7 @@ async fn check_connection_lists_namespaces() {
 async fn oauth_token_is_fetched_once_and_reused_with_scopes() {
     let fx = IcebergFixture::start_with_sample().await;
     fx.set_auth(FixtureAuth::OAuth);
-    let c = connect_with(&fx, oauth(&fx), secret(), &options(TestClock::new()));
+    let c = connect_with(&fx, oauth(&fx), secret(), &options(manual_clock()));
     for _ in 0..3 {
         c.list_namespaces(None, None, None).await.unwrap();
     }
@@ -357,7 +344,7 @@ async fn oauth_token_is_refreshed_before_expiry() {
     let fx = IcebergFixture::start_with_sample().await;
     fx.set_auth(FixtureAuth::OAuth);
     fx.set_token_lifetime_secs(Some(3600));
-    let clock = TestClock::new();
+    let clock = manual_clock();
     let c = connect_with(&fx, oauth(&fx), secret(), &options(clock.clone()));
     c.list_namespaces(None, None, None).await.unwrap();
     clock.advance(Duration::from_secs(3500));
@@ -383,7 +370,7 @@ async fn one_token_refresh_at_a_time_under_concurrency() {
     let fx = IcebergFixture::start_with_sample().await;
     fx.set_auth(FixtureAuth::OAuth);
     fx.set_token_lifetime_secs(Some(3600));
-    let clock = TestClock::new();
+    let clock = manual_clock();
     let c: Arc<dyn CatalogClient> = Arc::from(connect_with(
         &fx,
         oauth(&fx),
@@ -424,7 +411,7 @@ async fn one_token_refresh_at_a_time_under_concurrency() {
 async fn unauthorized_once_refreshes_and_retries_once() {
     let fx = IcebergFixture::start_with_sample().await;
     fx.set_auth(FixtureAuth::OAuth);
-    let c = connect_with(&fx, oauth(&fx), secret(), &options(TestClock::new()));
+    let c = connect_with(&fx, oauth(&fx), secret(), &options(manual_clock()));
     c.list_namespaces(None, None, None).await.unwrap();
     fx.expire_issued_tokens();
     c.list_namespaces(None, None, None).await.unwrap();
@@ -456,7 +443,7 @@ async fn bad_client_secret_is_an_authentication_error_without_the_secret() {
         &fx,
         oauth(&fx),
         ResolvedCatalogCredentials::ClientSecret("wrong-secret-value".into()),
-        &options(TestClock::new()),
+        &options(manual_clock()),
     );
     let err = c.list_namespaces(None, None, None).await.unwrap_err();
     assert!(
@@ -475,14 +462,14 @@ async fn bearer_token_is_sent_and_a_wrong_one_refused() {
         &fx,
         CatalogAuthentication::Bearer,
         ResolvedCatalogCredentials::Token(DEFAULT_BEARER_TOKEN.into()),
-        &options(TestClock::new()),
+        &options(manual_clock()),
     );
     good.list_namespaces(None, None, None).await.unwrap();
     let bad = connect_with(
         &fx,
         CatalogAuthentication::Bearer,
         ResolvedCatalogCredentials::Token("nope".into()),
-        &options(TestClock::new()),
+        &options(manual_clock()),
     );
     let err = bad.list_namespaces(None, None, None).await.unwrap_err();
     assert!(
@@ -519,7 +506,7 @@ async fn sigv4_signatures_verify_independently_on_every_call() {
             secret_access_key: DEFAULT_SIGV4_SECRET.into(),
             session_token: None,
         },
-        &options(TestClock::new()),
+        &options(manual_clock()),
     );
     // Nested namespace (0x1F in the path and the query) and paging exercise canonicalisation.
     all_namespaces(c.as_ref(), Some(&ns(&["sales"])), Some(1)).await;
@@ -537,7 +524,7 @@ async fn sigv4_signatures_verify_independently_on_every_call() {
             secret_access_key: "not-the-secret".into(),
             session_token: None,
         },
-        &options(TestClock::new()),
+        &options(manual_clock()),
     );
     let err = wrong.list_namespaces(None, None, None).await.unwrap_err();
     assert!(
@@ -695,7 +682,7 @@ async fn vending_refuses_incomplete_expired_remote_signing_and_nothing() {
 #[tokio::test]
 async fn vended_credentials_are_cached_then_renewed_near_expiry() {
     let fx = IcebergFixture::start_with_sample().await;
-    let clock = TestClock::new();
+    let clock = manual_clock();
     let expires = clock.now() + Duration::from_secs(600);
     let ms = expires.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
     fx.set_vended_expiry_ms(Some(ms));
@@ -731,7 +718,7 @@ async fn renewal_without_credentials_endpoint_reloads_the_table() {
         "GET /v1/{prefix}/namespaces/{namespace}/tables",
         "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     ]));
-    let clock = TestClock::new();
+    let clock = manual_clock();
     let ms = (clock.now() + Duration::from_secs(100))
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -795,7 +782,7 @@ async fn token_request_is_not_retried() {
     let fx = IcebergFixture::start_with_sample().await;
     fx.set_auth(FixtureAuth::OAuth);
     fx.add_fault(IcebergFaultRule::always(IcebergFault::Status(503)).on_path("/oauth/token"));
-    let c = connect_with(&fx, oauth(&fx), secret(), &options(TestClock::new()));
+    let c = connect_with(&fx, oauth(&fx), secret(), &options(manual_clock()));
     let err = c.list_namespaces(None, None, None).await.unwrap_err();
     assert!(
         matches!(err, CatalogAccessError::Retryable { .. }),
@@ -829,7 +816,7 @@ async fn oversized_bodies_are_cut_with_and_without_content_length() {
                 max_response_bytes: 16 * 1024,
                 ..policy()
             },
-            clock: TestClock::new(),
+            clock: manual_clock(),
         };
         let c = connect_with(
             &fx,
@@ -859,7 +846,7 @@ async fn slow_upstream_times_out_as_retryable_and_succeeds_when_released() {
             retry: RetryPolicy::none(),
             ..policy()
         },
-        clock: TestClock::new(),
+        clock: manual_clock(),
     };
     let c = connect_with(
         &fx,
@@ -962,7 +949,7 @@ async fn strict_policy_refuses_loopback_before_sending() {
             static_hosts: [("catalog.test".to_owned(), vec![fx.addr().ip()])].into(),
             ..HttpPolicy::default()
         },
-        clock: TestClock::new(),
+        clock: manual_clock(),
     };
     for uri in [
         format!("https://{}", fx.addr()),
@@ -998,7 +985,7 @@ async fn local_policy_still_refuses_names_resolving_to_metadata() {
             .into(),
             ..policy()
         },
-        clock: TestClock::new(),
+        clock: manual_clock(),
     };
     let config = CatalogConnectionConfig::new("http://metadata.test/catalog");
     let c = IcebergRestProvider
@@ -1022,7 +1009,7 @@ async fn client_debug_output_holds_no_secret() {
     fx.set_auth(FixtureAuth::OAuth);
     let config = CatalogConnectionConfig::new(fx.uri());
     let c =
-        IcebergRestClient::new(&config, &oauth(&fx), secret(), &options(TestClock::new())).unwrap();
+        IcebergRestClient::new(&config, &oauth(&fx), secret(), &options(manual_clock())).unwrap();
     c.list_namespaces(None, None, None).await.unwrap();
     let v = c
         .vend_storage_credentials(&ns(&["hr"]), "people")
@@ -1081,7 +1068,7 @@ async fn sigv4_with_session_token_signs_the_token_header() {
             secret_access_key: DEFAULT_SIGV4_SECRET.into(),
             session_token: Some("temporary-session".into()),
         },
-        &options(TestClock::new()),
+        &options(manual_clock()),
     );
     c.list_tables(&ns(&["sales", "eu"]), None, Some(5))
         .await
@@ -1107,7 +1094,7 @@ async fn closed_port_is_a_connection_error() {
             &config,
             &CatalogAuthentication::Bearer,
             ResolvedCatalogCredentials::Token("t".into()),
-            &options(TestClock::new()),
+            &options(manual_clock()),
         )
         .unwrap();
     let err = c.check_connection().await.unwrap_err();

@@ -3,39 +3,26 @@
 //! Every assertion about what the provider sent is checked against the fixture's request
 //! log, not against what the client reports.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use flotilla_catalog_access::http::{HttpPolicy, RetryPolicy};
 use flotilla_catalog_access::unity::{UNITY_CATALOG, UnityProvider};
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogClientProvider,
-    CatalogConnectionConfig, Clock, ConnectOptions, LoadTableOutcome, NamespacePath,
+    CatalogConnectionConfig, ConnectOptions, LoadTableOutcome, NamespacePath,
     ResolvedCatalogCredentials, StorageCredential, TableFormat, TableMetadata, VendingErrorKind,
 };
+use flotilla_domain::clock::ManualClock;
 use flotilla_testkit::unity_fixture::{
     DEFAULT_BEARER_TOKEN, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET, Fault, FaultRule, UnityColumn,
     UnityFixture, UnityTable,
 };
 use serde_json::json;
 
-#[derive(Debug)]
-struct ManualClock(Mutex<SystemTime>);
-
-impl ManualClock {
-    fn new() -> Arc<Self> {
-        Arc::new(Self(Mutex::new(SystemTime::now())))
-    }
-    fn advance(&self, d: Duration) {
-        let mut t = self.0.lock().unwrap();
-        *t += d;
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> SystemTime {
-        *self.0.lock().unwrap()
-    }
+/// A manual clock starting now, shared with the client under test.
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::starting_now())
 }
 
 fn policy() -> HttpPolicy {
@@ -464,7 +451,7 @@ async fn missing_table_is_not_found() {
 #[tokio::test]
 async fn vends_caches_and_renews_temporary_credentials() {
     let f = UnityFixture::start_with_sample().await;
-    let clock = ManualClock::new();
+    let clock = manual_clock();
     let c = bearer_with(&f, &[], options(Some(clock.clone())));
     let t = ns(&["main", "default"]);
 
@@ -590,7 +577,7 @@ async fn oauth_token_is_fetched_once_and_refreshed_after_a_401() {
 async fn oauth_token_is_refreshed_before_expiry() {
     let f = UnityFixture::start_with_sample().await;
     f.set_token_lifetime_secs(600);
-    let clock = ManualClock::new();
+    let clock = manual_clock();
     let c = oauth(&f, DEFAULT_CLIENT_SECRET, options(Some(clock.clone())));
     c.list_namespaces(None, None, None).await.unwrap();
     clock.advance(Duration::from_secs(500));

@@ -81,23 +81,24 @@ pub fn directory_bump(catalog_id: &str) -> ApiResult<Op> {
 
 /// A generation as a replica observed it: the raw item body, or absent (no directory DDL
 /// since the catalog was created, or only legacy writers). Compared, never decoded or shown.
+/// (Not the reconciler's `ObservedRecords`, the records a reconcile run fences on.)
 #[derive(Clone, PartialEq, Eq)]
-struct Observed(Option<Vec<u8>>);
+struct ObservedGeneration(Option<Vec<u8>>);
 
-impl fmt::Debug for Observed {
+impl fmt::Debug for ObservedGeneration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Observed(<redacted>)")
+        f.write_str("ObservedGeneration(<redacted>)")
     }
 }
 
 async fn read_generation(
     store: &dyn Metastore,
     catalog_id: &str,
-) -> Result<Observed, MetastoreError> {
+) -> Result<ObservedGeneration, MetastoreError> {
     let item = store
         .get(&keys::directory_generation(catalog_id), Consistency::Strong)
         .await?;
-    Ok(Observed(item.map(|i| i.body)))
+    Ok(ObservedGeneration(item.map(|i| i.body)))
 }
 
 // ---- the authority marker ---------------------------------------------------------------
@@ -189,7 +190,7 @@ enum Basis {
     /// Taken before the replica saw the authority marker: a later refresh must scan.
     Legacy,
     /// Taken after it, between two equal reads of this generation.
-    Authoritative(Observed),
+    Authoritative(ObservedGeneration),
 }
 
 impl fmt::Debug for Basis {
@@ -627,7 +628,7 @@ impl flotilla_telemetry::Source for DirectoryCache {
 /// the authority marker exists. Both are only ever read strongly, so starting a refresh from
 /// them is the same as reading them first inside it.
 pub struct Prefetched {
-    generation: Observed,
+    generation: ObservedGeneration,
     authority: Option<bool>,
 }
 
@@ -636,7 +637,7 @@ impl Prefetched {
     /// whether the authority marker exists.
     pub fn new(generation: Option<Vec<u8>>, authority: Option<bool>) -> Self {
         Self {
-            generation: Observed(generation),
+            generation: ObservedGeneration(generation),
             authority,
         }
     }

@@ -23,7 +23,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use flotilla_domain::names::{NamespacePath, validate_segment};
 use flotilla_parqdb::catalog::IndexCatalogService;
-use flotilla_parqdb::clock::rfc3339;
+use flotilla_parqdb::clock::rfc3339_from_ms as rfc3339;
 use flotilla_parqdb::types::{
     CommitIndexRequest, CreateIndexCatalogRequest, CreateNamespaceRequest, IndexCatalog,
     IndexEntry, IndexIdentifier, Namespace, PageRequest, RegisterIndexRequest, RenameIndexRequest,

@@ -1,7 +1,7 @@
 //! `GET /v1/openapi.json`: the API's OpenAPI 3.0.3 document, without authentication (it
 //! describes the API, it holds no data).
 //!
-//! The source is `shared/core/openapi/openapi.yaml`; `scripts/openapi.py` converts it to the
+//! The source is `shared/http/openapi/openapi.yaml`; `scripts/openapi.py` converts it to the
 //! JSON compiled in here, and `scripts/schemathesis.sh` refuses a stale copy. The test
 //! `tests/openapi.rs` keeps the document and the router in step both ways.
 

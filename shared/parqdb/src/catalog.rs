@@ -28,7 +28,7 @@ use flotilla_metastore::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::clock::{Clock, rfc3339};
+use crate::clock::{Clock, rfc3339_from_ms as rfc3339};
 use crate::error::{IndexCatalogError, Result};
 use crate::keys;
 use crate::location::Warehouse;

@@ -12,7 +12,7 @@
 //!   resource that names a warehouse).
 
 pub mod catalog;
-pub mod clock;
+pub use flotilla_domain::clock;
 pub mod error;
 mod error_kind;
 pub mod gc;

@@ -822,7 +822,7 @@ async fn gc_collects_only_unreachable_objects_after_retention(store: DynMetastor
     env.put("orphan/failed-commit.json", b"x");
     let t0 = env.clock.now_ms();
     register(&env, &["ns"], "idx", &v1).await.unwrap();
-    env.clock.set(t0 + DAY_MS);
+    env.clock.set_ms(t0 + DAY_MS);
     let req = CommitIndexRequest {
         source: parquet("s3://lake/d/"),
         base: v1.clone(),
@@ -877,7 +877,7 @@ async fn gc_collects_only_unreachable_objects_after_retention(store: DynMetastor
 
     // Drop: everything loses reachability at the drop, not at file creation.
     let t_drop = lost_v1 + retention + DAY_MS;
-    env.clock.set(t_drop);
+    env.clock.set_ms(t_drop);
     env.svc.drop(ACCOUNT, CATALOG, &id).await.unwrap();
     let plan = gc::plan(
         &env.svc,

@@ -432,7 +432,8 @@ impl Default for RunOptions {
 }
 
 /// What a run observed at its start: the records and the item versions its fence asserts.
-pub struct Observed {
+/// (Not the directory's `ObservedGeneration`, an opaque directory-change token.)
+pub struct ObservedRecords {
     pub overlay: OverlayRecord,
     pub overlay_version: u64,
     pub integration: IntegrationRecord,
@@ -444,7 +445,7 @@ pub async fn observe(
     state: &AppState,
     account: &str,
     overlay_id: &str,
-) -> Result<Observed, ReconcileError> {
+) -> Result<ObservedRecords, ReconcileError> {
     let store = state.store.as_ref();
     if flotilla_domain::names::validate_resource_id(overlay_id).is_err() {
         return Err(ReconcileError::NotFound);
@@ -501,7 +502,7 @@ pub async fn observe(
     if int.value.paused {
         return Err(ReconcileError::Paused("the integration"));
     }
-    Ok(Observed {
+    Ok(ObservedRecords {
         overlay: ov.value,
         overlay_version: ov.version,
         integration: int.value,
@@ -548,7 +549,7 @@ pub async fn run(
 async fn run_observed(
     state: &AppState,
     account: &str,
-    observed: Observed,
+    observed: ObservedRecords,
     source: Source<'_>,
     opts: &RunOptions,
 ) -> Result<ReconcileSummary, ReconcileError> {
@@ -620,7 +621,7 @@ async fn run_observed(
 async fn attempt(
     state: &AppState,
     account: &str,
-    observed: &Observed,
+    observed: &ObservedRecords,
     source: Source<'_>,
     opts: &RunOptions,
     started_ms: i64,

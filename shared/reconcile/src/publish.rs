@@ -21,7 +21,7 @@ use flotilla_metastore::{Condition, Consistency, Key, MetastoreError, Op, OpOutc
 use super::discover::Discovered;
 use super::plan::{Action, Ctx, Desired, DesiredRelation, decide};
 use super::target::{Slot, Stored, TargetState};
-use super::{KindCounts, Observed, ReconcileError, ReconcileSummary, RunOptions};
+use super::{KindCounts, ObservedRecords, ReconcileError, ReconcileSummary, RunOptions};
 use flotilla_base::error::Error;
 use flotilla_services::service::relations::directory_bump;
 use flotilla_services::service::{GuardState, MAX_ATTEMPTS, backoff, guard_state, to_body};
@@ -40,7 +40,7 @@ impl Fence {
     pub async fn establish(
         state: &AppState,
         account: &str,
-        observed: &Observed,
+        observed: &ObservedRecords,
     ) -> Result<Self, ReconcileError> {
         let store = state.store.as_ref();
         let o = &observed.overlay;

@@ -89,52 +89,7 @@ async fn secrets_store(settings: &AwsSettings) -> Arc<dyn flotilla_secrets::Cred
         Ok(store) => Arc::new(store),
         Err(e) => {
             tracing::error!(error = %e, "FLOTILLA_SECRET_PREFIX is invalid; credential operations will fail");
-            Arc::new(Unconfigured)
+            Arc::new(flotilla_secrets::NoCredentialStore::Unusable)
         }
     }
-}
-
-#[cfg(feature = "secrets-manager")]
-struct Unconfigured;
-
-#[cfg(feature = "secrets-manager")]
-#[async_trait::async_trait]
-impl flotilla_secrets::CredentialStore for Unconfigured {
-    async fn put_if_absent(
-        &self,
-        _r: &flotilla_secrets::SecretRef,
-        _s: &flotilla_secrets::SecretBytes,
-    ) -> Result<flotilla_secrets::PutOutcome, flotilla_secrets::SecretStoreError> {
-        Err(unconfigured())
-    }
-    async fn get(
-        &self,
-        _r: &flotilla_secrets::SecretRef,
-    ) -> Result<Option<flotilla_secrets::SecretBytes>, flotilla_secrets::SecretStoreError> {
-        Err(unconfigured())
-    }
-    async fn delete(
-        &self,
-        _r: &flotilla_secrets::SecretRef,
-    ) -> Result<(), flotilla_secrets::SecretStoreError> {
-        Err(unconfigured())
-    }
-    async fn list(
-        &self,
-        _a: &str,
-        _i: &str,
-    ) -> Result<Vec<u64>, flotilla_secrets::SecretStoreError> {
-        Err(unconfigured())
-    }
-    async fn list_account(
-        &self,
-        _a: &str,
-    ) -> Result<Vec<flotilla_secrets::SecretRef>, flotilla_secrets::SecretStoreError> {
-        Err(unconfigured())
-    }
-}
-
-#[cfg(feature = "secrets-manager")]
-fn unconfigured() -> flotilla_secrets::SecretStoreError {
-    flotilla_secrets::SecretStoreError::Backend("the credential store is not configured".into())
 }

@@ -25,6 +25,8 @@ pub mod contract;
 #[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod local;
+mod none;
+pub use none::NoCredentialStore;
 
 mod error_kind;
 

@@ -28,7 +28,6 @@ pub mod validation;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use flotilla_catalog_access::http::HttpPolicy;
@@ -140,32 +139,11 @@ pub fn http_policy(state: &AppState) -> HttpPolicy {
     }
 }
 
-/// The SPI's clock over the service clock, so token refresh and vended-credential expiry
-/// follow the same (injectable) time as the rest of the service.
-struct ServiceClock(Arc<dyn crate::clock::Clock>);
-
-impl std::fmt::Debug for ServiceClock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ServiceClock")
-    }
-}
-
-impl flotilla_catalog_access::Clock for ServiceClock {
-    fn now(&self) -> SystemTime {
-        system_time(self.0.now_ms())
-    }
-}
-
-/// Milliseconds since the epoch as a `SystemTime` (negative values clamp to the epoch).
-pub fn system_time(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
 /// Connect options for `state`: its HTTP policy and its clock.
 pub fn connect_options(state: &AppState) -> ConnectOptions {
     ConnectOptions {
         http: http_policy(state),
-        clock: Arc::new(ServiceClock(state.clock.clone())),
+        clock: state.clock.clone(),
     }
 }
 

@@ -8,7 +8,7 @@ use flotilla_metastore::DynMetastore;
 use crate::auth::Authenticator;
 use crate::clock::Clock;
 use crate::service::accounts::AccountCleanup;
-use flotilla_secrets::{CredentialStore, PutOutcome, SecretBytes, SecretRef, SecretStoreError};
+use flotilla_secrets::{CredentialStore, NoCredentialStore};
 
 /// Deployment settings that change behaviour.
 #[derive(Clone, Debug)]
@@ -102,7 +102,7 @@ impl AppState {
                 Arc::new(flotilla_telemetry::Global),
             ],
             account_cleanups: vec![index_catalogs],
-            credentials: Arc::new(NoCredentialStore),
+            credentials: Arc::new(NoCredentialStore::NotConfigured),
             directory,
             index_stores: Arc::new(flotilla_parqdb::store::DefaultWarehouseStores::new()),
             catalog_access: Arc::new(
@@ -168,38 +168,5 @@ impl AppState {
             }
         }
         text
-    }
-}
-
-/// The credential store of a host that configured none: every operation fails, so an
-/// integration with credentials cannot be created by accident without durable storage.
-struct NoCredentialStore;
-
-#[async_trait::async_trait]
-impl CredentialStore for NoCredentialStore {
-    async fn put_if_absent(
-        &self,
-        _r: &SecretRef,
-        _s: &SecretBytes,
-    ) -> Result<PutOutcome, SecretStoreError> {
-        Err(SecretStoreError::Backend(
-            "no credential store is configured".into(),
-        ))
-    }
-    async fn get(&self, _r: &SecretRef) -> Result<Option<SecretBytes>, SecretStoreError> {
-        Err(SecretStoreError::Backend(
-            "no credential store is configured".into(),
-        ))
-    }
-    async fn delete(&self, _r: &SecretRef) -> Result<(), SecretStoreError> {
-        Err(SecretStoreError::Backend(
-            "no credential store is configured".into(),
-        ))
-    }
-    async fn list(&self, _a: &str, _i: &str) -> Result<Vec<u64>, SecretStoreError> {
-        Ok(Vec::new())
-    }
-    async fn list_account(&self, _a: &str) -> Result<Vec<SecretRef>, SecretStoreError> {
-        Ok(Vec::new())
     }
 }

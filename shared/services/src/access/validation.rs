@@ -567,7 +567,7 @@ async fn vend(
             return None;
         }
     };
-    let now = super::system_time(state.clock.now_ms());
+    let now = state.clock.now();
     if vended.expires_within(now, Duration::ZERO) {
         checks.fail(
             CheckType::CredentialVending,

@@ -30,6 +30,7 @@ pub use flotilla_parqdb::gc;
 
 use super::accounts::{AccountCleanup, delete_items};
 use super::idempotency::{self, IdempotencyRequest, RecordedResponse};
+use crate::clock::ManualClock;
 use crate::error::{ApiResult, Error, ErrorKind};
 use crate::state::AppState;
 
@@ -61,26 +62,6 @@ fn s3_stores_from_env() -> DefaultWarehouseStores {
     }
 }
 
-/// The core clock seen through the ParqDB clock trait, so that reachability times and
-/// garbage collection follow the same (injectable) clock as every other timestamp.
-struct CoreClock(Arc<dyn crate::clock::Clock>);
-
-impl flotilla_parqdb::clock::Clock for CoreClock {
-    fn now_ms(&self) -> i64 {
-        self.0.now_ms()
-    }
-}
-
-/// A clock stopped at the start of a request, so that an idempotent create knows the
-/// response it will answer (its `create_time`) before the transaction that records it.
-struct FixedClock(i64);
-
-impl flotilla_parqdb::clock::Clock for FixedClock {
-    fn now_ms(&self) -> i64 {
-        self.0
-    }
-}
-
 /// Adds the account guards to every mutating transaction of the index catalog service, and
 /// for an idempotent create the success receipt, so that receipt and resource are published
 /// in one transaction (docs/api.md "Idempotency").
@@ -102,8 +83,7 @@ pub fn open(
     stores: Arc<dyn WarehouseStores>,
     clock: Arc<dyn crate::clock::Clock>,
 ) -> IndexCatalogService {
-    IndexCatalogService::new(store, stores, Arc::new(CoreClock(clock)))
-        .with_guard(Arc::new(Guard { receipt: None }))
+    IndexCatalogService::new(store, stores, clock).with_guard(Arc::new(Guard { receipt: None }))
 }
 
 /// The index catalog service of the application state.
@@ -143,7 +123,9 @@ where
         IndexCatalogService::new(
             state.store.clone(),
             state.index_stores.clone(),
-            Arc::new(FixedClock(now)),
+            // Stopped at the start of the request, so that an idempotent create knows the
+            // response it will answer (its `create_time`) before the transaction recording it.
+            Arc::new(ManualClock::new(now)),
         )
         .with_guard(Arc::new(Guard { receipt }))
     };

@@ -216,12 +216,28 @@ pub async fn create(
     .await
 }
 
-/// Why a namespace cannot be deleted: children, relations or overlay claims (strong reads).
-async fn dependents(
+/// What still holds a namespace: child namespaces, relations and overlay claims.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dependents {
+    pub children: u64,
+    pub relations: u64,
+    pub claims: u64,
+}
+
+impl Dependents {
+    /// Nothing holds the namespace: it may be deleted.
+    pub fn is_empty(&self) -> bool {
+        self.children + self.relations + self.claims == 0
+    }
+}
+
+/// Counts what holds a namespace (strong reads). The one emptiness rule of namespaces, used
+/// by the namespace delete and by the overlay prune.
+pub(crate) async fn count_dependents(
     store: &dyn Metastore,
     catalog_id: &str,
     path: &NamespacePath,
-) -> ApiResult<Option<Error>> {
+) -> ApiResult<Dependents> {
     let pk = keys::catalog_pk(catalog_id);
     let children = store
         .count(
@@ -240,7 +256,21 @@ async fn dependents(
             Consistency::Strong,
         )
         .await?;
-    if children + relations + claims == 0 {
+    Ok(Dependents {
+        children,
+        relations,
+        claims,
+    })
+}
+
+/// Why a namespace cannot be deleted: children, relations or overlay claims (strong reads).
+async fn dependents(
+    store: &dyn Metastore,
+    catalog_id: &str,
+    path: &NamespacePath,
+) -> ApiResult<Option<Error>> {
+    let deps = count_dependents(store, catalog_id, path).await?;
+    if deps.is_empty() {
         return Ok(None);
     }
     Ok(Some(
@@ -248,9 +278,9 @@ async fn dependents(
             ErrorKind::HasDependents,
             format!("namespace {path} is not empty or is claimed by an overlay"),
         )
-        .with_detail("namespaces", children)
-        .with_detail("relations", relations)
-        .with_detail("overlay_claims", claims),
+        .with_detail("namespaces", deps.children)
+        .with_detail("relations", deps.relations)
+        .with_detail("overlay_claims", deps.claims),
     ))
 }
 

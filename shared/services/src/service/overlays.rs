@@ -750,7 +750,6 @@ pub async fn prune_namespace(
 
 async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiResult<Pruned> {
     let store = state.store.as_ref();
-    let pk = keys::catalog_pk(catalog_id);
     for attempt in 0..MAX_ATTEMPTS {
         let Some(ns) = read::<NamespaceRecord>(
             store,
@@ -765,25 +764,8 @@ async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiR
             return Ok(Pruned::Kept);
         }
         let deps = || async {
-            let children = store
-                .count(
-                    &pk,
-                    &keys::namespace_children_prefix(Some(path)),
-                    Consistency::Strong,
-                )
-                .await?;
-            let relations = store
-                .count(&pk, &keys::relations_in_prefix(path), Consistency::Strong)
-                .await?;
-            let claims = store
-                .count(
-                    &pk,
-                    &keys::namespace_claims_prefix(path),
-                    Consistency::Strong,
-                )
-                .await?;
-            Ok((children + relations + claims > 0)
-                .then(|| Error::new(ErrorKind::HasDependents, "namespace in use")))
+            let deps = super::namespaces::count_dependents(store, catalog_id, path).await?;
+            Ok((!deps.is_empty()).then(|| Error::new(ErrorKind::HasDependents, "namespace in use")))
         };
         match super::guarded_delete(
             state,
