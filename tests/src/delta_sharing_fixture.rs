@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -33,9 +33,14 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::recorder::{RecordedRequest, RequestLog, parse_query, percent_decode};
+use crate::fixture::faults::take_fault;
+use crate::fixture::gate::HoldGate;
+use crate::fixture::lock;
+use crate::fixture::paging::{NameTokens, ZeroLen, page_after, page_len};
+use crate::fixture::recorder::{
+    RecordedRequest, RequestLog, parse_query, percent_decode, record_requests,
+};
 pub use crate::unity_fixture::{Fault, FaultRule};
-use crate::unity_fixture::{HoldGate, take_fault};
 
 /// Default route prefix.
 pub const DEFAULT_PREFIX: &str = "/delta-sharing";
@@ -280,10 +285,6 @@ struct Inner {
     hold: HoldGate,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Finds a map key case-insensitively (the protocol's names are case-insensitive).
 fn find_key<'a, V>(map: &'a BTreeMap<String, V>, name: &str) -> Option<&'a String> {
     map.keys().find(|k| k.eq_ignore_ascii_case(name))
@@ -345,7 +346,13 @@ impl DeltaSharingFixture {
             .expect("bind a loopback port for the Delta Sharing fixture");
         #[allow(clippy::expect_used)]
         let addr = listener.local_addr().expect("fixture listener address");
-        let app = Router::new().fallback(handle).with_state(inner.clone());
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(inner.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                inner.log.clone(),
+                record_requests,
+            ));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -631,21 +638,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let index = inner
-        .log
-        .record(RecordedRequest::from_parts(method.as_str(), &uri, &headers));
-    let response = answer(&inner, method, uri, headers, body).await;
-    inner.log.set_status(index, response.status().as_u16());
-    response
-}
-
-async fn answer(
-    inner: &Arc<Inner>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+    let inner = &inner;
     let path = uri.path().to_owned();
     let query = parse_query(uri.query().unwrap_or(""));
 
@@ -754,63 +747,33 @@ async fn answer(
     }
 }
 
+/// Delta Sharing page tokens name the last item returned.
+const TOKENS: NameTokens = NameTokens { prefix: "ds1." };
+
 /// Parses `maxResults` / `pageToken` into (page length, resume-after key).
 fn page_params(
     inner: &Inner,
     query: &[(String, String)],
 ) -> Result<(usize, Option<String>), Box<Response>> {
     let cap = lock(&inner.settings).max_page_size;
-    let len = match param(query, "maxResults") {
-        None => cap,
-        Some(raw) => match raw.parse::<i64>() {
-            Ok(n) if n < 0 => {
-                return Err(Box::new(error(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_PARAMETER_VALUE",
-                    "maxResults must be non-negative",
-                )));
-            }
-            Ok(n) => usize::try_from(n).unwrap_or(cap).min(cap),
-            Err(_) => {
-                return Err(Box::new(error(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_PARAMETER_VALUE",
-                    "maxResults is not an integer",
-                )));
-            }
-        },
+    let bad = |message: String| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMETER_VALUE",
+            &message,
+        ))
     };
-    let after = match param(query, "pageToken") {
-        None | Some("") => None,
-        Some(tok) => match decode_token(tok) {
-            Some(k) => Some(k),
-            None => {
-                return Err(Box::new(error(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_PARAMETER_VALUE",
-                    "invalid pageToken",
-                )));
-            }
-        },
-    };
-    Ok((len, after))
-}
-
-fn encode_token(last: &str) -> String {
-    use base64::Engine as _;
-    format!(
-        "ds1.{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last)
+    let len = page_len(
+        "maxResults",
+        param(query, "maxResults"),
+        cap,
+        ZeroLen::Empty,
     )
-}
-
-fn decode_token(tok: &str) -> Option<String> {
-    use base64::Engine as _;
-    let raw = tok.strip_prefix("ds1.")?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(raw)
-        .ok()?;
-    String::from_utf8(bytes).ok()
+    .map_err(bad)?;
+    let after = TOKENS
+        .resume_after("pageToken", param(query, "pageToken"))
+        .map_err(bad)?;
+    Ok((len, after))
 }
 
 /// One page of `(sort key, item)` pairs sorted by key, resuming after `after`. With `len` 0
@@ -820,25 +783,7 @@ fn page(
     len: usize,
     after: Option<&str>,
 ) -> (Vec<Value>, Option<String>) {
-    let rest: Vec<(String, Value)> = items
-        .into_iter()
-        .filter(|(k, _)| after.is_none_or(|a| k.as_str() > a))
-        .collect();
-    if len == 0 {
-        let next = if rest.is_empty() {
-            None
-        } else {
-            after.map(encode_token).or_else(|| Some(encode_token("")))
-        };
-        return (Vec::new(), next);
-    }
-    let more = rest.len() > len;
-    let taken: Vec<(String, Value)> = rest.into_iter().take(len).collect();
-    let next = if more {
-        taken.last().map(|(k, _)| encode_token(k))
-    } else {
-        None
-    };
+    let (taken, next) = page_after(TOKENS, items, len, after);
     (taken.into_iter().map(|(_, v)| v).collect(), next)
 }
 

@@ -25,8 +25,13 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
+use crate::fixture::faults::{self, take_fault};
+use crate::fixture::gate::HoldGate;
+use crate::fixture::lock;
+use crate::fixture::paging::offset_page;
+use crate::fixture::recorder::{RequestLog, parse_query, percent_decode, record_requests};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -34,9 +39,6 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::watch;
-
-use crate::recorder::{RequestLog, parse_query, percent_decode, record_requests};
 
 /// Path of the fixture's OAuth2 token endpoint.
 pub const TOKEN_PATH: &str = "/oauth/token";
@@ -107,52 +109,8 @@ pub enum IcebergFault {
     Redirect(String),
 }
 
-/// Which requests a fault applies to, and how many times.
-#[derive(Debug, Clone)]
-pub struct IcebergFaultRule {
-    fault: IcebergFault,
-    path_contains: Option<String>,
-    remaining: Option<usize>,
-}
-
-impl IcebergFaultRule {
-    /// The next matching request only.
-    pub fn once(fault: IcebergFault) -> Self {
-        Self::times(fault, 1)
-    }
-
-    /// The next `n` matching requests.
-    pub fn times(fault: IcebergFault, n: usize) -> Self {
-        Self {
-            fault,
-            path_contains: None,
-            remaining: Some(n),
-        }
-    }
-
-    /// Every matching request until cleared.
-    pub fn always(fault: IcebergFault) -> Self {
-        Self {
-            fault,
-            path_contains: None,
-            remaining: None,
-        }
-    }
-
-    /// Restricts the rule to paths containing `fragment`.
-    pub fn on_path(mut self, fragment: &str) -> Self {
-        self.path_contains = Some(fragment.to_owned());
-        self
-    }
-
-    fn matches(&self, path: &str) -> bool {
-        self.remaining != Some(0)
-            && self
-                .path_contains
-                .as_deref()
-                .is_none_or(|f| path.contains(f))
-    }
-}
+/// Which requests a fault applies to, and how many times (the fixtures' shared rule).
+pub type IcebergFaultRule = faults::FaultRule<IcebergFault>;
 
 #[derive(Debug, Clone)]
 struct TableEntry {
@@ -206,30 +164,6 @@ struct Catalog {
     views: BTreeMap<(Vec<String>, String), ViewEntry>,
 }
 
-#[derive(Debug)]
-struct HoldGate {
-    tx: watch::Sender<u64>,
-    held: AtomicUsize,
-}
-
-impl HoldGate {
-    async fn wait(&self) {
-        let mut rx = self.tx.subscribe();
-        let start = *rx.borrow_and_update();
-        self.held.fetch_add(1, Ordering::SeqCst);
-        while *rx.borrow_and_update() == start {
-            if rx.changed().await.is_err() {
-                break;
-            }
-        }
-        self.held.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    fn release(&self) {
-        self.tx.send_modify(|e| *e += 1);
-    }
-}
-
 struct Inner {
     dir: PathBuf,
     settings: Mutex<Settings>,
@@ -243,10 +177,6 @@ struct Inner {
     sigv4_keys_used: Mutex<Vec<String>>,
     log: RequestLog,
     hold: HoldGate,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A running Iceberg REST fixture on `127.0.0.1`, stopped (and its directory removed) on drop.
@@ -291,7 +221,6 @@ impl IcebergFixture {
         ));
         #[allow(clippy::expect_used)]
         std::fs::create_dir_all(&dir).expect("create the fixture's metadata directory");
-        let (tx, _rx) = watch::channel(0u64);
         let inner = Arc::new(Inner {
             dir,
             settings: Mutex::new(Settings {
@@ -344,10 +273,7 @@ impl IcebergFixture {
             sigv4_verified: AtomicUsize::new(0),
             sigv4_keys_used: Mutex::new(Vec::new()),
             log: RequestLog::new(),
-            hold: HoldGate {
-                tx,
-                held: AtomicUsize::new(0),
-            },
+            hold: HoldGate::default(),
         });
         #[allow(clippy::expect_used)]
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -547,7 +473,7 @@ impl IcebergFixture {
 
     /// How many requests are currently held.
     pub fn held_count(&self) -> usize {
-        self.inner.hold.held.load(Ordering::SeqCst)
+        self.inner.hold.held_now()
     }
 
     // ------------------------------------------------------------------ evidence
@@ -887,15 +813,6 @@ fn ok_json(v: Value) -> Response {
     (StatusCode::OK, axum::Json(v)).into_response()
 }
 
-fn take_fault(inner: &Inner, path: &str) -> Option<IcebergFault> {
-    let mut s = lock(&inner.settings);
-    let rule = s.faults.iter_mut().find(|r| r.matches(path))?;
-    if let Some(n) = rule.remaining.as_mut() {
-        *n -= 1;
-    }
-    Some(rule.fault.clone())
-}
-
 async fn handle(
     State(inner): State<Arc<Inner>>,
     method: Method,
@@ -910,7 +827,8 @@ async fn handle(
         .unwrap_or_default()
         .into_iter()
         .collect();
-    if let Some(fault) = take_fault(&inner, &path) {
+    let fault = take_fault(&mut lock(&inner.settings).faults, &method, &path);
+    if let Some(fault) = fault {
         match fault {
             IcebergFault::Status(s) => return error(s, "InjectedFault", "injected fault"),
             IcebergFault::MalformedJson => {
@@ -1272,31 +1190,11 @@ fn paginate<T: Clone>(
     let Some(token) = query.get("pageToken") else {
         return Ok((items.to_vec(), Some(Value::Null)));
     };
-    let offset = if token.is_empty() {
-        0
-    } else {
-        match token
-            .strip_prefix("off-")
-            .and_then(|n| n.parse::<usize>().ok())
-        {
-            Some(n) => n,
-            None => return Err(Box::new(error(400, "BadRequestException", "bad pageToken"))),
-        }
-    };
-    let size = match query.get("pageSize") {
-        Some(v) => match v.parse::<usize>() {
-            Ok(n) if n >= 1 => n,
-            _ => return Err(Box::new(error(400, "BadRequestException", "bad pageSize"))),
-        },
-        None => s.default_page_size,
-    };
-    let page: Vec<T> = items.iter().skip(offset).take(size).cloned().collect();
-    let next = if offset + size < items.len() {
-        json!(format!("off-{}", offset + size))
-    } else {
-        Value::Null
-    };
-    Ok((page, Some(next)))
+    let size = query.get("pageSize").map(String::as_str);
+    match offset_page(items, token, size, s.default_page_size) {
+        Ok((page, next)) => Ok((page, Some(next.map_or(Value::Null, Value::from)))),
+        Err(message) => Err(Box::new(error(400, "BadRequestException", &message))),
+    }
 }
 
 fn list_namespaces(inner: &Inner, query: &BTreeMap<String, String>) -> Response {

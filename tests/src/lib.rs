@@ -4,7 +4,9 @@
 //! shared helpers. End-to-end tests live in `tests/tests/`.
 
 pub mod delta_sharing_fixture;
+pub mod fixture;
 pub mod iceberg_fixture;
 pub mod moto;
-pub mod recorder;
+/// The request log, at its historical path (it lives in [`fixture::recorder`]).
+pub use fixture::recorder;
 pub mod unity_fixture;

@@ -21,17 +21,21 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
+use crate::fixture::faults::{self, take_fault};
+use crate::fixture::gate::HoldGate;
+use crate::fixture::lock;
+use crate::fixture::paging::{NameTokens, ZeroLen, page_after, page_len};
+use crate::fixture::recorder::{
+    RecordedRequest, RequestLog, parse_query, percent_decode, record_requests,
+};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
-
-use crate::recorder::{RecordedRequest, RequestLog, parse_query, percent_decode};
 
 /// Path prefix of every Unity Catalog REST route.
 pub const API_PREFIX: &str = "/api/2.1/unity-catalog";
@@ -60,114 +64,9 @@ pub enum Fault {
     Hold,
 }
 
-/// Which requests a fault applies to, and how many times. Shared with the Delta Sharing
-/// fixture.
-#[derive(Clone, Debug)]
-pub struct FaultRule {
-    fault: Fault,
-    path_contains: Option<String>,
-    method: Option<Method>,
-    remaining: Option<usize>,
-}
-
-impl FaultRule {
-    /// Applies to the next matching request only.
-    pub fn once(fault: Fault) -> Self {
-        Self {
-            fault,
-            path_contains: None,
-            method: None,
-            remaining: Some(1),
-        }
-    }
-
-    /// Applies to every matching request until cleared.
-    pub fn always(fault: Fault) -> Self {
-        Self {
-            fault,
-            path_contains: None,
-            method: None,
-            remaining: None,
-        }
-    }
-
-    /// Applies to the next `n` matching requests.
-    pub fn times(fault: Fault, n: usize) -> Self {
-        Self {
-            fault,
-            path_contains: None,
-            method: None,
-            remaining: Some(n),
-        }
-    }
-
-    /// Restricts the rule to requests whose path contains `fragment`.
-    pub fn on_path(mut self, fragment: &str) -> Self {
-        self.path_contains = Some(fragment.to_owned());
-        self
-    }
-
-    /// Restricts the rule to one HTTP method.
-    pub fn on_method(mut self, method: Method) -> Self {
-        self.method = Some(method);
-        self
-    }
-
-    /// Whether this rule still applies to a request.
-    pub(crate) fn matches(&self, method: &Method, path: &str) -> bool {
-        self.remaining != Some(0)
-            && self.method.as_ref().is_none_or(|m| m == method)
-            && self
-                .path_contains
-                .as_deref()
-                .is_none_or(|f| path.contains(f))
-    }
-}
-
-/// Consumes one use of the first rule matching a request and returns its fault.
-pub(crate) fn take_fault(rules: &mut [FaultRule], method: &Method, path: &str) -> Option<Fault> {
-    let rule = rules.iter_mut().find(|r| r.matches(method, path))?;
-    if let Some(n) = rule.remaining.as_mut() {
-        *n = n.saturating_sub(1);
-    }
-    Some(rule.fault.clone())
-}
-
-/// Holds requests until released: the "slow upstream" of the fixtures, driven by a
-/// [`Notify`] rather than by sleeping, so tests decide exactly when an answer comes.
-#[derive(Debug, Default)]
-pub(crate) struct HoldGate {
-    gate: Notify,
-    epoch: AtomicU64,
-    held: AtomicUsize,
-}
-
-impl HoldGate {
-    /// Waits until the next [`HoldGate::release`]. A release racing with the start of the
-    /// wait is not lost: the epoch is read before the waiter registers and checked after.
-    pub(crate) async fn wait(&self) {
-        let epoch = self.epoch.load(Ordering::SeqCst);
-        let notified = self.gate.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.epoch.load(Ordering::SeqCst) == epoch {
-            self.held.fetch_add(1, Ordering::SeqCst);
-            notified.await;
-            self.held.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-
-    /// Releases every request held now.
-    pub(crate) fn release(&self) {
-        self.epoch.fetch_add(1, Ordering::SeqCst);
-        self.gate.notify_waiters();
-    }
-
-    /// How many requests are held now.
-    pub(crate) fn held_now(&self) -> usize {
-        self.held.load(Ordering::SeqCst)
-    }
-}
+/// Which requests a fault applies to, and how many times (the fixtures' shared rule; the
+/// Delta Sharing fixture uses it too).
+pub type FaultRule = faults::FaultRule<Fault>;
 
 /// One column of a fixture table, shaped like the OpenAPI `ColumnInfo`.
 #[derive(Clone, Debug, PartialEq)]
@@ -460,12 +359,6 @@ struct Inner {
     hold: HoldGate,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A poisoned fixture mutex only means another test thread panicked mid-update; the data
-    // is still the best evidence available.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// A running Unity Catalog fixture server on `127.0.0.1`, stopped on drop.
 pub struct UnityFixture {
     addr: SocketAddr,
@@ -520,7 +413,13 @@ impl UnityFixture {
             .expect("bind a loopback port for the Unity fixture");
         #[allow(clippy::expect_used)]
         let addr = listener.local_addr().expect("fixture listener address");
-        let app = Router::new().fallback(handle).with_state(inner.clone());
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(inner.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                inner.log.clone(),
+                record_requests,
+            ));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -839,21 +738,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let index = inner
-        .log
-        .record(RecordedRequest::from_parts(method.as_str(), &uri, &headers));
-    let response = answer(&inner, method, uri, headers, body).await;
-    inner.log.set_status(index, response.status().as_u16());
-    response
-}
-
-async fn answer(
-    inner: &Arc<Inner>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+    let inner = &inner;
     let path = uri.path().to_owned();
     let query = parse_pairs(uri.query().unwrap_or(""));
     let body_text = String::from_utf8_lossy(&body).into_owned();
@@ -996,66 +881,33 @@ fn token_endpoint(inner: &Inner, method: &Method, headers: &HeaderMap, body: &st
     ok_json(answer)
 }
 
+/// Unity page tokens name the last item returned.
+const TOKENS: NameTokens = NameTokens { prefix: "uc1." };
+
 /// Parses `max_results` and `page_token` into (page length, resume-after name).
 fn page_params(
     inner: &Inner,
     query: &[(String, String)],
 ) -> Result<(usize, Option<String>), Box<Response>> {
     let cap = lock(&inner.settings).max_page_size;
-    let len = match param(query, "max_results") {
-        None => cap,
-        Some(raw) => match raw.parse::<i64>() {
-            Ok(n) if n < 0 => {
-                return Err(Box::new(error(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_PARAMETER_VALUE",
-                    "max_results must not be negative",
-                )));
-            }
-            Ok(0) => cap,
-            Ok(n) => usize::try_from(n).unwrap_or(cap).min(cap),
-            Err(_) => {
-                return Err(Box::new(error(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_PARAMETER_VALUE",
-                    "max_results is not an integer",
-                )));
-            }
-        },
+    let bad = |message: String| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMETER_VALUE",
+            &message,
+        ))
     };
-    let after = match param(query, "page_token") {
-        None | Some("") => None,
-        Some(tok) => match decode_token(tok) {
-            Some(name) => Some(name),
-            None => {
-                return Err(Box::new(error(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_PARAMETER_VALUE",
-                    "invalid page_token",
-                )));
-            }
-        },
-    };
-    Ok((len, after))
-}
-
-/// Page tokens name the last item returned, so concurrent adds and removes neither repeat
-/// nor skip surviving items.
-fn encode_token(last: &str) -> String {
-    use base64::Engine as _;
-    format!(
-        "uc1.{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last)
+    let len = page_len(
+        "max_results",
+        param(query, "max_results"),
+        cap,
+        ZeroLen::ServerCap,
     )
-}
-
-fn decode_token(tok: &str) -> Option<String> {
-    use base64::Engine as _;
-    let raw = tok.strip_prefix("uc1.")?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(raw)
-        .ok()?;
-    String::from_utf8(bytes).ok()
+    .map_err(bad)?;
+    let after = TOKENS
+        .resume_after("page_token", param(query, "page_token"))
+        .map_err(bad)?;
+    Ok((len, after))
 }
 
 fn page<T: Clone>(
@@ -1063,27 +915,12 @@ fn page<T: Clone>(
     len: usize,
     after: Option<&str>,
 ) -> (Vec<(String, T)>, Option<String>) {
-    let iter: Box<dyn Iterator<Item = (&String, &T)>> = match after {
-        Some(a) => Box::new(
-            items.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
-        ),
-        None => Box::new(items.iter()),
-    };
-    let mut out: Vec<(String, T)> = Vec::new();
-    let mut more = false;
-    for (k, v) in iter {
-        if out.len() == len {
-            more = true;
-            break;
-        }
-        out.push((k.clone(), v.clone()));
-    }
-    let next = if more {
-        out.last().map(|(k, _)| encode_token(k))
-    } else {
-        None
-    };
-    (out, next)
+    page_after(
+        TOKENS,
+        items.iter().map(|(k, v)| (k.clone(), v.clone())),
+        len,
+        after,
+    )
 }
 
 fn list_answer(

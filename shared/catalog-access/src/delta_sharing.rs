@@ -48,10 +48,10 @@ use crate::common::{
 use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
 use crate::http::{HttpClient, HttpResponse, RetryMode, classify_status};
 use crate::spi::{
-    CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogClientProvider,
-    CatalogConnectionConfig, CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome,
-    NamespacePath, Page, ResolvedCatalogCredentials, SecretString, StorageCredential, TableFormat,
-    TableIdent, TableMetadata, VendedCredentials, is_secret_key,
+    CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogConnectionConfig,
+    CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome, NamespacePath, Page,
+    ResolvedCatalogCredentials, SecretString, StorageCredential, TableFormat, TableIdent,
+    TableMetadata, VendedCredentials, is_secret_key,
 };
 
 /// Connection property: `true` reads a table without `accessModes` as url-only (the
@@ -65,26 +65,11 @@ const MAX_LOOKUP_PAGES: usize = 1000;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DeltaSharingProvider;
 
-impl CatalogClientProvider for DeltaSharingProvider {
-    fn protocol(&self) -> CatalogProtocol {
-        CatalogProtocol::DeltaSharing
-    }
-
-    fn connect(
-        &self,
-        config: &CatalogConnectionConfig,
-        auth: &CatalogAuthentication,
-        credentials: ResolvedCatalogCredentials,
-        options: &ConnectOptions,
-    ) -> Result<Box<dyn CatalogClient>> {
-        Ok(Box::new(DeltaSharingClient::connect(
-            config,
-            auth,
-            credentials,
-            options,
-        )?))
-    }
-}
+crate::spi::client_provider!(
+    DeltaSharingProvider,
+    CatalogProtocol::DeltaSharing,
+    DeltaSharingClient::connect
+);
 
 /// What a table listing says about one table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,10 +225,7 @@ impl DeltaSharingClient {
             url.set_query(None);
         }
         let resp = self.send(reqwest::Method::GET, url, None).await?;
-        if resp.status != 200 {
-            return Err(classify_status(&resp, what));
-        }
-        let v = resp.json_value()?;
+        let v = resp.ok_json(what)?;
         let items = list_field(&v, "items")?;
         let next = next_token(&v, "nextPageToken", page_token)?;
         Ok((items, next))
@@ -351,9 +333,7 @@ impl DeltaSharingClient {
             "shares", share, "schemas", schema, "tables", name, "version",
         ])?;
         let resp = self.send(reqwest::Method::GET, url, None).await?;
-        if resp.status != 200 {
-            return Err(classify_status(&resp, "query table version"));
-        }
+        resp.ensure_ok("query table version")?;
         version_header(&resp)?.ok_or_else(|| {
             CatalogAccessError::protocol(
                 "delta-table-version",
@@ -428,14 +408,7 @@ impl CatalogClient for DeltaSharingClient {
     }
 
     async fn capabilities(&self) -> Result<CatalogCapabilities> {
-        Ok(CatalogCapabilities {
-            list_namespaces: true,
-            list_tables: true,
-            list_views: false,
-            load_views: false,
-            vend_storage_credentials: true,
-            stable_ids: true,
-        })
+        Ok(CatalogCapabilities::DELTA_TABLES)
     }
 
     async fn check_connection(&self) -> Result<()> {
@@ -561,9 +534,7 @@ impl CatalogClient for DeltaSharingClient {
             "shares", share, "schemas", schema, "tables", name, "metadata",
         ])?;
         let resp = self.send(reqwest::Method::GET, url, None).await?;
-        if resp.status != 200 {
-            return Err(classify_status(&resp, "query table metadata"));
-        }
+        resp.ensure_ok("query table metadata")?;
         let version = version_header(&resp)?;
         let parsed = parse_metadata_ndjson(&resp.body)?;
         let schema_json = parse_schema_string(&parsed.schema_string)?;

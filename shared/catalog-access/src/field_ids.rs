@@ -94,6 +94,21 @@ fn compatible(old: &Shape, new: &Shape) -> bool {
     }
 }
 
+/// The members of a list or map type: (id key, type key, path step) of each; none for any
+/// other type. The one description of nested members both walks below use.
+fn collection_members(obj: &Map<String, Value>) -> &'static [(&'static str, &'static str, Step)] {
+    const LIST: &[(&str, &str, Step)] = &[("element-id", "element", Step::Element)];
+    const MAP: &[(&str, &str, Step)] = &[
+        ("key-id", "key", Step::Key),
+        ("value-id", "value", Step::Value),
+    ];
+    match obj.get("type").and_then(Value::as_str) {
+        Some("list") => LIST,
+        Some("map") => MAP,
+        _ => &[],
+    }
+}
+
 /// Every field of a schema by path, and the highest id in it.
 fn index(schema: &Value) -> (HashMap<Vec<Step>, Prior>, i64) {
     fn walk(ty: &Value, path: &mut Vec<Step>, out: &mut HashMap<Vec<Step>, Prior>, max: &mut i64) {
@@ -126,27 +141,16 @@ fn index(schema: &Value) -> (HashMap<Vec<Step>, Prior>, i64) {
                     }
                 }
             }
-            Some("list") => member(
-                Step::Element,
-                obj.get("element-id").and_then(Value::as_i64),
-                obj.get("element"),
-                path,
-            ),
-            Some("map") => {
-                member(
-                    Step::Key,
-                    obj.get("key-id").and_then(Value::as_i64),
-                    obj.get("key"),
-                    path,
-                );
-                member(
-                    Step::Value,
-                    obj.get("value-id").and_then(Value::as_i64),
-                    obj.get("value"),
-                    path,
-                );
+            _ => {
+                for (id_key, ty_key, step) in collection_members(obj) {
+                    member(
+                        step.clone(),
+                        obj.get(*id_key).and_then(Value::as_i64),
+                        obj.get(*ty_key),
+                        path,
+                    );
+                }
             }
-            _ => {}
         }
     }
     let mut out = HashMap::new();
@@ -212,16 +216,10 @@ impl Assign<'_> {
                     path.pop();
                 }
             }
-            Some("list") => self.members(obj, path, &[("element-id", "element", Step::Element)]),
-            Some("map") => self.members(
-                obj,
-                path,
-                &[
-                    ("key-id", "key", Step::Key),
-                    ("value-id", "value", Step::Value),
-                ],
-            ),
-            _ => {}
+            _ => {
+                let keys = collection_members(obj);
+                self.members(obj, path, keys);
+            }
         }
     }
 

@@ -412,6 +412,23 @@ impl HttpResponse {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
+    /// `Ok` for a `200` answer; any other status classified (see [`classify_status`]) as the
+    /// failure of `action`.
+    pub fn ensure_ok(&self, action: &str) -> Result<()> {
+        if self.status == 200 {
+            Ok(())
+        } else {
+            Err(classify_status(self, action))
+        }
+    }
+
+    /// The JSON body of a `200` answer: [`HttpResponse::ensure_ok`], then
+    /// [`HttpResponse::json_value`].
+    pub fn ok_json(&self, action: &str) -> Result<serde_json::Value> {
+        self.ensure_ok(action)?;
+        self.json_value()
+    }
+
     /// Parses the body as JSON; malformed JSON is a `Protocol` error on `<body>`.
     pub fn json_value(&self) -> Result<serde_json::Value> {
         serde_json::from_slice(&self.body).map_err(|e| {

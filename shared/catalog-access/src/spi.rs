@@ -171,6 +171,14 @@ impl CatalogConnectionConfig {
         })
     }
 
+    /// The validated URI (see [`CatalogConnectionConfig::validate`]) without its query, as
+    /// the base a provider joins its routes to.
+    pub fn base_url(&self) -> Result<Url> {
+        let mut base = self.validate()?;
+        base.set_query(None);
+        Ok(base)
+    }
+
     /// Validates structure and refuses secrets: a user-info or fragment in the URI, a
     /// secret-bearing query parameter, a secret-bearing property key or `header.` name, or
     /// a credential-store handle as a value. Returns the parsed URI. Address policy (which
@@ -410,6 +418,19 @@ pub struct CatalogCapabilities {
     pub vend_storage_credentials: bool,
     /// Tables (and views) carry a stable upstream id that survives renames.
     pub stable_ids: bool,
+}
+
+impl CatalogCapabilities {
+    /// What a Delta-table catalog (Unity Catalog, Delta Sharing) offers: listings, credential
+    /// vending and stable table ids (per table, where the upstream sends one), no views.
+    pub const DELTA_TABLES: Self = Self {
+        list_namespaces: true,
+        list_tables: true,
+        list_views: false,
+        load_views: false,
+        vend_storage_credentials: true,
+        stable_ids: true,
+    };
 }
 
 /// A multi-level namespace path, e.g. `["sales", "eu"]`.
@@ -828,6 +849,30 @@ pub trait CatalogClientProvider: Send + Sync {
         options: &ConnectOptions,
     ) -> Result<Box<dyn CatalogClient>>;
 }
+
+/// Implements [`CatalogClientProvider`] for a provider whose client is built by one
+/// constructor taking `(config, auth, credentials, options)`: the one `connect` every
+/// provider shares.
+macro_rules! client_provider {
+    ($provider:ty, $protocol:expr, $build:path) => {
+        impl $crate::spi::CatalogClientProvider for $provider {
+            fn protocol(&self) -> $crate::spi::CatalogProtocol {
+                $protocol
+            }
+
+            fn connect(
+                &self,
+                config: &$crate::spi::CatalogConnectionConfig,
+                auth: &$crate::spi::CatalogAuthentication,
+                credentials: $crate::spi::ResolvedCatalogCredentials,
+                options: &$crate::spi::ConnectOptions,
+            ) -> $crate::error::Result<Box<dyn $crate::spi::CatalogClient>> {
+                Ok(Box::new($build(config, auth, credentials, options)?))
+            }
+        }
+    };
+}
+pub(crate) use client_provider;
 
 #[cfg(test)]
 mod tests {

@@ -45,10 +45,10 @@ use crate::common::{
 use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
 use crate::http::{HttpClient, HttpResponse, RetryMode, classify_status};
 use crate::spi::{
-    CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogClientProvider,
-    CatalogConnectionConfig, CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome,
-    NamespacePath, Page, ResolvedCatalogCredentials, SecretString, StorageCredential, TableFormat,
-    TableIdent, TableMetadata, VendedCredentials, is_secret_key,
+    CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogConnectionConfig,
+    CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome, NamespacePath, Page,
+    ResolvedCatalogCredentials, SecretString, StorageCredential, TableFormat, TableIdent,
+    TableMetadata, VendedCredentials, is_secret_key,
 };
 
 /// Connection property pinning the integration to one Unity catalog (one-level namespaces).
@@ -72,26 +72,7 @@ const TOKEN_REFRESH_MARGIN: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UnityProvider;
 
-impl CatalogClientProvider for UnityProvider {
-    fn protocol(&self) -> CatalogProtocol {
-        CatalogProtocol::Unity
-    }
-
-    fn connect(
-        &self,
-        config: &CatalogConnectionConfig,
-        auth: &CatalogAuthentication,
-        credentials: ResolvedCatalogCredentials,
-        options: &ConnectOptions,
-    ) -> Result<Box<dyn CatalogClient>> {
-        Ok(Box::new(UnityClient::connect(
-            config,
-            auth,
-            credentials,
-            options,
-        )?))
-    }
-}
+crate::spi::client_provider!(UnityProvider, CatalogProtocol::Unity, UnityClient::connect);
 
 /// How the client authenticates to the catalog API.
 enum Auth {
@@ -330,8 +311,7 @@ impl UnityClient {
         credentials: ResolvedCatalogCredentials,
         options: &ConnectOptions,
     ) -> Result<Self> {
-        let mut base = config.validate()?;
-        base.set_query(None);
+        let mut base = config.base_url()?;
         let path = base.path().trim_end_matches('/').to_owned();
         if !path.ends_with(API_BASE_PATH) {
             base.set_path(&format!("{path}{API_BASE_PATH}"));
@@ -479,10 +459,7 @@ impl UnityClient {
 
     async fn get_ok(&self, url: Url, what: &str) -> Result<Value> {
         let resp = self.send(reqwest::Method::GET, url, None).await?;
-        if resp.status != 200 {
-            return Err(classify_status(&resp, what));
-        }
-        resp.json_value()
+        resp.ok_json(what)
     }
 
     /// `(catalog, schema)` of a table namespace under the namespace model.
@@ -605,15 +582,7 @@ impl CatalogClient for UnityClient {
     }
 
     async fn capabilities(&self) -> Result<CatalogCapabilities> {
-        Ok(CatalogCapabilities {
-            list_namespaces: true,
-            list_tables: true,
-            list_views: false,
-            load_views: false,
-            vend_storage_credentials: true,
-            // Per table: `table_id` when the backend sends it, else an unstable identity.
-            stable_ids: true,
-        })
+        Ok(CatalogCapabilities::DELTA_TABLES)
     }
 
     async fn check_connection(&self) -> Result<()> {

@@ -4,7 +4,7 @@
 //! log, not against what the client reports.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use flotilla_catalog_access::http::{HttpPolicy, RetryPolicy};
 use flotilla_catalog_access::unity::{UNITY_CATALOG, UnityProvider};
@@ -431,21 +431,6 @@ async fn views_are_not_tables_and_format_is_required() {
     }
 }
 
-#[tokio::test]
-async fn missing_table_is_not_found() {
-    let f = UnityFixture::start_with_sample().await;
-    let c = bearer(&f);
-    assert!(matches!(
-        c.load_table(&ns(&["main", "default"]), "nope", None).await,
-        Err(CatalogAccessError::NotFound(_))
-    ));
-    assert!(matches!(
-        c.list_namespaces(Some(&ns(&["nocatalog"])), None, None)
-            .await,
-        Err(CatalogAccessError::NotFound(_))
-    ));
-}
-
 // ---- credential vending -------------------------------------------------------------------
 
 #[tokio::test]
@@ -544,34 +529,6 @@ async fn vending_refusals_are_classified() {
 }
 
 // ---- authentication -----------------------------------------------------------------------
-
-#[tokio::test]
-async fn oauth_token_is_fetched_once_and_refreshed_after_a_401() {
-    let f = UnityFixture::start_with_sample().await;
-    let c = oauth(&f, DEFAULT_CLIENT_SECRET, options(None));
-    c.list_namespaces(None, None, None).await.unwrap();
-    c.list_tables(&ns(&["main", "default"]), None, None)
-        .await
-        .unwrap();
-    assert_eq!(f.token_requests(), 1);
-    let token_req = &f.requests_to("/oauth/token")[0];
-    assert_eq!(token_req.header("authorization"), Some("Basic ***"));
-
-    // The upstream expires the token server-side: one 401, one refresh, one resend.
-    f.expire_issued_tokens();
-    c.list_namespaces(None, None, None).await.unwrap();
-    assert_eq!(f.token_requests(), 2);
-    assert_eq!(
-        f.presented_token_ordinals(),
-        vec![Some(1), Some(1), Some(2)]
-    );
-    let statuses: Vec<_> = f
-        .requests_to("/catalogs")
-        .iter()
-        .map(|r| r.status)
-        .collect();
-    assert_eq!(statuses, vec![Some(200), Some(401), Some(200)]);
-}
 
 #[tokio::test]
 async fn oauth_token_is_refreshed_before_expiry() {
@@ -688,54 +645,6 @@ async fn only_oauth_and_bearer_are_accepted() {
 // ---- faults -------------------------------------------------------------------------------
 
 #[tokio::test]
-async fn a_transient_500_is_retried() {
-    let f = UnityFixture::start_with_sample().await;
-    f.inject(FaultRule::once(Fault::Status(500)).on_path("/catalogs"));
-    let c = bearer(&f);
-    c.list_namespaces(None, None, None).await.unwrap();
-    let statuses: Vec<_> = f
-        .requests_to("/catalogs")
-        .iter()
-        .map(|r| r.status)
-        .collect();
-    assert_eq!(statuses, vec![Some(500), Some(200)]);
-}
-
-#[tokio::test]
-async fn a_persistent_500_is_retryable_after_bounded_attempts() {
-    let f = UnityFixture::start_with_sample().await;
-    f.inject(FaultRule::always(Fault::Status(503)));
-    let c = bearer(&f);
-    let err = c.list_namespaces(None, None, None).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            CatalogAccessError::Retryable {
-                status: Some(503),
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    assert!(err.is_retryable());
-    assert_eq!(f.requests().len(), 3);
-}
-
-#[tokio::test]
-async fn malformed_json_is_a_protocol_error() {
-    let f = UnityFixture::start_with_sample().await;
-    f.inject(FaultRule::once(Fault::MalformedJson).on_path("/tables/"));
-    let c = bearer(&f);
-    match c
-        .load_table(&ns(&["main", "default"]), "orders", None)
-        .await
-    {
-        Err(CatalogAccessError::Protocol { field, .. }) => assert_eq!(field, "<body>"),
-        other => panic!("unexpected {other:?}"),
-    }
-}
-
-#[tokio::test]
 async fn oversized_bodies_are_cut_off() {
     let f = UnityFixture::start_with_sample().await;
     f.inject(FaultRule::once(Fault::Oversized(200_000)));
@@ -809,39 +718,6 @@ async fn held_answer_is_delivered_once_released() {
 }
 
 // ---- real-server behaviours (docs/catalog-access.md, "Real-server behaviours") -------------
-
-#[tokio::test]
-async fn expiration_time_as_a_decimal_string_is_read() {
-    let f = UnityFixture::start_with_sample().await;
-    f.set_expiration_as_string(true);
-    let c = bearer(&f);
-    let creds = c
-        .vend_storage_credentials(&ns(&["main", "default"]), "orders")
-        .await
-        .unwrap();
-    let want = SystemTime::UNIX_EPOCH
-        + Duration::from_millis(u64::try_from(f.vended()[0].expiration_time_ms).unwrap());
-    assert_eq!(creds.expires_at, Some(want));
-    let raw = f.requests_to("/temporary-table-credentials");
-    assert_eq!(raw.len(), 1);
-}
-
-#[tokio::test]
-async fn a_table_listed_but_gone_on_load_is_not_found() {
-    let f = UnityFixture::start_with_sample().await;
-    f.drop_but_keep_listed("main", "default", "orders");
-    let c = bearer(&f);
-    let listed = c
-        .list_tables(&ns(&["main", "default"]), None, None)
-        .await
-        .unwrap();
-    assert_eq!(listed.items.len(), 1, "the stale listing still names it");
-    let err = c
-        .load_table(&ns(&["main", "default"]), "orders", None)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
-}
 
 #[tokio::test]
 async fn partition_index_is_recorded_as_delta_partition_columns() {
@@ -938,60 +814,4 @@ async fn token_endpoint_failures_are_authentication_errors_naming_the_endpoint()
     f.set_token_endpoint_status(None);
     c.list_namespaces(None, None, None).await.unwrap();
     assert!(f.requests_to("/catalogs").len() == 1);
-}
-
-#[tokio::test]
-async fn listings_drop_repeated_entries() {
-    let f = UnityFixture::start_with_sample().await;
-    f.add_schema("main", "sales");
-    f.set_duplicate_listings(true);
-    let c = bearer(&f);
-    let top = c.list_namespaces(None, None, None).await.unwrap();
-    assert_eq!(top.items, vec![ns(&["main"])]);
-    let schemas = c
-        .list_namespaces(Some(&ns(&["main"])), None, None)
-        .await
-        .unwrap();
-    assert_eq!(
-        schemas.items,
-        vec![ns(&["main", "default"]), ns(&["main", "sales"])]
-    );
-    let tables = c
-        .list_tables(&ns(&["main", "default"]), None, None)
-        .await
-        .unwrap();
-    assert_eq!(tables.items.len(), 1);
-    // The fixture really did repeat them.
-    assert!(f.requests_to("/schemas").len() == 1);
-}
-
-#[tokio::test]
-async fn a_listing_under_a_missing_parent_answered_empty_is_not_found() {
-    let f = UnityFixture::start_with_sample().await;
-    f.add_schema("main", "empty");
-    f.set_missing_parent_as_empty(true);
-    let c = bearer(&f);
-    let err = c
-        .list_tables(&ns(&["main", "gone"]), None, None)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
-    assert!(err.to_string().contains("main.gone"), "{err}");
-    let err = c
-        .list_namespaces(Some(&ns(&["nocatalog"])), None, None)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
-    // An existing but empty schema is simply empty.
-    let empty = c
-        .list_tables(&ns(&["main", "empty"]), None, None)
-        .await
-        .unwrap();
-    assert!(empty.items.is_empty());
-    // Non-empty listings cost no extra request.
-    let before = f.requests().len();
-    c.list_tables(&ns(&["main", "default"]), None, None)
-        .await
-        .unwrap();
-    assert_eq!(f.requests().len(), before + 1);
 }

@@ -3,8 +3,8 @@
 
 use super::auth::{AuthScheme, build_auth};
 use super::parsing::{
-    append_paging, as_object, filtered_properties, get_field, next_page_token, parse_load_table,
-    parse_load_view, parse_namespace, percent_decode, string_map,
+    append_paging, as_object, filtered_properties, get_array, get_field, next_page_token,
+    parse_load_table, parse_load_view, parse_namespace, percent_decode, string_map,
 };
 use super::vending::CachedVend;
 use super::{
@@ -64,12 +64,11 @@ impl IcebergRestClient {
         credentials: ResolvedCatalogCredentials,
         options: &ConnectOptions,
     ) -> Result<Self> {
-        let mut base = config.validate()?;
+        let mut base = config.base_url()?;
         if !base.path().ends_with('/') {
             let path = format!("{}/", base.path());
             base.set_path(&path);
         }
-        base.set_query(None);
         let auth = build_auth(auth, credentials)?;
         let mut extra_headers = HeaderMap::new();
         for (name, value) in config.extra_headers() {
@@ -136,10 +135,7 @@ impl IcebergRestClient {
             url.query_pairs_mut().append_pair("warehouse", w);
         }
         let response = self.get(url, &[]).await?;
-        if response.status != 200 {
-            return Err(classify_status(&response, "GET /v1/config"));
-        }
-        let body = response.json_value()?;
+        let body = response.ok_json("GET /v1/config")?;
         let obj = as_object(&body, "<config>")?;
         let defaults = string_map(obj.get("defaults"), "defaults")?;
         let overrides = string_map(obj.get("overrides"), "overrides")?;
@@ -290,22 +286,10 @@ impl CatalogClient for IcebergRestClient {
             append_paging(&mut q, page_token, page_size);
         }
         let response = self.get(url, &[]).await?;
-        if response.status != 200 {
-            return Err(classify_status(&response, "list namespaces"));
-        }
-        let body = response.json_value()?;
+        let body = response.ok_json("list namespaces")?;
         let obj = as_object(&body, "<list namespaces>")?;
         let next = next_page_token(obj, page_token)?;
-        let items = match get_field(obj, "namespaces", "namespaces")? {
-            None => &[][..],
-            Some(Value::Array(items)) => items.as_slice(),
-            Some(_) => {
-                return Err(CatalogAccessError::protocol(
-                    "namespaces",
-                    "expected an array",
-                ));
-            }
-        };
+        let items = get_array(obj, "namespaces", "namespaces")?.unwrap_or_default();
         // Entries other than direct children (some servers answer every depth, or paths
         // outside the parent) are passed on as answered: the callers keep the direct children
         // and count the rest.
@@ -328,13 +312,7 @@ impl CatalogClient for IcebergRestClient {
         let ns = self.encode_namespace(namespace).await?;
         let url = self.catalog_url(&["namespaces", &ns]).await?;
         let response = self.get(url, &[]).await?;
-        if response.status != 200 {
-            return Err(classify_status(
-                &response,
-                &format!("load namespace {namespace}"),
-            ));
-        }
-        let body = response.json_value()?;
+        let body = response.ok_json(&format!("load namespace {namespace}"))?;
         let obj = as_object(&body, "<load namespace>")?;
         filtered_properties(get_field(obj, "properties", "properties")?, "properties")
     }
@@ -390,13 +368,10 @@ impl CatalogClient for IcebergRestClient {
             .catalog_url(&["namespaces", &ns, "views", name])
             .await?;
         let response = self.get(url, &[]).await?;
-        if response.status != 200 {
-            return Err(classify_status(
-                &response,
-                &format!("load view {}", TableIdent::new(namespace.clone(), name)),
-            ));
-        }
-        let body = response.json_value()?;
+        let body = response.ok_json(&format!(
+            "load view {}",
+            TableIdent::new(namespace.clone(), name)
+        ))?;
         parse_load_view(&body, TableIdent::new(namespace.clone(), name))
     }
 
@@ -441,25 +416,10 @@ impl IcebergRestClient {
         let mut url = self.catalog_url(&["namespaces", &ns, kind]).await?;
         append_paging(&mut url.query_pairs_mut(), page_token, page_size);
         let response = self.get(url, &[]).await?;
-        if response.status != 200 {
-            return Err(classify_status(
-                &response,
-                &format!("list {kind} in {namespace}"),
-            ));
-        }
-        let body = response.json_value()?;
+        let body = response.ok_json(&format!("list {kind} in {namespace}"))?;
         let obj = as_object(&body, &format!("<list {kind}>"))?;
         let next = next_page_token(obj, page_token)?;
-        let items = match get_field(obj, "identifiers", "identifiers")? {
-            None => &[][..],
-            Some(Value::Array(items)) => items.as_slice(),
-            Some(_) => {
-                return Err(CatalogAccessError::protocol(
-                    "identifiers",
-                    "expected an array",
-                ));
-            }
-        };
+        let items = get_array(obj, "identifiers", "identifiers")?.unwrap_or_default();
         let mut out = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             let field = format!("identifiers[{i}]");

@@ -24,11 +24,7 @@ mod vending;
 
 use std::time::Duration;
 
-use crate::error::Result;
-use crate::spi::{
-    CatalogAuthentication, CatalogClient, CatalogClientProvider, CatalogConnectionConfig,
-    CatalogProtocol, ConnectOptions, ResolvedCatalogCredentials,
-};
+use crate::spi::CatalogProtocol;
 
 pub use client::IcebergRestClient;
 pub use parsing::{parse_load_table, parse_load_view};
@@ -58,23 +54,8 @@ pub(super) const DEFAULT_ENDPOINTS: &[&str] = &[EP_LIST_NAMESPACES, EP_LIST_TABL
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IcebergRestProvider;
 
-impl CatalogClientProvider for IcebergRestProvider {
-    fn protocol(&self) -> CatalogProtocol {
-        CatalogProtocol::IcebergRest
-    }
-
-    fn connect(
-        &self,
-        config: &CatalogConnectionConfig,
-        auth: &CatalogAuthentication,
-        credentials: ResolvedCatalogCredentials,
-        options: &ConnectOptions,
-    ) -> Result<Box<dyn CatalogClient>> {
-        Ok(Box::new(IcebergRestClient::new(
-            config,
-            auth,
-            credentials,
-            options,
-        )?))
-    }
-}
+crate::spi::client_provider!(
+    IcebergRestProvider,
+    CatalogProtocol::IcebergRest,
+    IcebergRestClient::new
+);

@@ -89,6 +89,30 @@ pub(super) fn reject_variant(obj: &Map<String, Value>, key: &str) -> Option<Cata
         })
 }
 
+/// An array field by [`get_field`]: `None` when absent, a `Protocol` error naming `field`
+/// when present but not an array.
+pub(super) fn get_array<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    field: &str,
+) -> Result<Option<&'a [Value]>> {
+    match get_field(obj, key, field)? {
+        None => Ok(None),
+        Some(Value::Array(items)) => Ok(Some(items)),
+        Some(_) => Err(CatalogAccessError::protocol(field, "expected an array")),
+    }
+}
+
+/// A required array field: absent is a `Protocol` error naming `field` too.
+pub(super) fn req_array<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    field: &str,
+) -> Result<&'a [Value]> {
+    get_array(obj, key, field)?
+        .ok_or_else(|| CatalogAccessError::protocol(field, "expected an array"))
+}
+
 /// A field by its spec name; a non-spec spelling of it (with the spec name absent) is a
 /// protocol error naming both.
 pub(super) fn get_field<'a>(
@@ -235,15 +259,7 @@ pub(super) fn check_schema(schema: &Value, field: &str) -> Result<Value> {
 
 /// Picks the schema with `schema-id == id` from `schemas`.
 pub(super) fn schema_by_id(meta: &Map<String, Value>, id: i64, field: &str) -> Result<Value> {
-    let schemas = match get_field(meta, "schemas", &format!("{field}.schemas"))? {
-        Some(Value::Array(s)) => s,
-        _ => {
-            return Err(CatalogAccessError::protocol(
-                format!("{field}.schemas"),
-                "expected an array",
-            ));
-        }
-    };
+    let schemas = req_array(meta, "schemas", &format!("{field}.schemas"))?;
     for (i, s) in schemas.iter().enumerate() {
         if s.get("schema-id").and_then(Value::as_i64) == Some(id) {
             return check_schema(s, &format!("{field}.schemas[{i}]"));
@@ -323,15 +339,7 @@ pub fn parse_load_view(body: &Value, identifier: TableIdent) -> Result<ViewMetad
     let meta = metadata_object(result)?;
     let uuid = req_str(meta, "view-uuid", "metadata.view-uuid")?;
     let current = req_i64(meta, "current-version-id", "metadata.current-version-id")?;
-    let versions = match get_field(meta, "versions", "metadata.versions")? {
-        Some(Value::Array(v)) => v,
-        _ => {
-            return Err(CatalogAccessError::protocol(
-                "metadata.versions",
-                "expected an array",
-            ));
-        }
-    };
+    let versions = req_array(meta, "versions", "metadata.versions")?;
     let mut found = None;
     for (i, v) in versions.iter().enumerate() {
         let field = format!("metadata.versions[{i}]");
@@ -363,19 +371,11 @@ pub fn parse_load_view(body: &Value, identifier: TableIdent) -> Result<ViewMetad
             ));
         }
     };
-    let reps = match get_field(
+    let reps = req_array(
         version,
         "representations",
         &format!("{field}.representations"),
-    )? {
-        Some(Value::Array(r)) => r,
-        _ => {
-            return Err(CatalogAccessError::protocol(
-                format!("{field}.representations"),
-                "expected an array",
-            ));
-        }
-    };
+    )?;
     let mut definitions = Vec::new();
     for (i, r) in reps.iter().enumerate() {
         let rf = format!("{field}.representations[{i}]");

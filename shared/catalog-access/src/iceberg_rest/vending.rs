@@ -12,7 +12,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::error::{CatalogAccessError, Result, VendingErrorKind};
-use crate::http::classify_status;
 use crate::spi::{
     NamespacePath, SecretString, StorageCredential, VendedCredentials, is_secret_key,
     location_has_prefix,
@@ -40,10 +39,7 @@ impl IcebergRestClient {
                 .catalog_url(&["namespaces", &ns, "tables", name, "credentials"])
                 .await?;
             let response = self.get(url, &[]).await?;
-            if response.status != 200 {
-                return Err(classify_status(&response, "load credentials"));
-            }
-            let body = response.json_value()?;
+            let body = response.ok_json("load credentials")?;
             let obj = as_object(&body, "<credentials>")?;
             let entries =
                 match obj.get("storage-credentials") {

@@ -1,0 +1,252 @@
+//! The provider contract suite: one body per behaviour every catalog provider owes the
+//! reconciler, run over the Iceberg REST, Unity Catalog and Delta Sharing providers against
+//! their fixture servers (`flotilla-testkit`). A provider joins by implementing
+//! [`support::Contract`] (and [`support::RealServerSwitches`] when its fixture reproduces the
+//! real-server behaviours) and adding a line to the `contract!` invocations at the bottom.
+//!
+//! Protocol-specific behaviour (Iceberg config and SigV4, Unity's two-level catalogs, Delta
+//! Sharing access modes...) stays in the per-provider files.
+
+mod support;
+
+use flotilla_catalog_access::CatalogAccessError;
+use support::{
+    Contract, DeltaSharing, IcebergRest, OAuthContract, RealServerSwitches, Unity, statuses,
+};
+
+// ---- not-found answers --------------------------------------------------------------------
+
+async fn missing_table_is_not_found<P: Contract>() {
+    let p = P::start().await;
+    let c = p.client().await;
+    let (namespace, _) = p.sample();
+    let err = c.load_table(&namespace, "nope", None).await.unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    let err = c
+        .list_tables(&p.missing_namespace(), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    let err = c
+        .list_namespaces(Some(&p.missing_top()), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+}
+
+// ---- retryable vs permanent faults --------------------------------------------------------
+
+async fn a_transient_500_is_retried<P: Contract>() {
+    let p = P::start().await;
+    let c = p.client().await;
+    p.inject_status(500, Some(1), P::LIST_PATH);
+    c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(
+        statuses(&p.requests_to(P::LIST_PATH)),
+        vec![Some(500), Some(200)]
+    );
+    let (namespace, table) = p.sample();
+    p.inject_status(500, Some(1), P::LOAD_PATH);
+    c.load_table(&namespace, table, None).await.unwrap();
+    assert_eq!(
+        statuses(&p.requests_to(P::LOAD_PATH)),
+        vec![Some(500), Some(200)]
+    );
+}
+
+async fn persistent_5xx_and_429_are_retryable_after_bounded_attempts<P: Contract>() {
+    for status in [500u16, 502, 503, 429] {
+        let p = P::start().await;
+        let c = p.client().await;
+        let before = p.requests().len();
+        p.inject_status(status, None, P::LIST_PATH);
+        let err = c.list_namespaces(None, None, None).await.unwrap_err();
+        assert!(
+            matches!(err, CatalogAccessError::Retryable { status: Some(s), .. } if s == status),
+            "{err:?}"
+        );
+        assert!(err.is_retryable());
+        assert_eq!(p.requests_to(P::LIST_PATH).len(), 3, "max_attempts = 3");
+        assert_eq!(p.requests().len() - before, 3, "nothing but the attempts");
+    }
+}
+
+async fn malformed_json_is_a_protocol_error<P: Contract>() {
+    let p = P::start().await;
+    let c = p.client().await;
+    p.inject_malformed(P::LIST_PATH);
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(
+        matches!(&err, CatalogAccessError::Protocol { field, .. } if field == "<body>"),
+        "{err:?}"
+    );
+    let (namespace, table) = p.sample();
+    p.inject_malformed(P::LOAD_PATH);
+    let err = c.load_table(&namespace, table, None).await.unwrap_err();
+    assert!(
+        matches!(&err, CatalogAccessError::Protocol { field, .. } if field == "<body>"),
+        "{err:?}"
+    );
+}
+
+// ---- token acquisition and 401 renewal ----------------------------------------------------
+
+async fn oauth_token_is_fetched_once_and_renewed_once_after_a_401<P: OAuthContract>() {
+    let p = P::start().await;
+    let c = p.oauth_client().await;
+    c.list_namespaces(None, None, None).await.unwrap();
+    let (namespace, _) = p.sample();
+    c.list_tables(&namespace, None, None).await.unwrap();
+    assert_eq!(p.token_requests(), 1);
+    // The upstream expires the token server-side: one 401, one refresh, one resend.
+    p.expire_issued_tokens();
+    c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(p.token_requests(), 2);
+    assert_eq!(
+        statuses(&p.requests_to(P::LIST_PATH)),
+        vec![Some(200), Some(401), Some(200)]
+    );
+    let refused = p
+        .requests()
+        .iter()
+        .filter(|r| r.status == Some(401))
+        .count();
+    assert_eq!(refused, 1);
+    p.assert_renewal_evidence();
+    // A server that refuses every token: one refresh, one retry, then Authentication.
+    p.refuse_every_token();
+    let before = p.requests_to(P::LIST_PATH).len();
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CatalogAccessError::Authentication {
+                status: Some(401),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(p.requests_to(P::LIST_PATH).len() - before, 2);
+    assert_eq!(p.token_requests(), 3);
+}
+
+// ---- real-server behaviours (docs/catalog-access.md, "Real-server behaviours") -------------
+
+async fn listings_drop_repeated_entries<P: RealServerSwitches>() {
+    let p = P::start().await;
+    let (namespace, table) = p.sample();
+    let top = p.top_of(&namespace);
+    let second = p.add_child(&top, "wholesale");
+    p.add_table(&namespace, "returns");
+    p.set_duplicate_listings(true);
+    let c = p.client().await;
+    let tops = c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(tops.items, vec![top.clone()]);
+    let children = c.list_namespaces(Some(&top), None, None).await.unwrap();
+    assert_eq!(children.items, vec![namespace.clone(), second]);
+    let tables = c.list_tables(&namespace, None, None).await.unwrap();
+    let names: Vec<&str> = tables.items.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, vec![table, "returns"]);
+    // The fixture really did repeat them, in one answer each.
+    assert_eq!(p.requests_to(P::CHILD_LIST_PATH).len(), 1);
+}
+
+async fn a_listing_under_a_missing_parent_answered_empty_is_not_found<P: RealServerSwitches>() {
+    let p = P::start().await;
+    let (namespace, _) = p.sample();
+    let top = p.top_of(&namespace);
+    let empty = p.add_child(&top, "empty");
+    p.set_missing_parent_as_empty(true);
+    let c = p.client().await;
+    let gone = p.child(&top, "gone");
+    let err = c.list_tables(&gone, None, None).await.unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    assert!(err.to_string().contains(P::GONE_SHOWN), "{err}");
+    let err = c
+        .list_tables(&p.missing_namespace(), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    let err = c
+        .list_namespaces(Some(&p.missing_top()), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    // An existing but empty namespace is simply empty.
+    let listed = c.list_tables(&empty, None, None).await.unwrap();
+    assert!(listed.items.is_empty());
+    // Non-empty listings cost no extra request.
+    let before = p.requests().len();
+    c.list_tables(&namespace, None, None).await.unwrap();
+    assert_eq!(p.requests().len(), before + 1);
+}
+
+async fn a_table_listed_but_gone_on_load_is_not_found<P: RealServerSwitches>() {
+    let p = P::start().await;
+    let (namespace, table) = p.sample();
+    p.drop_but_keep_listed(&namespace, table);
+    let c = p.client().await;
+    let listed = c.list_tables(&namespace, None, None).await.unwrap();
+    assert_eq!(listed.items.len(), 1, "the stale listing still names it");
+    for etag in [None, Some("v3")] {
+        let err = c.load_table(&namespace, table, etag).await.unwrap_err();
+        assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+    }
+}
+
+async fn expiration_time_as_a_decimal_string_is_read<P: RealServerSwitches>() {
+    let p = P::start().await;
+    p.set_expiration_as_string(true);
+    let c = p.client().await;
+    let (namespace, table) = p.sample();
+    let creds = c.vend_storage_credentials(&namespace, table).await.unwrap();
+    let want = std::time::SystemTime::UNIX_EPOCH
+        + std::time::Duration::from_millis(u64::try_from(p.first_vended_expiry_ms()).unwrap());
+    assert_eq!(creds.expires_at, Some(want));
+    assert_eq!(p.requests_to("/temporary-table-credentials").len(), 1);
+}
+
+/// `contract!(module, Provider; behaviour, ...)`: one `#[tokio::test]` per behaviour.
+macro_rules! contract {
+    ($module:ident, $provider:ty; $($behaviour:ident),+ $(,)?) => {
+        mod $module {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $behaviour() {
+                    super::$behaviour::<$provider>().await;
+                }
+            )+
+        }
+    };
+}
+
+contract!(iceberg_rest, IcebergRest;
+    missing_table_is_not_found,
+    a_transient_500_is_retried,
+    persistent_5xx_and_429_are_retryable_after_bounded_attempts,
+    malformed_json_is_a_protocol_error,
+    oauth_token_is_fetched_once_and_renewed_once_after_a_401,
+);
+contract!(unity, Unity;
+    missing_table_is_not_found,
+    a_transient_500_is_retried,
+    persistent_5xx_and_429_are_retryable_after_bounded_attempts,
+    malformed_json_is_a_protocol_error,
+    oauth_token_is_fetched_once_and_renewed_once_after_a_401,
+    listings_drop_repeated_entries,
+    a_listing_under_a_missing_parent_answered_empty_is_not_found,
+    a_table_listed_but_gone_on_load_is_not_found,
+    expiration_time_as_a_decimal_string_is_read,
+);
+contract!(delta_sharing, DeltaSharing;
+    missing_table_is_not_found,
+    a_transient_500_is_retried,
+    persistent_5xx_and_429_are_retryable_after_bounded_attempts,
+    malformed_json_is_a_protocol_error,
+    listings_drop_repeated_entries,
+    a_listing_under_a_missing_parent_answered_empty_is_not_found,
+    a_table_listed_but_gone_on_load_is_not_found,
+    expiration_time_as_a_decimal_string_is_read,
+);

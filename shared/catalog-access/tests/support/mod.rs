@@ -1,0 +1,448 @@
+//! Per-provider adapters of the contract suite (`tests/provider_contract.rs`): how to start a
+//! provider's fixture, connect its client with the right authentication, seed it, trigger a
+//! fault and read the requests it recorded.
+
+use std::time::Duration;
+
+use flotilla_catalog_access::delta_sharing::DeltaSharingProvider;
+use flotilla_catalog_access::http::{HttpPolicy, RetryPolicy};
+use flotilla_catalog_access::iceberg_rest::IcebergRestProvider;
+use flotilla_catalog_access::unity::UnityProvider;
+use flotilla_catalog_access::{
+    CatalogAuthentication, CatalogClient, CatalogClientProvider, CatalogConnectionConfig,
+    ConnectOptions, NamespacePath, ResolvedCatalogCredentials,
+};
+use flotilla_testkit::delta_sharing_fixture::{
+    DEFAULT_RECIPIENT_TOKEN, DeltaSharingFixture, SharingTable,
+};
+use flotilla_testkit::iceberg_fixture as iceberg;
+use flotilla_testkit::iceberg_fixture::{
+    FixtureAuth, IcebergFault, IcebergFaultRule, IcebergFixture,
+};
+use flotilla_testkit::recorder::RecordedRequest;
+use flotilla_testkit::unity_fixture::{
+    API_PREFIX, DEFAULT_BEARER_TOKEN, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET, Fault, FaultRule,
+    UnityFixture, UnityTable,
+};
+
+/// Three attempts with millisecond backoff: retries are observable and fast.
+pub fn policy() -> HttpPolicy {
+    HttpPolicy {
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+        },
+        ..HttpPolicy::local()
+    }
+}
+
+/// The options every contract client connects with (the one place to change the clock).
+pub fn options() -> ConnectOptions {
+    ConnectOptions::with_http(policy())
+}
+
+/// A namespace from its levels.
+pub fn ns(levels: &[&str]) -> NamespacePath {
+    NamespacePath::new(levels.iter().copied())
+}
+
+/// The answered statuses of some recorded requests, in order.
+pub fn statuses(requests: &[RecordedRequest]) -> Vec<Option<u16>> {
+    requests.iter().map(|r| r.status).collect()
+}
+
+/// What the contract suite needs of a provider and its fixture.
+pub trait Contract: Sized {
+    /// Path suffix (and fault fragment) of the top-level namespace listing.
+    const LIST_PATH: &'static str;
+    /// Path suffix (and fault fragment) of loading the sample table.
+    const LOAD_PATH: &'static str;
+
+    /// Starts the fixture holding the sample table.
+    async fn start() -> Self;
+    /// A connected client, its session set up (so later requests are catalog calls only).
+    async fn client(&self) -> Box<dyn CatalogClient>;
+    /// The sample table's namespace and name.
+    fn sample(&self) -> (NamespacePath, &'static str);
+    /// A table namespace under a missing top level.
+    fn missing_namespace(&self) -> NamespacePath;
+    /// A missing top-level namespace.
+    fn missing_top(&self) -> NamespacePath;
+    /// Answers `status` to the next `times` (`None`: every) request whose path holds `path`.
+    fn inject_status(&self, status: u16, times: Option<usize>, path: &str);
+    /// Answers a malformed JSON body to the next request whose path holds `path`.
+    fn inject_malformed(&self, path: &str);
+    /// Every request the fixture recorded, in arrival order.
+    fn requests(&self) -> Vec<RecordedRequest>;
+    /// The recorded requests whose path ends with `suffix`.
+    fn requests_to(&self, suffix: &str) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with(suffix))
+            .collect()
+    }
+}
+
+/// Providers authenticating with OAuth2 client credentials against their fixture's token
+/// endpoint.
+pub trait OAuthContract: Contract {
+    /// A client authenticating with the fixture's client credentials (the fixture switched
+    /// to OAuth where that is a mode).
+    async fn oauth_client(&self) -> Box<dyn CatalogClient>;
+    /// Token requests the fixture received.
+    fn token_requests(&self) -> usize;
+    /// Invalidates every issued token server-side.
+    fn expire_issued_tokens(&self);
+    /// Refuses every catalog request with 401 whatever token it carries.
+    fn refuse_every_token(&self);
+    /// Protocol-specific evidence after one 401 renewal (default: none).
+    fn assert_renewal_evidence(&self) {}
+}
+
+/// The real-server behaviours a two-level Delta provider's fixture reproduces (repeated
+/// entries, a missing parent answered empty, a table listed after it was dropped, expiry
+/// times as strings).
+pub trait RealServerSwitches: Contract {
+    /// Path suffix of a child-namespace listing.
+    const CHILD_LIST_PATH: &'static str;
+    /// How the not-found error names the missing `<top>.gone` namespace.
+    const GONE_SHOWN: &'static str;
+
+    /// The top-level namespace of a two-level one.
+    fn top_of(&self, namespace: &NamespacePath) -> NamespacePath {
+        ns(&[namespace.levels()[0].as_str()])
+    }
+    /// The child namespace `name` of `top` (not created).
+    fn child(&self, top: &NamespacePath, name: &str) -> NamespacePath {
+        ns(&[top.levels()[0].as_str(), name])
+    }
+    /// Creates the child namespace `name` of `top` and returns it.
+    fn add_child(&self, top: &NamespacePath, name: &str) -> NamespacePath;
+    /// Adds a table to a two-level namespace.
+    fn add_table(&self, namespace: &NamespacePath, name: &str);
+    fn set_duplicate_listings(&self, on: bool);
+    fn set_missing_parent_as_empty(&self, on: bool);
+    fn drop_but_keep_listed(&self, namespace: &NamespacePath, name: &str);
+    fn set_expiration_as_string(&self, on: bool);
+    /// The expiry the fixture put on the first credentials it vended.
+    fn first_vended_expiry_ms(&self) -> i64;
+}
+
+fn levels(namespace: &NamespacePath) -> (&str, &str) {
+    let l = namespace.levels();
+    (l[0].as_str(), l[1].as_str())
+}
+
+fn unity_rule(fault: Fault, times: Option<usize>) -> FaultRule {
+    match times {
+        Some(n) => FaultRule::times(fault, n),
+        None => FaultRule::always(fault),
+    }
+}
+
+// ---- Iceberg REST -------------------------------------------------------------------------
+
+pub struct IcebergRest(IcebergFixture);
+
+impl Contract for IcebergRest {
+    const LIST_PATH: &'static str = "/v1/wh/namespaces";
+    const LOAD_PATH: &'static str = "/namespaces/hr/tables/people";
+
+    async fn start() -> Self {
+        Self(IcebergFixture::start_with_sample().await)
+    }
+
+    async fn client(&self) -> Box<dyn CatalogClient> {
+        let config = CatalogConnectionConfig::new(self.0.uri()).with_property("warehouse", "demo");
+        let c = IcebergRestProvider
+            .connect(
+                &config,
+                &CatalogAuthentication::Bearer,
+                ResolvedCatalogCredentials::Token("unused".into()),
+                &options(),
+            )
+            .expect("connect");
+        c.capabilities().await.expect("the config endpoint answers");
+        c
+    }
+
+    fn sample(&self) -> (NamespacePath, &'static str) {
+        (ns(&["hr"]), "people")
+    }
+
+    fn missing_namespace(&self) -> NamespacePath {
+        ns(&["nope"])
+    }
+
+    fn missing_top(&self) -> NamespacePath {
+        ns(&["nope"])
+    }
+
+    fn inject_status(&self, status: u16, times: Option<usize>, path: &str) {
+        let fault = IcebergFault::Status(status);
+        let rule = match times {
+            Some(n) => IcebergFaultRule::times(fault, n),
+            None => IcebergFaultRule::always(fault),
+        };
+        self.0.add_fault(rule.on_path(path));
+    }
+
+    fn inject_malformed(&self, path: &str) {
+        self.0
+            .add_fault(IcebergFaultRule::once(IcebergFault::MalformedJson).on_path(path));
+    }
+
+    fn requests(&self) -> Vec<RecordedRequest> {
+        self.0.log().entries()
+    }
+}
+
+impl OAuthContract for IcebergRest {
+    async fn oauth_client(&self) -> Box<dyn CatalogClient> {
+        self.0.set_auth(FixtureAuth::OAuth);
+        let config = CatalogConnectionConfig::new(self.0.uri()).with_property("warehouse", "demo");
+        let c = IcebergRestProvider
+            .connect(
+                &config,
+                &CatalogAuthentication::OauthClientCredentials {
+                    token_uri: self.0.token_url(),
+                    client_id: iceberg::DEFAULT_CLIENT_ID.to_owned(),
+                    scopes: vec!["catalog".to_owned(), "read".to_owned()],
+                },
+                ResolvedCatalogCredentials::ClientSecret(iceberg::DEFAULT_CLIENT_SECRET.into()),
+                &options(),
+            )
+            .expect("connect");
+        c.capabilities().await.expect("the config endpoint answers");
+        c
+    }
+
+    fn token_requests(&self) -> usize {
+        self.0.token_requests()
+    }
+
+    fn expire_issued_tokens(&self) {
+        self.0.expire_issued_tokens();
+    }
+
+    fn refuse_every_token(&self) {
+        self.0
+            .add_fault(IcebergFaultRule::always(IcebergFault::Unauthorized).on_path("/v1/wh/"));
+    }
+}
+
+// ---- Unity Catalog ------------------------------------------------------------------------
+
+pub struct Unity(UnityFixture);
+
+impl Contract for Unity {
+    const LIST_PATH: &'static str = "/catalogs";
+    const LOAD_PATH: &'static str = "/tables/main.default.orders";
+
+    async fn start() -> Self {
+        Self(UnityFixture::start_with_sample().await)
+    }
+
+    async fn client(&self) -> Box<dyn CatalogClient> {
+        UnityProvider
+            .connect(
+                &CatalogConnectionConfig::new(self.0.endpoint()),
+                &CatalogAuthentication::Bearer,
+                ResolvedCatalogCredentials::Token(DEFAULT_BEARER_TOKEN.into()),
+                &options(),
+            )
+            .expect("connect")
+    }
+
+    fn sample(&self) -> (NamespacePath, &'static str) {
+        (ns(&["main", "default"]), "orders")
+    }
+
+    fn missing_namespace(&self) -> NamespacePath {
+        ns(&["nocatalog", "x"])
+    }
+
+    fn missing_top(&self) -> NamespacePath {
+        ns(&["nocatalog"])
+    }
+
+    fn inject_status(&self, status: u16, times: Option<usize>, path: &str) {
+        self.0
+            .inject(unity_rule(Fault::Status(status), times).on_path(path));
+    }
+
+    fn inject_malformed(&self, path: &str) {
+        self.0
+            .inject(FaultRule::once(Fault::MalformedJson).on_path(path));
+    }
+
+    fn requests(&self) -> Vec<RecordedRequest> {
+        self.0.requests()
+    }
+}
+
+impl OAuthContract for Unity {
+    async fn oauth_client(&self) -> Box<dyn CatalogClient> {
+        UnityProvider
+            .connect(
+                &CatalogConnectionConfig::new(self.0.base_url()),
+                &CatalogAuthentication::OauthClientCredentials {
+                    token_uri: self.0.token_url(),
+                    client_id: DEFAULT_CLIENT_ID.into(),
+                    scopes: vec!["catalog.read".into()],
+                },
+                ResolvedCatalogCredentials::ClientSecret(DEFAULT_CLIENT_SECRET.into()),
+                &options(),
+            )
+            .expect("connect")
+    }
+
+    fn token_requests(&self) -> usize {
+        self.0.token_requests()
+    }
+
+    fn expire_issued_tokens(&self) {
+        self.0.expire_issued_tokens();
+    }
+
+    fn refuse_every_token(&self) {
+        self.0
+            .inject(FaultRule::always(Fault::Unauthorized).on_path(API_PREFIX));
+    }
+
+    fn assert_renewal_evidence(&self) {
+        let token_req = &self.0.requests_to("/oauth/token")[0];
+        assert_eq!(token_req.header("authorization"), Some("Basic ***"));
+        assert_eq!(
+            self.0.presented_token_ordinals(),
+            vec![Some(1), Some(1), Some(2)]
+        );
+    }
+}
+
+impl RealServerSwitches for Unity {
+    const CHILD_LIST_PATH: &'static str = "/schemas";
+    const GONE_SHOWN: &'static str = "main.gone";
+
+    fn add_child(&self, top: &NamespacePath, name: &str) -> NamespacePath {
+        self.0.add_schema(top.levels()[0].as_str(), name);
+        self.child(top, name)
+    }
+
+    fn add_table(&self, namespace: &NamespacePath, name: &str) {
+        let (catalog, schema) = levels(namespace);
+        let location = format!("s3://bucket/{catalog}/{name}");
+        self.0
+            .add_table(catalog, schema, UnityTable::delta(name, &location));
+    }
+
+    fn set_duplicate_listings(&self, on: bool) {
+        self.0.set_duplicate_listings(on);
+    }
+
+    fn set_missing_parent_as_empty(&self, on: bool) {
+        self.0.set_missing_parent_as_empty(on);
+    }
+
+    fn drop_but_keep_listed(&self, namespace: &NamespacePath, name: &str) {
+        let (catalog, schema) = levels(namespace);
+        self.0.drop_but_keep_listed(catalog, schema, name);
+    }
+
+    fn set_expiration_as_string(&self, on: bool) {
+        self.0.set_expiration_as_string(on);
+    }
+
+    fn first_vended_expiry_ms(&self) -> i64 {
+        self.0.vended()[0].expiration_time_ms
+    }
+}
+
+// ---- Delta Sharing ------------------------------------------------------------------------
+
+pub struct DeltaSharing(DeltaSharingFixture);
+
+impl Contract for DeltaSharing {
+    const LIST_PATH: &'static str = "/shares";
+    const LOAD_PATH: &'static str = "/metadata";
+
+    async fn start() -> Self {
+        Self(DeltaSharingFixture::start_with_sample().await)
+    }
+
+    async fn client(&self) -> Box<dyn CatalogClient> {
+        DeltaSharingProvider
+            .connect(
+                &CatalogConnectionConfig::new(self.0.base_url()),
+                &CatalogAuthentication::Bearer,
+                ResolvedCatalogCredentials::Token(DEFAULT_RECIPIENT_TOKEN.into()),
+                &options(),
+            )
+            .expect("connect")
+    }
+
+    fn sample(&self) -> (NamespacePath, &'static str) {
+        (ns(&["sales", "retail"]), "orders")
+    }
+
+    fn missing_namespace(&self) -> NamespacePath {
+        ns(&["noshare", "x"])
+    }
+
+    fn missing_top(&self) -> NamespacePath {
+        ns(&["noshare"])
+    }
+
+    fn inject_status(&self, status: u16, times: Option<usize>, path: &str) {
+        self.0
+            .inject(unity_rule(Fault::Status(status), times).on_path(path));
+    }
+
+    fn inject_malformed(&self, path: &str) {
+        self.0
+            .inject(FaultRule::once(Fault::MalformedJson).on_path(path));
+    }
+
+    fn requests(&self) -> Vec<RecordedRequest> {
+        self.0.requests()
+    }
+}
+
+impl RealServerSwitches for DeltaSharing {
+    const CHILD_LIST_PATH: &'static str = "/schemas";
+    const GONE_SHOWN: &'static str = "gone";
+
+    fn add_child(&self, top: &NamespacePath, name: &str) -> NamespacePath {
+        self.0.add_schema(top.levels()[0].as_str(), name);
+        self.child(top, name)
+    }
+
+    fn add_table(&self, namespace: &NamespacePath, name: &str) {
+        let (share, schema) = levels(namespace);
+        let location = format!("s3://b/{name}");
+        self.0
+            .add_table(share, schema, SharingTable::new(name, &location));
+    }
+
+    fn set_duplicate_listings(&self, on: bool) {
+        self.0.set_duplicate_listings(on);
+    }
+
+    fn set_missing_parent_as_empty(&self, on: bool) {
+        self.0.set_missing_parent_as_empty(on);
+    }
+
+    fn drop_but_keep_listed(&self, namespace: &NamespacePath, name: &str) {
+        let (share, schema) = levels(namespace);
+        self.0.drop_but_keep_listed(share, schema, name);
+    }
+
+    fn set_expiration_as_string(&self, on: bool) {
+        self.0.set_expiration_as_string(on);
+    }
+
+    fn first_vended_expiry_ms(&self) -> i64 {
+        self.0.vended()[0].expiration_time_ms
+    }
+}
