@@ -78,7 +78,7 @@ fn jwt_claims(event: &ApiGatewayV2httpRequest) -> Option<&HashMap<String, String
 
 #[test]
 fn every_sample_belongs_to_a_function() {
-    let known = ["api", "reconciler", "scheduler", "finalize", "query"];
+    let known = ["api", "iceberg", "reconciler", "scheduler", "finalize", "query"];
     for entry in std::fs::read_dir(events_dir()).expect("events/") {
         let path = entry.expect("dir entry").path();
         let name = path
