@@ -131,7 +131,11 @@ async fn the_config_sample_answers_through_the_lambda_request_conversion() {
         assert_eq!(status.as_u16(), *want, "{name}: {body}");
     }
     let (_, config) = invoke(&state, &read_sample("config.json")).await;
-    assert_eq!(config["overrides"]["prefix"], format!("acme.{id}"), "{config}");
+    assert_eq!(
+        config["overrides"]["prefix"],
+        format!("acme.{id}"),
+        "{config}"
+    );
     let endpoints: Vec<&str> = config["endpoints"]
         .as_array()
         .unwrap_or_else(|| panic!("endpoints: {config}"))

@@ -30,7 +30,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-const FUNCTIONS: [&str; 6] = ["api", "iceberg", "reconciler", "scheduler", "finalize", "query"];
+const FUNCTIONS: [&str; 6] = [
+    "api",
+    "iceberg",
+    "reconciler",
+    "scheduler",
+    "finalize",
+    "query",
+];
 const SIZE_TARGET_MB: f64 = 15.0;
 const INIT_TARGET_MS: f64 = 50.0;
 /// A function that has not asked for an invocation by then is reported as failed.
