@@ -3,7 +3,7 @@
 //!
 //! These are the shape checks (what AWS sends, what the template routes). The samples also
 //! drive the real handlers: `functions/api/src/sample_events.rs` (lambda_http conversion into
-//! the router), `functions/reconciler/tests/sqs.rs`, `functions/scheduler/tests/schedule.rs`,
+//! the router), `functions/iceberg/src/sample_events.rs`, `functions/reconciler/tests/sqs.rs`, `functions/scheduler/tests/schedule.rs`,
 //! and the handler tests of `functions/finalize` and `functions/query`;
 //! `tests/tests/lambda_e2e.rs` invokes them through `cargo lambda`.
 
@@ -78,7 +78,14 @@ fn jwt_claims(event: &ApiGatewayV2httpRequest) -> Option<&HashMap<String, String
 
 #[test]
 fn every_sample_belongs_to_a_function() {
-    let known = ["api", "reconciler", "scheduler", "finalize", "query"];
+    let known = [
+        "api",
+        "iceberg",
+        "reconciler",
+        "scheduler",
+        "finalize",
+        "query",
+    ];
     for entry in std::fs::read_dir(events_dir()).expect("events/") {
         let path = entry.expect("dir entry").path();
         let name = path
@@ -190,6 +197,44 @@ fn api_samples_are_http_api_v2_requests_for_the_template_routes() {
             "POST /v1/accounts/acme/catalogs",
         ]
     );
+}
+
+/// The Iceberg REST function's samples: HTTP API v2 requests on the Iceberg routes the
+/// template points at that function (`GET /iceberg/v1/config`, `ANY /iceberg/v1/{proxy+}`),
+/// behind the JWT authorizer.
+#[test]
+fn iceberg_samples_are_http_api_v2_requests_for_the_iceberg_routes() {
+    let mut paths = Vec::new();
+    for (path, text) in samples("iceberg") {
+        let file = path.display();
+        let event: ApiGatewayV2httpRequest = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{file}: not an HTTP API v2 event: {e}"));
+        assert_eq!(event.version.as_deref(), Some("2.0"), "{file}");
+        let raw_path = event.raw_path.clone().unwrap_or_default();
+        assert!(
+            raw_path.starts_with("/iceberg/v1/"),
+            "{file}: path {raw_path}"
+        );
+        match event.route_key.as_deref() {
+            Some("GET /iceberg/v1/config") => assert_eq!(raw_path, "/iceberg/v1/config", "{file}"),
+            Some(key) if key.ends_with(" /iceberg/v1/{proxy+}") => assert_eq!(
+                event.path_parameters.get("proxy").map(String::as_str),
+                raw_path.strip_prefix("/iceberg/v1/"),
+                "{file}"
+            ),
+            other => panic!("{file}: route key {other:?} is not an Iceberg route"),
+        }
+        let claims = jwt_claims(&event).unwrap_or_else(|| panic!("{file}: JWT claims missing"));
+        assert!(
+            claims.get("sub").is_some_and(|s| !s.is_empty()),
+            "{file}: sub names the principal"
+        );
+        let request = lambda_http::request::from_str(&text)
+            .unwrap_or_else(|e| panic!("{file}: lambda_http: {e}"));
+        assert_eq!(request.uri().path(), raw_path, "{file}");
+        paths.push(format!("{} {}", request.method(), raw_path));
+    }
+    assert_eq!(paths, ["GET /iceberg/v1/config"]);
 }
 
 #[test]

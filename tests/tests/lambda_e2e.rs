@@ -1,6 +1,7 @@
 //! End to end through the Lambda tooling: `cargo lambda watch` (the runtime emulator, which
 //! builds and runs the real function binaries) and `cargo lambda invoke` with the samples in
-//! `events/`, against the api, reconciler and finalize functions, then query and scheduler.
+//! `events/`, against the api, iceberg, reconciler and finalize functions, then query and
+//! scheduler.
 //! The metastore is a DynamoDB table on moto created with `flotilla admin create-table`, and
 //! the reconcile queue is an SQS queue on moto; the functions reach both through
 //! `FLOTILLA_AWS_ENDPOINT`.
@@ -389,6 +390,41 @@ async fn cargo_lambda_invokes_the_samples_against_moto() {
     assert!(
         written.count() > 0,
         "the api wrote its items to the moto table"
+    );
+
+    // iceberg: the Iceberg REST function answers the config route for a catalog with an S3
+    // warehouse (created through the api), the principal taken from the sample's claims.
+    let mut create: Value = serde_json::from_str(
+        &std::fs::read_to_string(sample("api/create-catalog.json")).expect("sample"),
+    )
+    .expect("json");
+    create["body"] = serde_json::json!({
+        "display_name": "icelake",
+        "properties": {"warehouse": "s3://acme-lake/icelake"}
+    })
+    .to_string()
+    .into();
+    create["headers"]["idempotency-key"] = "6f1c2b7e-create-icelake".into();
+    let create_file = logs.join("create-icelake.json");
+    std::fs::write(&create_file, create.to_string()).expect("write");
+    let created = call("api", &create_file);
+    assert_eq!(created["statusCode"], 201, "{created}");
+    let mut config: Value = serde_json::from_str(
+        &std::fs::read_to_string(sample("iceberg/config.json")).expect("sample"),
+    )
+    .expect("json");
+    config["rawQueryString"] = "warehouse=acme/icelake".into();
+    config["queryStringParameters"]["warehouse"] = "acme/icelake".into();
+    let config_file = logs.join("iceberg-config.json");
+    std::fs::write(&config_file, config.to_string()).expect("write");
+    let response = call("iceberg", &config_file);
+    assert_eq!(response["statusCode"], 200, "{response}");
+    let body: Value = serde_json::from_str(response["body"].as_str().expect("body")).expect("json");
+    assert!(
+        body["overrides"]["prefix"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("acme.")),
+        "{body}"
     );
 
     // reconciler: the sample's overlays do not exist here, so every message is acknowledged;

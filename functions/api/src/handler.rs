@@ -18,15 +18,10 @@ use flotilla_services::auth::Principal;
 use lambda_http::RequestExt;
 use lambda_http::request::RequestContext;
 
-/// The router (with the Iceberg REST endpoint) with the claims adapter in front, inside the
-/// per-invocation telemetry.
+/// The router with the claims adapter in front, inside the per-invocation telemetry. The
+/// Iceberg REST endpoint is the `iceberg` function's (`functions/iceberg`).
 pub fn app(state: AppState, telemetry: Arc<LambdaTelemetry>) -> Router {
-    let iceberg = flotilla_iceberg_rest::IcebergConfig {
-        local_warehouse_root: None,
-        vending: flotilla_iceberg_rest::vending::from_env(),
-        ..Default::default()
-    };
-    flotilla_iceberg_rest::router(state, iceberg)
+    flotilla_http::router(state)
         .layer(middleware::from_fn(principal_from_claims))
         .layer(middleware::from_fn_with_state(telemetry, per_invocation))
 }

@@ -24,7 +24,7 @@ use flotilla_base::error::{Error, ErrorKind};
 use flotilla_services::service::idempotency::RecordedResponse;
 use flotilla_services::state::AppState;
 
-pub use routes::{router, router_with};
+pub use routes::{layered, router, router_with};
 
 /// A JSON answer with the resource's `ETag` header when it has one.
 pub fn json_response(status: StatusCode, body: Value) -> Response {

@@ -79,7 +79,14 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(super::reconcile_routes::routes())
         .merge(super::upstream_routes::routes())
         .merge(extra);
-    super::with_fallbacks(api)
+    layered(state, api)
+}
+
+/// `routes` with the fallbacks, the body limit, the request limits, the request metrics and
+/// the request tracing every route of the API runs under: what a host serving only some
+/// routes (the Iceberg REST function) wraps them in.
+pub fn layered(state: AppState, routes: Router<AppState>) -> Router {
+    super::with_fallbacks(routes)
         // Our extractor enforces the limit with the API's error shape; this is a backstop.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES + 1))
         .layer(axum::middleware::from_fn(super::wire::request_limits))

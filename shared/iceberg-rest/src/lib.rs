@@ -124,3 +124,9 @@ pub fn routes(config: IcebergConfig) -> Router<AppState> {
 pub fn router(state: AppState, config: IcebergConfig) -> axum::Router {
     flotilla_core::http::router_with(state, routes(config))
 }
+
+/// The Iceberg endpoint alone, under the API's layers (fallbacks, limits, metrics, tracing):
+/// what the `iceberg` Lambda function serves, so that it links none of the `/v1` routes.
+pub fn iceberg_router(state: AppState, config: IcebergConfig) -> axum::Router {
+    flotilla_core::http::layered(state, routes(config))
+}

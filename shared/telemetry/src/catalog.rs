@@ -179,7 +179,14 @@ pub const FUNCTION: &str = "Function";
 /// The value recorded for a label value outside its closed set.
 pub const OTHER: &str = "other";
 /// The values of the `Function` dimension.
-pub const FUNCTIONS: &[&str] = &["api", "reconciler", "scheduler", "finalize", "query"];
+pub const FUNCTIONS: &[&str] = &[
+    "api",
+    "iceberg",
+    "reconciler",
+    "scheduler",
+    "finalize",
+    "query",
+];
 
 // ---- labels ------------------------------------------------------------------------------
 

@@ -1,0 +1,17 @@
+#![forbid(unsafe_code)]
+//! The Iceberg REST Lambda: API Gateway (HTTP API, payload 2.0) on `/iceberg/v1` -> the
+//! Iceberg REST router. A function of its own so that the api function links no Iceberg,
+//! Arrow or Parquet code (`flotilla serve` serves both on one router).
+
+mod handler;
+#[cfg(test)]
+mod sample_events;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    flotilla_runtime::telemetry::init(true);
+    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
+    let state = flotilla_runtime::aws::build_state(&settings).await;
+    let telemetry = flotilla_runtime::telemetry::LambdaTelemetry::new(&state, "iceberg");
+    lambda_http::run(handler::app(state, std::sync::Arc::new(telemetry))).await
+}
