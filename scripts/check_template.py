@@ -53,6 +53,9 @@ REQUIRED_ACTIONS = {
         "secretsmanager:CreateSecret", "secretsmanager:GetSecretValue",
         "secretsmanager:DeleteSecret", "secretsmanager:ListSecrets", "sqs:SendMessage",
     },
+    # The Iceberg REST endpoint: metastore only (its S3 and sts:AssumeRole grants are
+    # conditional on the warehouse bucket; check_iceberg_vending checks the role).
+    "IcebergFunction": METASTORE_RW,
     "ReconcilerFunction": METASTORE_RW | {"secretsmanager:GetSecretValue"},
     "SchedulerFunction": {"dynamodb:GetItem", "dynamodb:Query", "sqs:SendMessage"},
     "FinalizeFunction": {"dynamodb:GetItem", "dynamodb:PutItem"},
@@ -256,12 +259,25 @@ def self_test(path):
         st = t["Resources"]["IcebergVendingAssumePolicy"]["Properties"]["PolicyDocument"]["Statement"][0]
         st["Resource"] = {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/*"}
 
-    cases = [(vending_trusts_anyone, "must trust exactly the api function's role"),
+    def iceberg_unalarmed(t):
+        del t["Resources"]["IcebergErrorsAlarm"]
+
+    def vending_env_missing(t):
+        del t["Resources"]["IcebergFunction"]["Properties"]["Environment"]["Variables"]["FLOTILLA_ICEBERG_VENDING_ROLE_ARN"]
+
+    def iceberg_read_only(t):
+        stmt = t["Resources"]["IcebergFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]
+        stmt["Action"] = ["dynamodb:GetItem", "dynamodb:Query"]
+
+    cases = [(vending_trusts_anyone, "must trust exactly the iceberg function's role"),
              (vending_bucket_wide, "limited to the Iceberg warehouse bucket"),
              (assume_any_role, "may assume the vending role and nothing else"),
              (rename, "DirectoryRefreshFailed is not written"), (bad_value, "is never emitted"),
              (extra_dim, "is not emitted with dimensions"), (untraced, "active tracing"),
-             (bad_graph, "ReconcileRunz is not written"), (no_alarm, "no alarm on ReconcilerFunction Throttles")]
+             (bad_graph, "ReconcileRunz is not written"), (no_alarm, "no alarm on ReconcilerFunction Throttles"),
+             (iceberg_unalarmed, "no alarm on IcebergFunction Errors"),
+             (vending_env_missing, "IcebergFunction: environment variable FLOTILLA_ICEBERG_VENDING_ROLE_ARN missing"),
+             (iceberg_read_only, "IcebergFunction: role lacks dynamodb:PutItem")]
     failed = 0
     for mutate, expected in cases:
         t = copy.deepcopy(good)
@@ -285,8 +301,8 @@ def check(template):
         return {k: v for k, v in resources.items() if v["Type"] == t}
 
     functions = of_type("AWS::Lambda::Function")
-    if len(functions) != 5:
-        fail(errors, f"expected 5 functions, found {sorted(functions)}")
+    if len(functions) != 6:
+        fail(errors, f"expected 6 functions, found {sorted(functions)}")
     for name, fn in functions.items():
         p = fn["Properties"]
         if p.get("Architectures") != ["arm64"]:
@@ -385,18 +401,18 @@ def check(template):
 
 
 def check_iceberg_vending(resources, errors):
-    """The Iceberg vending role (docs/iceberg-rest.md): trusted by the api function's role
-    only, reaching only the Iceberg warehouse bucket; the api function may assume that role
-    and no other through the vending policy, and is told its ARN."""
+    """The Iceberg vending role (docs/iceberg-rest.md): trusted by the iceberg function's role
+    only, reaching only the Iceberg warehouse bucket; the iceberg function may assume that
+    role and no other through the vending policy, and is told its ARN."""
     role = resources.get("IcebergVendingRole")
     if role is None:
         fail(errors, "IcebergVendingRole is missing")
         return
     trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     principals = [st.get("Principal") for st in trust]
-    if principals != [{"AWS": {"Fn::GetAtt": ["ApiFunctionRole", "Arn"]}}] or any(
+    if principals != [{"AWS": {"Fn::GetAtt": ["IcebergFunctionRole", "Arn"]}}] or any(
             st.get("Action") != "sts:AssumeRole" for st in trust):
-        fail(errors, f"IcebergVendingRole: must trust exactly the api function's role, not {principals}")
+        fail(errors, f"IcebergVendingRole: must trust exactly the iceberg function's role, not {principals}")
     for policy in role["Properties"].get("Policies", []):
         for stmt in statements(policy):
             resource = json.dumps(stmt.get("Resource"))
@@ -404,13 +420,13 @@ def check_iceberg_vending(resources, errors):
                 fail(errors, f"IcebergVendingRole: access must be limited to the Iceberg warehouse bucket, not {resource}")
     assume = resources.get("IcebergVendingAssumePolicy", {}).get("Properties", {})
     grants = [st for st in assume.get("PolicyDocument", {}).get("Statement", [])]
-    if assume.get("Roles") != [{"Ref": "ApiFunctionRole"}] or [
+    if assume.get("Roles") != [{"Ref": "IcebergFunctionRole"}] or [
             (st.get("Action"), st.get("Resource")) for st in grants] != [
             ("sts:AssumeRole", {"Fn::GetAtt": ["IcebergVendingRole", "Arn"]})]:
-        fail(errors, "IcebergVendingAssumePolicy: the api function may assume the vending role and nothing else")
-    env = resources.get("ApiFunction", {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
+        fail(errors, "IcebergVendingAssumePolicy: the iceberg function may assume the vending role and nothing else")
+    env = resources.get("IcebergFunction", {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
     if "FLOTILLA_ICEBERG_VENDING_ROLE_ARN" not in env:
-        fail(errors, "ApiFunction: environment variable FLOTILLA_ICEBERG_VENDING_ROLE_ARN missing")
+        fail(errors, "IcebergFunction: environment variable FLOTILLA_ICEBERG_VENDING_ROLE_ARN missing")
 
 
 if __name__ == "__main__":

@@ -158,7 +158,9 @@ pub fn authorize_prefix<'a>(
     principal
         .authorize_account(account)
         .map_err(|e| match e.kind {
-            ErrorKind::NotFound => IcebergError::no_such(Missing::Catalog, "unknown catalog prefix"),
+            ErrorKind::NotFound => {
+                IcebergError::no_such(Missing::Catalog, "unknown catalog prefix")
+            }
             _ => IcebergError::from_api(e, Missing::Catalog),
         })?;
     Ok((account, catalog_id))

@@ -763,10 +763,12 @@ async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiR
         if !ns.value.created_by_overlay {
             return Ok(Pruned::Kept);
         }
-        let deps = || async {
-            let deps = super::namespaces::count_dependents(store, catalog_id, path).await?;
-            Ok((!deps.is_empty()).then(|| Error::new(ErrorKind::HasDependents, "namespace in use")))
-        };
+        let deps =
+            || async {
+                let deps = super::namespaces::count_dependents(store, catalog_id, path).await?;
+                Ok((!deps.is_empty())
+                    .then(|| Error::new(ErrorKind::HasDependents, "namespace in use")))
+            };
         match super::guarded_delete(
             state,
             keys::namespace_guard(catalog_id, path),
