@@ -98,26 +98,8 @@ impl From<AccessError> for Error {
 /// text (`BoundedText`), so they may be shown; retryable failures answer `503` and keep the
 /// detail in the log only.
 pub fn upstream_error(e: &CatalogAccessError) -> Error {
-    match e {
-        CatalogAccessError::Connection(_) | CatalogAccessError::Retryable { .. } => {
-            Error::unavailable(format!("upstream catalog: {e}"))
-        }
-        CatalogAccessError::NotFound(_) => {
-            Error::new(ErrorKind::NotFound, format!("upstream catalog: {e}"))
-        }
-        CatalogAccessError::Authentication { .. } => Error::new(
-            ErrorKind::FailedPrecondition,
-            format!("the upstream catalog refused the integration's authentication: {e}"),
-        ),
-        CatalogAccessError::Config(_)
-        | CatalogAccessError::Unsupported(_)
-        | CatalogAccessError::Protocol { .. }
-        | CatalogAccessError::CredentialVending { .. }
-        | CatalogAccessError::UnexpectedStatus { .. } => Error::new(
-            ErrorKind::FailedPrecondition,
-            format!("upstream catalog: {e}"),
-        ),
-    }
+    // Classified once, next to the type (`flotilla_catalog_access::error_kind`).
+    Error::from(e)
 }
 
 /// The SPI protocol of an integration type.

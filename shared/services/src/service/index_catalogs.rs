@@ -31,7 +31,7 @@ pub use flotilla_parqdb::gc;
 use super::accounts::{AccountCleanup, delete_items};
 use super::idempotency::{self, IdempotencyRequest, RecordedResponse};
 use crate::clock::ManualClock;
-use crate::error::{ApiResult, Error, ErrorKind};
+use crate::error::{ApiResult, Error};
 use crate::state::AppState;
 
 /// Environment variable naming an S3-compatible endpoint (moto, MinIO) for `s3://` index
@@ -178,32 +178,11 @@ fn to_value<T: Serialize>(v: &T) -> ApiResult<serde_json::Value> {
     serde_json::to_value(v).map_err(|e| Error::internal(format!("encode: {e}")))
 }
 
-/// The one mapping of the catalog's typed errors to API errors. Exhaustive on purpose: a new
-/// error kind in the crate must be given a code here. 5xx kinds keep their detail for the log
-/// only ([`Error::unavailable`], [`Error::internal`]).
+/// The catalog's typed errors as service errors (the mapping lives with the type, exhaustive:
+/// a new error kind there must be given a code there).
 pub fn api_error(e: IndexCatalogError) -> Error {
-    use IndexCatalogError as E;
-    match e {
-        E::NamespaceNotFound { message } => Error::new(ErrorKind::NamespaceNotFound, message),
-        E::IndexNotFound { message } => Error::new(ErrorKind::IndexNotFound, message),
-        E::AlreadyExists { message } => Error::new(ErrorKind::AlreadyExists, message),
-        E::InvalidIndexMetadata { rule, message } => Error::new(
-            ErrorKind::InvalidIndexMetadata,
-            format!("{rule}: {message}"),
-        )
-        .with_detail("rule", rule.as_str()),
-        E::UnsupportedFormatVersion { message } => {
-            Error::new(ErrorKind::UnsupportedFormatVersion, message)
-        }
-        E::IndexUuidMismatch { message } => Error::new(ErrorKind::IndexUuidMismatch, message),
-        E::CommitConflict { message } => Error::new(ErrorKind::CommitConflict, message),
-        E::NotFound { message } => Error::new(ErrorKind::NotFound, message),
-        E::HasDependents { message } => Error::new(ErrorKind::HasDependents, message),
-        E::InvalidArgument { message } => Error::new(ErrorKind::InvalidArgument, message),
-        E::WarehouseNotAllowed { message } => Error::new(ErrorKind::PermissionDenied, message),
-        E::Unavailable { message } => Error::unavailable(message),
-        E::Internal { message } => Error::internal(message),
-    }
+    // Classified once, next to the type (`flotilla_parqdb::error_kind`).
+    Error::from(e)
 }
 
 /// Maps an error of an operation in `account`. The crate reports a failed account guard as

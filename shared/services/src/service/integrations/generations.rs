@@ -11,11 +11,8 @@ pub(super) fn secret_ref(
 }
 
 pub(super) fn secret_error(e: SecretStoreError) -> Error {
-    if e.is_retryable() || e.is_outcome_unknown() {
-        Error::unavailable(e.to_string())
-    } else {
-        Error::internal(e.to_string())
-    }
+    // Classified once, next to the type (`flotilla_secrets::error_kind`).
+    Error::from(e)
 }
 
 /// How many generation numbers one prepare tries. A taken number makes the next attempt jump
