@@ -67,6 +67,14 @@ REQUIRED_ENV = {
     "ApiFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
     "ReconcilerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
     "SchedulerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
+    "IcebergFunction": {"FLOTILLA_ICEBERG_TOKEN_URL"},
+}
+# The only routes without the JWT authorizer, each with its one method.
+PUBLIC_ROUTES = {
+    "/v1/health": "get",
+    "/console": "get",
+    "/console/{proxy+}": "get",
+    "/iceberg/v1/oauth/tokens": "post",
 }
 # Writes that must stay inside one partition (dynamodb:LeadingKeys).
 PARTITION_BOUND = {"FinalizeFunction": ["SYSTEM"]}
@@ -269,6 +277,21 @@ def self_test(path):
         stmt = t["Resources"]["IcebergFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]
         stmt["Action"] = ["dynamodb:GetItem", "dynamodb:Query"]
 
+    def api_path(t, path):
+        api = next(r for r in t["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Api")
+        return api["Properties"]["Body"]["paths"][path]
+
+    def catalog_public(t):
+        for op in api_path(t, "/iceberg/v1/{proxy+}").values():
+            op["security"] = [{"NONE": []}]
+
+    def token_route_any_method(t):
+        methods = api_path(t, "/iceberg/v1/oauth/tokens")
+        methods["get"] = methods.pop("post")
+
+    def token_url_missing(t):
+        del t["Resources"]["IcebergFunction"]["Properties"]["Environment"]["Variables"]["FLOTILLA_ICEBERG_TOKEN_URL"]
+
     cases = [(vending_trusts_anyone, "must trust exactly the iceberg function's role"),
              (vending_bucket_wide, "limited to the Iceberg warehouse bucket"),
              (assume_any_role, "may assume the vending role and nothing else"),
@@ -277,7 +300,10 @@ def self_test(path):
              (bad_graph, "ReconcileRunz is not written"), (no_alarm, "no alarm on ReconcilerFunction Throttles"),
              (iceberg_unalarmed, "no alarm on IcebergFunction Errors"),
              (vending_env_missing, "IcebergFunction: environment variable FLOTILLA_ICEBERG_VENDING_ROLE_ARN missing"),
-             (iceberg_read_only, "IcebergFunction: role lacks dynamodb:PutItem")]
+             (iceberg_read_only, "IcebergFunction: role lacks dynamodb:PutItem"),
+             (catalog_public, "/iceberg/v1/{proxy+} must require the JWT authorizer"),
+             (token_route_any_method, "/iceberg/v1/oauth/tokens must be public"),
+             (token_url_missing, "IcebergFunction: environment variable FLOTILLA_ICEBERG_TOKEN_URL missing")]
     failed = 0
     for mutate, expected in cases:
         t = copy.deepcopy(good)
@@ -355,9 +381,10 @@ def check(template):
             for method, op in methods.items():
                 security = op.get("security", [])
                 names = {k for s in security for k in s}
-                # Public: the health check and the web console's static files (no data).
-                if path in ("/v1/health", "/console", "/console/{proxy+}"):
-                    if names != {"NONE"} or method != "get":
+                # Public: the health check and the web console's static files (no data), and
+                # the Iceberg OAuth2 token route (it relays to the identity provider).
+                if path in PUBLIC_ROUTES:
+                    if names != {"NONE"} or method != PUBLIC_ROUTES[path]:
                         fail(errors, f"{name}: {method} {path} must be public")
                 elif not names or "NONE" in names:
                     fail(errors, f"{name}: {method} {path} must require the JWT authorizer")

@@ -201,7 +201,8 @@ fn api_samples_are_http_api_v2_requests_for_the_template_routes() {
 
 /// The Iceberg REST function's samples: HTTP API v2 requests on the Iceberg routes the
 /// template points at that function (`GET /iceberg/v1/config`, `ANY /iceberg/v1/{proxy+}`),
-/// behind the JWT authorizer.
+/// behind the JWT authorizer, and the public `POST /iceberg/v1/oauth/tokens` (no claims: the
+/// engine is asking for its token).
 #[test]
 fn iceberg_samples_are_http_api_v2_requests_for_the_iceberg_routes() {
     let mut paths = Vec::new();
@@ -215,8 +216,16 @@ fn iceberg_samples_are_http_api_v2_requests_for_the_iceberg_routes() {
             raw_path.starts_with("/iceberg/v1/"),
             "{file}: path {raw_path}"
         );
+        let public = event.route_key.as_deref() == Some("POST /iceberg/v1/oauth/tokens");
         match event.route_key.as_deref() {
             Some("GET /iceberg/v1/config") => assert_eq!(raw_path, "/iceberg/v1/config", "{file}"),
+            Some("POST /iceberg/v1/oauth/tokens") => {
+                assert_eq!(raw_path, "/iceberg/v1/oauth/tokens", "{file}");
+                assert!(
+                    jwt_claims(&event).is_none(),
+                    "{file}: a public route has no claims"
+                );
+            }
             Some(key) if key.ends_with(" /iceberg/v1/{proxy+}") => assert_eq!(
                 event.path_parameters.get("proxy").map(String::as_str),
                 raw_path.strip_prefix("/iceberg/v1/"),
@@ -224,17 +233,22 @@ fn iceberg_samples_are_http_api_v2_requests_for_the_iceberg_routes() {
             ),
             other => panic!("{file}: route key {other:?} is not an Iceberg route"),
         }
-        let claims = jwt_claims(&event).unwrap_or_else(|| panic!("{file}: JWT claims missing"));
-        assert!(
-            claims.get("sub").is_some_and(|s| !s.is_empty()),
-            "{file}: sub names the principal"
-        );
+        if !public {
+            let claims = jwt_claims(&event).unwrap_or_else(|| panic!("{file}: JWT claims missing"));
+            assert!(
+                claims.get("sub").is_some_and(|s| !s.is_empty()),
+                "{file}: sub names the principal"
+            );
+        }
         let request = lambda_http::request::from_str(&text)
             .unwrap_or_else(|e| panic!("{file}: lambda_http: {e}"));
         assert_eq!(request.uri().path(), raw_path, "{file}");
         paths.push(format!("{} {}", request.method(), raw_path));
     }
-    assert_eq!(paths, ["GET /iceberg/v1/config"]);
+    assert_eq!(
+        paths,
+        ["GET /iceberg/v1/config", "POST /iceberg/v1/oauth/tokens"]
+    );
 }
 
 #[test]

@@ -20,10 +20,19 @@ use lambda_http::request::RequestContext;
 
 /// The Iceberg REST router with the claims adapter in front, inside the per-invocation
 /// telemetry. The same adapter as the api function's (`functions/api/src/handler.rs`).
-pub fn app(state: AppState, telemetry: Arc<LambdaTelemetry>) -> Router {
+///
+/// API Gateway routes `POST /iceberg/v1/oauth/tokens` without the JWT authorizer (an engine
+/// calls it before it holds a token), so `token_exchange` relays it to the identity
+/// provider; every other route arrives with verified claims.
+pub fn app(
+    state: AppState,
+    telemetry: Arc<LambdaTelemetry>,
+    token_exchange: flotilla_iceberg_rest::TokenExchange,
+) -> Router {
     let iceberg = flotilla_iceberg_rest::IcebergConfig {
         local_warehouse_root: None,
         vending: flotilla_iceberg_rest::vending::from_env(),
+        token_exchange,
         ..Default::default()
     };
     flotilla_iceberg_rest::iceberg_router(state, iceberg)

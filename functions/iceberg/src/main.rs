@@ -10,8 +10,14 @@ mod sample_events;
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     flotilla_runtime::telemetry::init(true);
+    let token_exchange = flotilla_iceberg_rest::TokenExchange::from_env()?;
     let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
     let state = flotilla_runtime::aws::build_state(&settings).await;
     let telemetry = flotilla_runtime::telemetry::LambdaTelemetry::new(&state, "iceberg");
-    lambda_http::run(handler::app(state, std::sync::Arc::new(telemetry))).await
+    lambda_http::run(handler::app(
+        state,
+        std::sync::Arc::new(telemetry),
+        token_exchange,
+    ))
+    .await
 }

@@ -9,6 +9,8 @@ use axum::body::Body;
 use flotilla_core::auth::Principal;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::{AppState, Config};
+use flotilla_iceberg_rest::TokenExchange;
+use flotilla_iceberg_rest::oauth::Relay;
 use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_runtime::aws::ClaimsOnly;
 use flotilla_runtime::telemetry::LambdaTelemetry;
@@ -22,7 +24,8 @@ use crate::handler;
 
 /// The samples with the status each must get. A sample missing from this list (or listed
 /// but missing) fails the test.
-const EXPECTED: &[(&str, u16)] = &[("config.json", 200)];
+/// Without a configured identity provider the public token route says what to do instead.
+const EXPECTED: &[(&str, u16)] = &[("config.json", 200), ("oauth-tokens.json", 400)];
 
 fn sample_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/iceberg")
@@ -104,7 +107,11 @@ async fn call(app: axum::Router, payload: &str, ctx: Option<Context>) -> (Status
 async fn invoke(state: &AppState, payload: &str) -> (StatusCode, Value) {
     let (telemetry, _lines) = LambdaTelemetry::capturing(state, "iceberg", "test");
     call(
-        handler::app(state.clone(), Arc::new(telemetry)),
+        handler::app(
+            state.clone(),
+            Arc::new(telemetry),
+            TokenExchange::Unconfigured,
+        ),
         payload,
         None,
     )
@@ -186,7 +193,11 @@ async fn the_v1_routes_are_not_served_here() {
 async fn the_sample_writes_emf_lines_with_safe_dimensions() {
     let (state, _id, _dir) = state().await;
     let (telemetry, lines) = LambdaTelemetry::capturing(&state, "iceberg", "test");
-    let app = handler::app(state.clone(), Arc::new(telemetry));
+    let app = handler::app(
+        state.clone(),
+        Arc::new(telemetry),
+        TokenExchange::Unconfigured,
+    );
     let mut ctx = Context::default();
     ctx.request_id = "req-0-5f0c".into();
     let (status, body) = call(app, &read_sample("config.json"), Some(ctx)).await;
@@ -206,4 +217,73 @@ async fn the_sample_writes_emf_lines_with_safe_dimensions() {
             .any(|d| d.get("ApiRequests").is_some() && d["Route"] == "GET /iceberg/v1/config"),
         "{seen:?}"
     );
+}
+
+/// A fixture identity provider's token endpoint on a loopback port: it issues a token to
+/// `engine-client:s3cret` (HTTP Basic) and records each Authorization header it received.
+async fn identity_provider() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = seen.clone();
+    let token = axum::routing::post(move |headers: http::HeaderMap| {
+        let seen = recorded.clone();
+        async move {
+            let auth = headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            seen.lock().expect("lock").push(auth.clone());
+            if auth == "Basic ZW5naW5lLWNsaWVudDpzM2NyZXQ=" {
+                (
+                    StatusCode::OK,
+                    axum::Json(
+                        json!({"access_token": "jwt-from-the-provider", "token_type": "Bearer", "expires_in": 3600}),
+                    ),
+                )
+            } else {
+                (
+                    StatusCode::UNAUTHORIZED,
+                    axum::Json(json!({"error": "invalid_client"})),
+                )
+            }
+        }
+    });
+    let app = axum::Router::new().route("/oauth2/token", token);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+    (format!("http://{addr}/oauth2/token"), seen)
+}
+
+/// The token route is public on API Gateway: the sample carries no authorizer block, and
+/// the function relays the engine's client credentials to the identity provider, whose
+/// token (a JWT the authorizer accepts) the engine then sends on every other route.
+#[tokio::test]
+async fn the_public_token_route_relays_client_credentials_to_the_identity_provider() {
+    let (state, _id, _dir) = state().await;
+    let (url, seen) = identity_provider().await;
+    let (telemetry, _lines) = LambdaTelemetry::capturing(&state, "iceberg", "test");
+    let app = handler::app(
+        state.clone(),
+        Arc::new(telemetry),
+        TokenExchange::Relay(Relay::new(&url).expect("relay")),
+    );
+    let event = sample("oauth-tokens.json");
+    assert!(event["requestContext"].get("authorizer").is_none());
+    let (status, body) = call(app.clone(), &event.to_string(), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["access_token"], "jwt-from-the-provider");
+    assert_eq!(
+        *seen.lock().expect("lock"),
+        vec!["Basic ZW5naW5lLWNsaWVudDpzM2NyZXQ=".to_owned()]
+    );
+
+    // A wrong secret is the provider's refusal, relayed; nothing else is granted.
+    let mut event = sample("oauth-tokens.json");
+    event["headers"]["authorization"] = "Basic ZW5naW5lLWNsaWVudDp3cm9uZw==".into();
+    let (status, body) = call(app, &event.to_string(), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["error"], "invalid_client");
 }

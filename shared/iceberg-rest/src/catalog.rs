@@ -1,18 +1,15 @@
 //! Resolving a request to a catalog: the caller (same principals as `/v1`), the `prefix`
-//! (`<account>.<catalog id>`), the catalog's warehouse and its object store. Also the two
-//! routes outside any prefix: `config` and the OAuth2 token exchange.
+//! (`<account>.<catalog id>`), the catalog's warehouse and its object store. Also `config`,
+//! the one route outside any prefix besides the OAuth2 token exchange (`oauth.rs`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, Query, State};
-use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use base64::Engine;
 use flotilla_core::auth::Principal;
 use flotilla_core::error::ErrorKind;
 use flotilla_core::http::extract::Auth;
@@ -25,7 +22,7 @@ use flotilla_metastore::Consistency;
 use flotilla_parqdb::location::Warehouse;
 use object_store::ObjectStore;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::{IcebergError, IcebergResult, Missing};
 use crate::vending::Vending;
@@ -43,6 +40,8 @@ pub struct IcebergConfig {
     /// Warehouse tenant-prefix claims this process has confirmed (`(account, prefix)`): a
     /// claim is only ever released with its account, so a confirmed one is not read again.
     pub confirmed_claims: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
+    /// Who answers the OAuth2 token route (`oauth.rs`): the host itself by default.
+    pub token_exchange: crate::oauth::TokenExchange,
 }
 
 impl std::fmt::Debug for IcebergConfig {
@@ -50,6 +49,7 @@ impl std::fmt::Debug for IcebergConfig {
         f.debug_struct("IcebergConfig")
             .field("local_warehouse_root", &self.local_warehouse_root)
             .field("vending", &self.vending.is_some())
+            .field("token_exchange", &self.token_exchange)
             .finish()
     }
 }
@@ -376,88 +376,3 @@ pub async fn get_config(
 }
 
 // ---- OAuth2 token exchange ------------------------------------------------------------
-
-fn oauth_error(status: StatusCode, error: &str, description: &str) -> Response {
-    (
-        status,
-        Json(json!({"error": error, "error_description": description})),
-    )
-        .into_response()
-}
-
-/// `POST /iceberg/v1/oauth/tokens` (client credentials): the client secret is a Flotilla
-/// token; the answer is a bearer access token for the same principal. The secret is never
-/// logged; an unknown one is `401 invalid_client`.
-pub async fn oauth_tokens(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let form: BTreeMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
-    match form.get("grant_type").map(String::as_str) {
-        Some("client_credentials") => {}
-        Some(_) => {
-            return oauth_error(
-                StatusCode::BAD_REQUEST,
-                "unsupported_grant_type",
-                "only grant_type=client_credentials is supported",
-            );
-        }
-        None => {
-            return oauth_error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                "grant_type is required",
-            );
-        }
-    }
-    // The secret from the form, else from HTTP Basic `client_id:client_secret`.
-    let secret = form.get("client_secret").cloned().or_else(|| {
-        let h = headers.get(AUTHORIZATION)?.to_str().ok()?;
-        let b64 = h
-            .strip_prefix("Basic ")
-            .or_else(|| h.strip_prefix("basic "))?;
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(b64.trim())
-            .ok()?;
-        let text = String::from_utf8(raw).ok()?;
-        let (_, secret) = text.split_once(':')?;
-        Some(url_decode(secret))
-    });
-    let Some(secret) = secret.filter(|s| !s.is_empty()) else {
-        return oauth_error(
-            StatusCode::UNAUTHORIZED,
-            "invalid_client",
-            "client credentials are required",
-        );
-    };
-    if state.auth.authenticate(&secret).is_none() {
-        return oauth_error(
-            StatusCode::UNAUTHORIZED,
-            "invalid_client",
-            "the client credentials are not valid",
-        );
-    }
-    // The access token is the credential itself: it authenticates as the same principal
-    // on every route, so the exchange grants nothing the client did not already hold.
-    let body: Value = json!({
-        "access_token": secret,
-        "token_type": "bearer",
-        "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
-        "expires_in": 3600,
-    });
-    let mut resp = Json(body).into_response();
-    resp.headers_mut().insert(
-        axum::http::header::CACHE_CONTROL,
-        axum::http::HeaderValue::from_static("no-store"),
-    );
-    resp
-}
-
-/// Basic credentials are form-encoded before base64 (RFC 6749 section 2.3.1).
-fn url_decode(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={s}").as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
-}

@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod commit;
 pub mod error;
 pub mod namespaces;
+pub mod oauth;
 pub mod tables;
 pub mod vending;
 pub mod views;
@@ -25,6 +26,7 @@ use flotilla_core::state::AppState;
 
 pub use catalog::IcebergConfig;
 pub use error::{IcebergError, IcebergResult};
+pub use oauth::TokenExchange;
 
 /// Every route this endpoint serves, in the form `GET /v1/config` answers in `endpoints`.
 /// Engines trust that list strictly, so it is the single source for both.
@@ -60,7 +62,7 @@ pub fn routes(config: IcebergConfig) -> Router<AppState> {
     let ns = "/iceberg/v1/{prefix}/namespaces";
     let r = Router::new()
         .route("/iceberg/v1/config", get(catalog::get_config))
-        .route("/iceberg/v1/oauth/tokens", post(catalog::oauth_tokens))
+        .route("/iceberg/v1/oauth/tokens", post(oauth::oauth_tokens))
         .route(
             ns,
             get(namespaces::list_namespaces).post(namespaces::create_namespace),
