@@ -25,12 +25,15 @@ const CLIENT_ID: &str = "engine-client";
 const CLIENT_SECRET: &str = "s3cr:et&more";
 const ISSUED: &str = "eyJhbGciOiJSUzI1NiJ9.issued-by-the-provider";
 
-/// What the fixture provider received: the Authorization header and the form.
+/// One request the fixture provider received: the Authorization header and the form.
+type Received = (Option<String>, String);
+
+/// What the fixture provider received.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(Option<String>, String)>>>);
+struct Seen(Arc<Mutex<Vec<Received>>>);
 
 impl Seen {
-    fn take(&self) -> Vec<(Option<String>, String)> {
+    fn take(&self) -> Vec<Received> {
         std::mem::take(&mut self.0.lock().unwrap())
     }
 }
