@@ -88,18 +88,10 @@ impl From<AccessError> for Error {
             AccessError::Unsupported(m) | AccessError::Credentials(m) => {
                 Error::new(ErrorKind::FailedPrecondition, m.clone())
             }
-            AccessError::Catalog(c) => upstream_error(c),
+            // Classified once, next to the type (`flotilla_catalog_access::error_kind`).
+            AccessError::Catalog(c) => Error::from(c),
         }
     }
-}
-
-/// Maps a catalog-access failure of an API operation (listing, reconciliation) onto the API
-/// error contract. The SPI's messages are bounded and withhold credential-bearing upstream
-/// text (`BoundedText`), so they may be shown; retryable failures answer `503` and keep the
-/// detail in the log only.
-pub fn upstream_error(e: &CatalogAccessError) -> Error {
-    // Classified once, next to the type (`flotilla_catalog_access::error_kind`).
-    Error::from(e)
 }
 
 /// The SPI protocol of an integration type.

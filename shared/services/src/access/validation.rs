@@ -40,7 +40,7 @@ use serde::Serialize;
 use url::Url;
 
 use super::{AccessError, connect, protocol_of};
-use crate::error::{ApiResult, Error};
+use crate::error::{Error, Result};
 use crate::state::AppState;
 
 /// Namespaces visited at most while looking for a table to validate with.
@@ -187,7 +187,7 @@ pub async fn validate(
     account: &str,
     id: &str,
     table: Option<TableChoice>,
-) -> ApiResult<ValidationReport> {
+) -> Result<ValidationReport> {
     let record = crate::service::integrations::load(state.store.as_ref(), account, id)
         .await?
         .value;
@@ -285,7 +285,7 @@ pub async fn validate(
     Ok(checks.report())
 }
 
-fn record_connect_failure(checks: &mut Checks, e: AccessError) -> ApiResult<()> {
+fn record_connect_failure(checks: &mut Checks, e: AccessError) -> Result<()> {
     match e {
         AccessError::Unsupported(m) | AccessError::Credentials(m) => {
             checks.not_run(

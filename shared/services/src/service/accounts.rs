@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{MAX_ATTEMPTS, backoff, check_if_match, read, to_body};
-use crate::error::{ApiResult, Error};
+use crate::error::{Error, Result};
 use crate::service::catalogs::purge_catalog_partition;
 use crate::state::AppState;
 
@@ -53,7 +53,7 @@ struct FenceRecord {
 /// account partition before the item itself is deleted; must be idempotent.
 #[async_trait]
 pub trait AccountCleanup: Send + Sync {
-    async fn cleanup_item(&self, account: &str, item: &Item) -> ApiResult<()>;
+    async fn cleanup_item(&self, account: &str, item: &Item) -> Result<()>;
 }
 
 pub async fn create(
@@ -61,7 +61,7 @@ pub async fn create(
     req: CreateAccount,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
-) -> ApiResult<RecordedResponse> {
+) -> Result<RecordedResponse> {
     if on_conflict == OnConflict::Replace {
         return Err(Error::invalid(
             "accounts cannot be replaced: the id is the identity",
@@ -122,7 +122,7 @@ pub async fn create(
     .await
 }
 
-pub async fn get(state: &AppState, id: &str) -> ApiResult<Value> {
+pub async fn get(state: &AppState, id: &str) -> Result<Value> {
     validate_account_id(id)?;
     match read::<AccountRecord>(state.store.as_ref(), keys::account(id), Consistency::Strong)
         .await?
@@ -132,7 +132,7 @@ pub async fn get(state: &AppState, id: &str) -> ApiResult<Value> {
     }
 }
 
-pub async fn list(state: &AppState, page_size: usize, token: Option<&str>) -> ApiResult<Value> {
+pub async fn list(state: &AppState, page_size: usize, token: Option<&str>) -> Result<Value> {
     let (items, next) = super::list_page(
         state.store.as_ref(),
         keys::SYSTEM_PK,
@@ -153,7 +153,7 @@ pub async fn delete(
     id: &str,
     if_match: Option<&str>,
     cleanups: &[Arc<dyn AccountCleanup>],
-) -> ApiResult<()> {
+) -> Result<()> {
     validate_account_id(id)?;
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
@@ -205,11 +205,7 @@ pub async fn delete(
 
 /// Removes every descendant of a fenced account, then the listing entry and the fence.
 /// Idempotent: a retry after any failure continues where it stopped.
-async fn cleanup(
-    state: &AppState,
-    id: &str,
-    cleanups: &[Arc<dyn AccountCleanup>],
-) -> ApiResult<()> {
+async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>]) -> Result<()> {
     let store = state.store.as_ref();
     let pk = keys::account_pk(id);
     let fence_sk = keys::account_fence(id).sk;
@@ -259,10 +255,7 @@ async fn cleanup(
 }
 
 /// Deletes keys unconditionally in transactions of at most 100 (idempotent).
-pub async fn delete_items(
-    store: &dyn Metastore,
-    keys: Vec<flotilla_metastore::Key>,
-) -> ApiResult<()> {
+pub async fn delete_items(store: &dyn Metastore, keys: Vec<flotilla_metastore::Key>) -> Result<()> {
     for chunk in keys.chunks(flotilla_metastore::MAX_TRANSACTION_OPS) {
         let tx = Transaction {
             ops: chunk.iter().cloned().map(Op::delete).collect(),
@@ -285,12 +278,12 @@ pub async fn delete_items(
 }
 
 /// Reads every item of a partition with a strong read (for cascades).
-pub async fn strong_scan(store: &dyn Metastore, pk: &str, prefix: &str) -> ApiResult<Vec<Item>> {
+pub async fn strong_scan(store: &dyn Metastore, pk: &str, prefix: &str) -> Result<Vec<Item>> {
     Ok(query_all(store, Query::new(pk, prefix, Consistency::Strong)).await?)
 }
 
 /// Whether an account exists and is not being deleted (strong reads).
-pub async fn require_live_account(state: &AppState, id: &str) -> ApiResult<()> {
+pub async fn require_live_account(state: &AppState, id: &str) -> Result<()> {
     if let Some(err) = super::account_guard_error(state.store.as_ref(), id).await? {
         return Err(err);
     }

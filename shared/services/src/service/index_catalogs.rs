@@ -10,8 +10,9 @@
 //!   releases the account's warehouse prefix claims ([`IndexCatalogCleanup`], registered by
 //!   [`AppState::new`](crate::AppState::new)). Warehouse objects are the customer's and are
 //!   never deleted by an account delete.
-//! - [`api_error`] is the one mapping of [`IndexCatalogError`] to the API's codes; the status of
-//!   each code is decided by [`ErrorKind::status`] like everywhere else.
+//! - [`IndexCatalogError`] becomes a service error through its one `From` impl, next to the
+//!   type (`flotilla_parqdb::error_kind`); the HTTP status of each kind is decided in
+//!   `flotilla-http` like everywhere else.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -31,7 +32,7 @@ pub use flotilla_parqdb::gc;
 use super::accounts::{AccountCleanup, delete_items};
 use super::idempotency::{self, IdempotencyRequest, RecordedResponse};
 use crate::clock::ManualClock;
-use crate::error::{ApiResult, Error};
+use crate::error::{Error, Result};
 use crate::state::AppState;
 
 /// Environment variable naming an S3-compatible endpoint (moto, MinIO) for `s3://` index
@@ -112,7 +113,7 @@ pub async fn create<T, F, Fut>(
     idem: Option<IdempotencyRequest>,
     expected: impl Fn(i64) -> T,
     op: F,
-) -> ApiResult<RecordedResponse>
+) -> Result<RecordedResponse>
 where
     T: Serialize,
     F: Fn(IndexCatalogService) -> Fut,
@@ -174,15 +175,8 @@ where
     ))
 }
 
-fn to_value<T: Serialize>(v: &T) -> ApiResult<serde_json::Value> {
+fn to_value<T: Serialize>(v: &T) -> Result<serde_json::Value> {
     serde_json::to_value(v).map_err(|e| Error::internal(format!("encode: {e}")))
-}
-
-/// The catalog's typed errors as service errors (the mapping lives with the type, exhaustive:
-/// a new error kind there must be given a code there).
-pub fn api_error(e: IndexCatalogError) -> Error {
-    // Classified once, next to the type (`flotilla_parqdb::error_kind`).
-    Error::from(e)
 }
 
 /// Maps an error of an operation in `account`. The crate reports a failed account guard as
@@ -197,7 +191,7 @@ pub async fn explain(state: &AppState, account: &str, e: IndexCatalogError) -> E
             Err(read) => return read,
         }
     }
-    api_error(e)
+    Error::from(e)
 }
 
 /// The part of an index catalog record the cleanup needs.
@@ -222,12 +216,12 @@ impl IndexCatalogCleanup {
 
 #[async_trait]
 impl AccountCleanup for IndexCatalogCleanup {
-    async fn cleanup_item(&self, account: &str, item: &Item) -> ApiResult<()> {
+    async fn cleanup_item(&self, account: &str, item: &Item) -> Result<()> {
         let store: &dyn Metastore = self.store.as_ref();
         // A warehouse prefix claim of the account: released, so the prefix is free again.
         let release = flotilla_parqdb::warehouse::release_ops(store, account, &item.key.sk)
             .await
-            .map_err(api_error)?;
+            .map_err(Error::from)?;
         for op in release {
             // Only at the version read: losing that race means the claim changed hands or
             // was released already; either way it is no longer ours to delete.
