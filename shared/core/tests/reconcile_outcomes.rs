@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use flotilla_catalog_access::spi::{
-    CatalogCapabilities, CatalogClient, CatalogProtocol, LoadTableOutcome, NamespacePath as UpPath,
-    Page, Result as CaResult, TableIdent, VendedCredentials, ViewMetadata,
+    CatalogCapabilities, CatalogClient, CatalogProtocol, LoadTableOutcome, Page,
+    Result as CaResult, TableIdent, UpstreamNamespace, VendedCredentials, ViewMetadata,
 };
 use flotilla_core::clock::ManualClock;
 use flotilla_core::reconcile::{
@@ -111,26 +111,28 @@ impl CatalogClient for Stray {
     }
     async fn list_namespaces(
         &self,
-        p: Option<&UpPath>,
+        p: Option<&UpstreamNamespace>,
         t: Option<&str>,
         n: Option<u32>,
-    ) -> CaResult<Page<UpPath>> {
+    ) -> CaResult<Page<UpstreamNamespace>> {
         self.0.list_namespaces(p, t, n).await
     }
     async fn list_tables(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
         let mut page = self.0.list_tables(ns, t, n).await?;
-        page.items
-            .push(TableIdent::new(UpPath::new(["elsewhere"]), "intruder"));
+        page.items.push(TableIdent::new(
+            UpstreamNamespace::new(["elsewhere"]),
+            "intruder",
+        ));
         Ok(page)
     }
     async fn list_views(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -138,21 +140,24 @@ impl CatalogClient for Stray {
     }
     async fn load_table(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
         inm: Option<&str>,
     ) -> CaResult<LoadTableOutcome> {
         self.0.load_table(ns, name, inm).await
     }
-    async fn load_view(&self, ns: &UpPath, name: &str) -> CaResult<ViewMetadata> {
+    async fn load_view(&self, ns: &UpstreamNamespace, name: &str) -> CaResult<ViewMetadata> {
         self.0.load_view(ns, name).await
     }
-    async fn load_namespace_properties(&self, ns: &UpPath) -> CaResult<BTreeMap<String, String>> {
+    async fn load_namespace_properties(
+        &self,
+        ns: &UpstreamNamespace,
+    ) -> CaResult<BTreeMap<String, String>> {
         self.0.load_namespace_properties(ns).await
     }
     async fn vend_storage_credentials(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
     ) -> CaResult<VendedCredentials> {
         self.0.vend_storage_credentials(ns, name).await
@@ -407,15 +412,15 @@ impl CatalogClient for Slow {
     }
     async fn list_namespaces(
         &self,
-        p: Option<&UpPath>,
+        p: Option<&UpstreamNamespace>,
         t: Option<&str>,
         n: Option<u32>,
-    ) -> CaResult<Page<UpPath>> {
+    ) -> CaResult<Page<UpstreamNamespace>> {
         self.inner.list_namespaces(p, t, n).await
     }
     async fn list_tables(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -424,7 +429,7 @@ impl CatalogClient for Slow {
     }
     async fn list_views(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -432,18 +437,18 @@ impl CatalogClient for Slow {
     }
     async fn load_table(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
         inm: Option<&str>,
     ) -> CaResult<LoadTableOutcome> {
         self.inner.load_table(ns, name, inm).await
     }
-    async fn load_view(&self, ns: &UpPath, name: &str) -> CaResult<ViewMetadata> {
+    async fn load_view(&self, ns: &UpstreamNamespace, name: &str) -> CaResult<ViewMetadata> {
         self.inner.load_view(ns, name).await
     }
     async fn vend_storage_credentials(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
     ) -> CaResult<VendedCredentials> {
         self.inner.vend_storage_credentials(ns, name).await

@@ -338,10 +338,9 @@ impl From<ReconcileError> for Error {
         let object = e.object().map(<[String]>::to_vec);
         match e {
             ReconcileError::NotFound => Error::not_found("overlay"),
-            ReconcileError::Paused(what) => Error::new(
-                ErrorKind::FailedPrecondition,
-                format!("{what} is paused; unpause it to reconcile"),
-            ),
+            ReconcileError::Paused(what) => {
+                Error::failed_precondition(format!("{what} is paused; unpause it to reconcile"))
+            }
             ReconcileError::Deleting(what) => Error::deleting(&what),
             ReconcileError::FenceLost => {
                 Error::new(ErrorKind::Conflict, cause).with_detail("retryable", true)
@@ -362,7 +361,7 @@ impl From<ReconcileError> for Error {
             }
             ReconcileError::Api(api) => api,
             _ => {
-                let mut api = Error::new(ErrorKind::FailedPrecondition, cause)
+                let mut api = Error::failed_precondition(cause)
                     .with_detail("reason", code)
                     .with_detail("retryable", false);
                 if let Some(path) = object {

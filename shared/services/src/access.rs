@@ -36,14 +36,15 @@ use flotilla_catalog_access::sigv4::{
 };
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogAuthentication, CatalogCapabilities, CatalogClient,
-    CatalogConnectionConfig, CatalogProtocol, ConnectOptions, LoadTableOutcome, NamespacePath,
-    Page, ResolvedCatalogCredentials, SecretString, TableIdent, VendedCredentials, ViewMetadata,
+    CatalogConnectionConfig, CatalogProtocol, ConnectOptions, LoadTableOutcome, Page,
+    ResolvedCatalogCredentials, SecretString, TableIdent, UpstreamNamespace, VendedCredentials,
+    ViewMetadata,
 };
 use flotilla_domain::model::{AuthConfig, IntegrationRecord, IntegrationType};
 use flotilla_secrets::{SecretRef, SecretStoreError};
 use serde_json::{Map, Value};
 
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::state::AppState;
 
 /// Why an integration could not be turned into a client. Every message is ours and names at
@@ -80,13 +81,12 @@ impl From<AccessError> for Error {
             AccessError::Store(s) if s.is_retryable() || s.is_outcome_unknown() => {
                 Error::unavailable(e.to_string())
             }
-            AccessError::Store(SecretStoreError::NotFound(_)) => Error::new(
-                ErrorKind::FailedPrecondition,
+            AccessError::Store(SecretStoreError::NotFound(_)) => Error::failed_precondition(
                 "the integration's credentials are missing from the credential store; rotate them with PUT .../authentication",
             ),
             AccessError::Store(_) => Error::internal(e.to_string()),
             AccessError::Unsupported(m) | AccessError::Credentials(m) => {
-                Error::new(ErrorKind::FailedPrecondition, m.clone())
+                Error::failed_precondition(m.clone())
             }
             // Classified once, next to the type (`flotilla_catalog_access::error_kind`).
             AccessError::Catalog(c) => Error::from(c),
@@ -656,15 +656,15 @@ impl CatalogClient for SharedClient {
     }
     async fn list_namespaces(
         &self,
-        parent: Option<&NamespacePath>,
+        parent: Option<&UpstreamNamespace>,
         page_token: Option<&str>,
         page_size: Option<u32>,
-    ) -> flotilla_catalog_access::Result<Page<NamespacePath>> {
+    ) -> flotilla_catalog_access::Result<Page<UpstreamNamespace>> {
         self.0.list_namespaces(parent, page_token, page_size).await
     }
     async fn list_tables(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> flotilla_catalog_access::Result<Page<TableIdent>> {
@@ -672,7 +672,7 @@ impl CatalogClient for SharedClient {
     }
     async fn list_views(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> flotilla_catalog_access::Result<Page<TableIdent>> {
@@ -680,7 +680,7 @@ impl CatalogClient for SharedClient {
     }
     async fn load_table(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
         if_none_match: Option<&str>,
     ) -> flotilla_catalog_access::Result<LoadTableOutcome> {
@@ -688,21 +688,21 @@ impl CatalogClient for SharedClient {
     }
     async fn load_view(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
     ) -> flotilla_catalog_access::Result<ViewMetadata> {
         self.0.load_view(namespace, name).await
     }
     async fn vend_storage_credentials(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
     ) -> flotilla_catalog_access::Result<VendedCredentials> {
         self.0.vend_storage_credentials(namespace, name).await
     }
     async fn load_namespace_properties(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
     ) -> flotilla_catalog_access::Result<std::collections::BTreeMap<String, String>> {
         self.0.load_namespace_properties(namespace).await
     }

@@ -23,7 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use flotilla_catalog_access::{CatalogAccessError, CatalogClient, NamespacePath, Page, TableIdent};
+use flotilla_catalog_access::{
+    CatalogAccessError, CatalogClient, Page, TableIdent, UpstreamNamespace,
+};
 use flotilla_domain::model::IntegrationRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -79,7 +81,7 @@ impl Kinds {
 }
 
 /// Parses a `%1F`-joined namespace path (already percent-decoded).
-pub fn parse_namespace(text: &str, what: &str) -> Result<NamespacePath> {
+pub fn parse_namespace(text: &str, what: &str) -> Result<UpstreamNamespace> {
     let levels: Vec<&str> = text.split('\u{1f}').collect();
     if levels.len() > MAX_NAMESPACE_LEVELS
         || levels
@@ -91,7 +93,7 @@ pub fn parse_namespace(text: &str, what: &str) -> Result<NamespacePath> {
              {MAX_NAMESPACE_LEVELS} deep"
         )));
     }
-    Ok(NamespacePath::new(levels))
+    Ok(UpstreamNamespace::new(levels))
 }
 
 /// Where a listing resumes.
@@ -261,7 +263,7 @@ pub async fn list_namespaces(
     state: &AppState,
     account: &str,
     id: &str,
-    parent: Option<NamespacePath>,
+    parent: Option<UpstreamNamespace>,
     page_size: usize,
     token: Option<&str>,
 ) -> Result<Value> {
@@ -275,7 +277,7 @@ pub async fn list_namespaces(
         let mut page = client
             .list_namespaces(parent, t.as_deref(), Some(h))
             .await?;
-        let levels = parent.map(NamespacePath::levels).unwrap_or(&[]);
+        let levels = parent.map(UpstreamNamespace::levels).unwrap_or(&[]);
         let before = page.items.len();
         page.items
             .retain(|ns| ns.levels().len() == levels.len() + 1 && ns.levels().starts_with(levels));
@@ -304,7 +306,7 @@ pub async fn list_objects(
     state: &AppState,
     account: &str,
     id: &str,
-    namespace: NamespacePath,
+    namespace: UpstreamNamespace,
     kinds: Kinds,
     page_size: usize,
     token: Option<&str>,

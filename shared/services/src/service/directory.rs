@@ -7,7 +7,7 @@ use flotilla_domain::keys;
 use flotilla_metastore::{Consistency, Op, Transaction};
 use serde_json::{Value, json};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::service::{MAX_ATTEMPTS, backoff, catalogs, is_condition_failure, to_body};
 use crate::state::AppState;
 
@@ -33,9 +33,7 @@ pub async fn finalize(
         missing.push("acknowledge_quiescent_writes");
     }
     if !missing.is_empty() {
-        return Err(Error::new(
-            ErrorKind::FailedPrecondition,
-            "catalog-finalize requires both a complete writer rollout and quiescent write admission to be acknowledged",
+        return Err(Error::failed_precondition("catalog-finalize requires both a complete writer rollout and quiescent write admission to be acknowledged",
         )
         .with_detail("missing_acknowledgements", json!(missing)));
     }

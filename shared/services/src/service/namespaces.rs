@@ -56,7 +56,7 @@ pub async fn require(
 ) -> Result<Versioned<NamespaceRecord>> {
     load(store, catalog_id, path)
         .await?
-        .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("namespace {path} not found")))
+        .ok_or_else(|| Error::not_found(&format!("namespace {path}")))
 }
 
 /// The keys [`child_guards_from`] decides from, for one round trip: the account and its
@@ -87,7 +87,7 @@ pub fn require_from(
 ) -> Result<Versioned<NamespaceRecord>> {
     reads
         .read::<NamespaceRecord>(keys::namespace(catalog_id, path))?
-        .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("namespace {path} not found")))
+        .ok_or_else(|| Error::not_found(&format!("namespace {path}")))
 }
 
 /// The conditions a child of `parent` (or of the catalog root, when `None`) asserts: the
