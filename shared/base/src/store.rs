@@ -6,7 +6,8 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use flotilla_metastore::{
-    Consistency, FailureReason, Item, Key, Metastore, MetastoreError, PageToken, Query,
+    Consistency, FailureReason, Item, Key, Metastore, MetastoreError, Op, PageToken, Query,
+    Transaction, query_all,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -138,6 +139,34 @@ pub fn failure_is_exists(e: &MetastoreError, index: usize) -> bool {
 // ---- pagination ------------------------------------------------------------------------
 
 /// Default and maximum API page sizes (docs/api.md, "Pagination").
+/// Deletes keys unconditionally in transactions of at most 100 (idempotent).
+pub async fn delete_items(store: &dyn Metastore, keys: Vec<Key>) -> Result<()> {
+    for chunk in keys.chunks(flotilla_metastore::MAX_TRANSACTION_OPS) {
+        let tx = Transaction {
+            ops: chunk.iter().cloned().map(Op::delete).collect(),
+        };
+        let mut attempt = 0;
+        loop {
+            match store.transact(tx.clone()).await {
+                Ok(()) => break,
+                Err(e)
+                    if (e.is_retryable() || e.is_outcome_unknown()) && attempt < MAX_ATTEMPTS =>
+                {
+                    backoff(attempt).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads every item of a partition with a strong read (for cascades).
+pub async fn strong_scan(store: &dyn Metastore, pk: &str, prefix: &str) -> Result<Vec<Item>> {
+    Ok(query_all(store, Query::new(pk, prefix, Consistency::Strong)).await?)
+}
+
 pub const DEFAULT_PAGE_SIZE: usize = 100;
 pub const MAX_API_PAGE_SIZE: usize = 1000;
 

@@ -37,7 +37,7 @@ use super::extract::{
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
 use flotilla_base::error::{Error, ErrorKind, Result};
-use flotilla_services::service::accounts::OnConflict;
+use flotilla_services::service::OnConflict;
 use flotilla_services::service::idempotency::account_receipt_key;
 use flotilla_services::service::index_catalogs::{self, explain, service};
 use flotilla_services::service::{decode_page_token, encode_page_token, page_body, page_size};

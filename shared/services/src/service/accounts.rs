@@ -8,21 +8,18 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use flotilla_domain::keys;
 use flotilla_domain::model::AccountRecord;
 use flotilla_domain::names::{validate_account_id, validate_display_name};
-use flotilla_metastore::{
-    Condition, Consistency, Item, Metastore, Op, Query, Transaction, query_all,
-};
+use flotilla_metastore::{Condition, Consistency, Item, Op, Query, Transaction};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
-use super::{MAX_ATTEMPTS, backoff, check_if_match, read, to_body};
+use super::{MAX_ATTEMPTS, OnConflict, backoff, check_if_match, delete_items, read, to_body};
 use crate::error::{Error, Result};
 use crate::service::catalogs::purge_catalog_partition;
-use crate::state::AppState;
+use crate::state::{AccountCleanup, AppState};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,27 +30,9 @@ pub struct CreateAccount {
     pub display_name: Option<String>,
 }
 
-/// How a create treats an existing resource of the same name (`?on_conflict=`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnConflict {
-    #[default]
-    Error,
-    Replace,
-    ReturnExisting,
-}
-
 #[derive(Serialize)]
 struct FenceRecord {
     started_ms: i64,
-}
-
-/// Extra cleanup for account-partition items owned by other modules (integrations with
-/// their credentials, index catalogs with their partitions). Called for each item of the
-/// account partition before the item itself is deleted; must be idempotent.
-#[async_trait]
-pub trait AccountCleanup: Send + Sync {
-    async fn cleanup_item(&self, account: &str, item: &Item) -> Result<()>;
 }
 
 pub async fn create(
@@ -228,6 +207,8 @@ async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>
             if let Some(integration_id) = item.key.sk.strip_prefix(keys::INTEGRATION_PREFIX) {
                 crate::service::integrations::purge_credentials(state, id, integration_id).await?;
             }
+            // Index catalogs live in partitions of their own, which only their record names.
+            super::index_catalogs::cleanup_account_item(store, id, item).await?;
             for c in cleanups {
                 c.cleanup_item(id, item).await?;
             }
@@ -252,34 +233,6 @@ async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>
         .with(Op::delete(keys::account_fence(id)));
     store.transact(tx).await?;
     Ok(())
-}
-
-/// Deletes keys unconditionally in transactions of at most 100 (idempotent).
-pub async fn delete_items(store: &dyn Metastore, keys: Vec<flotilla_metastore::Key>) -> Result<()> {
-    for chunk in keys.chunks(flotilla_metastore::MAX_TRANSACTION_OPS) {
-        let tx = Transaction {
-            ops: chunk.iter().cloned().map(Op::delete).collect(),
-        };
-        let mut attempt = 0;
-        loop {
-            match store.transact(tx.clone()).await {
-                Ok(()) => break,
-                Err(e)
-                    if (e.is_retryable() || e.is_outcome_unknown()) && attempt < MAX_ATTEMPTS =>
-                {
-                    backoff(attempt).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Reads every item of a partition with a strong read (for cascades).
-pub async fn strong_scan(store: &dyn Metastore, pk: &str, prefix: &str) -> Result<Vec<Item>> {
-    Ok(query_all(store, Query::new(pk, prefix, Consistency::Strong)).await?)
 }
 
 /// Whether an account exists and is not being deleted (strong reads).

@@ -10,12 +10,12 @@ use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
     GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
     guarded_delete, read, to_body,
 };
+use super::{OnConflict, delete_items, strong_scan};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 

@@ -7,9 +7,9 @@
 //!   account delete's cleanup: either it commits before the fence (and the cleanup sees it) or
 //!   its transaction fails.
 //! - Account delete removes each index catalog's partition and warehouse registration, and
-//!   releases the account's warehouse prefix claims ([`IndexCatalogCleanup`], registered by
-//!   [`AppState::new`](crate::AppState::new)). Warehouse objects are the customer's and are
-//!   never deleted by an account delete.
+//!   releases the account's warehouse prefix claims ([`cleanup_account_item`], called by the
+//!   account delete's cleanup for every item of the account partition). Warehouse objects are
+//!   the customer's and are never deleted by an account delete.
 //! - [`IndexCatalogError`] becomes a service error through its one `From` impl, next to the
 //!   type (`flotilla_parqdb::error_kind`); the HTTP status of each kind is decided in
 //!   `flotilla-http` like everywhere else.
@@ -17,7 +17,6 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use flotilla_metastore::{Consistency, DynMetastore, Item, Metastore, Op, Query};
 use flotilla_parqdb::catalog::{IndexCatalogService, TransactionGuard};
 use flotilla_parqdb::error::IndexCatalogError;
@@ -29,7 +28,7 @@ use serde::{Deserialize, Serialize};
 /// that runs against the metastore directly.
 pub use flotilla_parqdb::gc;
 
-use super::accounts::{AccountCleanup, delete_items};
+use super::delete_items;
 use super::idempotency::{self, IdempotencyRequest, RecordedResponse};
 use crate::clock::ManualClock;
 use crate::error::{Error, Result};
@@ -200,55 +199,43 @@ struct CatalogWarehouse {
     warehouse: String,
 }
 
-/// Account delete's cleanup of index catalogs: for each `IXC#{name}` item of the account
-/// partition, deletes the catalog's partition (namespaces, mappings, reachability records) and
-/// its warehouse registration. The account cleanup deletes the record itself afterwards, so a
-/// retry after a failure finds the record again and repeats this (idempotent) work.
-pub struct IndexCatalogCleanup {
-    store: DynMetastore,
-}
-
-impl IndexCatalogCleanup {
-    pub fn new(store: DynMetastore) -> Self {
-        Self { store }
-    }
-}
-
-#[async_trait]
-impl AccountCleanup for IndexCatalogCleanup {
-    async fn cleanup_item(&self, account: &str, item: &Item) -> Result<()> {
-        let store: &dyn Metastore = self.store.as_ref();
-        // A warehouse prefix claim of the account: released, so the prefix is free again.
-        let release = flotilla_parqdb::warehouse::release_ops(store, account, &item.key.sk)
-            .await
-            .map_err(Error::from)?;
-        for op in release {
-            // Only at the version read: losing that race means the claim changed hands or
-            // was released already; either way it is no longer ours to delete.
-            let _ = flotilla_metastore::put_one(store, op).await;
-        }
-        let Some(name) = item.key.sk.strip_prefix(ixkeys::INDEX_CATALOG_PREFIX) else {
-            return Ok(());
-        };
-        let pk = ixkeys::catalog_partition(account, name);
-        loop {
-            let page = store
-                .query(&Query::new(pk.clone(), "", Consistency::Strong).limit(100))
-                .await?;
-            if page.items.is_empty() {
-                break;
-            }
-            delete_items(store, page.items.into_iter().map(|i| i.key).collect()).await?;
-        }
-        let record: CatalogWarehouse = super::decode(item)?;
-        delete_items(
-            store,
-            vec![ixkeys::warehouse_registration(
-                &record.warehouse,
-                account,
-                name,
-            )],
-        )
+/// Account delete's cleanup of index catalogs, called for each item of the account
+/// partition: a warehouse prefix claim is released; for an `IXC#{name}` item, the catalog's
+/// partition (namespaces, mappings, reachability records) and its warehouse registration are
+/// deleted. Other items are left alone. The account cleanup deletes the item itself
+/// afterwards, so a retry after a failure finds the record again and repeats this
+/// (idempotent) work.
+pub async fn cleanup_account_item(store: &dyn Metastore, account: &str, item: &Item) -> Result<()> {
+    // A warehouse prefix claim of the account: released, so the prefix is free again.
+    let release = flotilla_parqdb::warehouse::release_ops(store, account, &item.key.sk)
         .await
+        .map_err(Error::from)?;
+    for op in release {
+        // Only at the version read: losing that race means the claim changed hands or
+        // was released already; either way it is no longer ours to delete.
+        let _ = flotilla_metastore::put_one(store, op).await;
     }
+    let Some(name) = item.key.sk.strip_prefix(ixkeys::INDEX_CATALOG_PREFIX) else {
+        return Ok(());
+    };
+    let pk = ixkeys::catalog_partition(account, name);
+    loop {
+        let page = store
+            .query(&Query::new(pk.clone(), "", Consistency::Strong).limit(100))
+            .await?;
+        if page.items.is_empty() {
+            break;
+        }
+        delete_items(store, page.items.into_iter().map(|i| i.key).collect()).await?;
+    }
+    let record: CatalogWarehouse = super::decode(item)?;
+    delete_items(
+        store,
+        vec![ixkeys::warehouse_registration(
+            &record.warehouse,
+            account,
+            name,
+        )],
+    )
+    .await
 }

@@ -12,12 +12,24 @@ pub mod overlays;
 pub mod relations;
 
 use flotilla_metastore::{Condition, Consistency, Item, Key, Metastore, Op};
+use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
-/// The low-level helpers every protocol shares (retry, codecs, page tokens), re-exported so
-/// `service::key`, `service::backoff` and the rest keep their paths.
+/// The low-level helpers every protocol shares (retry, codecs, page tokens, partition scans
+/// and deletes), re-exported so `service::backoff`, `service::decode_page_token` and the rest
+/// keep their paths.
 pub use flotilla_base::store::*;
+
+/// How a create treats an existing resource of the same name (`?on_conflict=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnConflict {
+    #[default]
+    Error,
+    Replace,
+    ReturnExisting,
+}
 
 /// The guards every create in an account asserts in its own transaction: the account exists
 /// and its deletion fence is absent, so a create racing an account delete either commits

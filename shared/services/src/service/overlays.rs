@@ -19,13 +19,13 @@ use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::accounts::{OnConflict, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::relations::directory_bump;
 use super::{
     MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff, check_if_match,
     guard_op, guard_state, read, to_body,
 };
+use super::{OnConflict, strong_scan};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 

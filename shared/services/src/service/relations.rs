@@ -12,7 +12,7 @@ use flotilla_metastore::{Consistency, Metastore, Op, Transaction};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::accounts::OnConflict;
+use super::OnConflict;
 use super::catalogs::{self, validate_properties};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::namespaces::{child_guard_keys, child_guards, child_guards_from};

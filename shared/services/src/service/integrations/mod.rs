@@ -32,12 +32,12 @@ use flotilla_secrets::{PutOutcome, SecretBytes, SecretRef};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{
     GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error,
     account_guards, backoff, check_if_match, guard_state, guarded_delete, read, to_body,
 };
+use super::{OnConflict, delete_items, strong_scan};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 

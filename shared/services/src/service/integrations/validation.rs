@@ -110,7 +110,7 @@ pub(super) fn validate_signing(
     auth: &AuthConfig,
     properties: &BTreeMap<String, String>,
 ) -> Result<()> {
-    crate::access::aws_signing(auth, properties)
+    crate::signing::aws_signing(auth, properties)
         .map(|_| ())
         .map_err(Error::invalid)
 }
