@@ -2,8 +2,8 @@
 //!
 //! The integration URI is either the server root (`https://host`) or the REST base
 //! (`https://host/api/2.1/unity-catalog`); the base path is appended when missing. Unity
-//! initially accepts only OAuth client credentials or bearer authentication (seed "Catalog
-//! integration"); other schemes fail at connect with `Unsupported`.
+//! accepts only OAuth client credentials or bearer authentication; other schemes fail at
+//! connect with `Unsupported`.
 //!
 //! # Namespace model
 //!
