@@ -73,14 +73,6 @@ pub enum AccessError {
     Catalog(CatalogAccessError),
 }
 
-impl AccessError {
-    /// True when nothing is wrong with the integration itself but the credential store was
-    /// unavailable: a caller should answer `503` rather than report the integration broken.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, AccessError::Store(e) if e.is_retryable() || e.is_outcome_unknown())
-    }
-}
-
 impl From<AccessError> for Error {
     fn from(e: AccessError) -> Self {
         match &e {
