@@ -21,9 +21,10 @@ SWITCH = "FLOTILLA_PARQDB_CONFORMANCE_DIR"
 UP_REF = re.compile(r"((?:\.\./)+)([\w.-]+(?:/[\w.-]+)*)")
 # Names of the brief's material, whatever the path in front of them.
 BRIEF = re.compile(r"(?:\.\./)+shared/(?:seeds|specs|hooks|API\.md|DESIGN\.md|STYLE\.md|INTEROP\.md)\b")
-SEED_CITATION = re.compile(r"\bseeds?[\s-]+0\d\d\b|\bseeds/0\d\d", re.IGNORECASE)
-# The brief's documents by name (the project's own docs are lowercase: docs/api.md).
-BRIEF_NAME = re.compile(r"(?<![\w/.-])(?:API|DESIGN|STYLE|INTEROP)\.md\b|/work/shared\b")
+SEED_CITATION = re.compile(r"\bseeds?[\s-]+[`'\"]?0\d\d(?:\b|_)|\bseeds/0\d\d", re.IGNORECASE)
+# The brief's documents by name, bare or under a path (`shared/API.md`, the ParqDB
+# `FORMAT.md`); the project's own docs are lowercase: docs/api.md, docs/parqdb.md.
+BRIEF_NAME = re.compile(r"(?<![\w.-])(?:API|DESIGN|STYLE|INTEROP|FORMAT)\.md\b|/work/shared\b")
 SKIP_SUFFIXES = (".lock", ".png", ".jpg", ".ico", ".woff", ".woff2", ".parquet", ".avro", ".gz")
 
 

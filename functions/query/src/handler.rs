@@ -71,7 +71,7 @@ mod tests {
     use flotilla_metastore::metrics::CountingMetastore;
     use flotilla_metastore::redb_store::RedbMetastore;
     use flotilla_runtime::aws::ClaimsOnly;
-    use flotilla_services::service::accounts::{self, OnConflict};
+    use flotilla_services::service::{OnConflict, accounts};
     use flotilla_services::service::{catalogs, namespaces, relations};
     use flotilla_services::{AppState, Config};
     use serde_json::json;

@@ -3,9 +3,14 @@
 //!
 //! Each record is handled on its own ([`handle_message`]): a message for an overlay that is
 //! gone, paused or at another generation is acknowledged without a run (superseded work);
-//! a reconciliation that fails, and a body that is not a reconcile message, is reported as a
-//! batch item failure, so SQS makes it visible again and, after the queue's
-//! `maxReceiveCount`, moves it to the dead-letter queue. Nothing here panics on input.
+//! a reconciliation that fails for a retryable reason ([`MessageOutcome::redeliver`]: the
+//! error kind decides, `UNAVAILABLE` is retried, `INTERNAL` and client errors are not), and
+//! a body that is not a reconcile message, is reported as a batch item failure, so SQS makes
+//! it visible again and, after the queue's `maxReceiveCount`, moves it to the dead-letter
+//! queue. A permanent failure is recorded in the overlay's status and acknowledged. This
+//! handler decides nothing itself. Nothing here panics on input.
+//!
+//! [`MessageOutcome::redeliver`]: flotilla_reconcile::work::MessageOutcome::redeliver
 //!
 //! Each record runs in a `message` span (message id, trace id) and in the trace context of
 //! its `AWSTraceHeader` attribute; [`invoke`] wraps a batch in the invocation span and

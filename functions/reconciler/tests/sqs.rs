@@ -10,11 +10,13 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::QueueAttributeName;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use flotilla_catalog_access::spi::CatalogClient;
 use flotilla_core::auth::StaticTokens;
 use flotilla_core::clock::SystemClock;
-use flotilla_core::reconcile::AdapterConnector;
 use flotilla_core::reconcile::work::ReconcileMessage;
+use flotilla_core::reconcile::{AdapterConnector, Connector, ReconcileError};
 use flotilla_core::{AppState, Config};
+use flotilla_domain::model::IntegrationRecord;
 use flotilla_fn_reconciler::handle_batch;
 use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_metastore::{Consistency, Query, query_all};
@@ -351,6 +353,83 @@ async fn handler_reports_malformed_and_failing_records_and_acks_the_rest() {
         "the run now succeeds; the two bad bodies still fail"
     );
     assert_eq!(relation_count(&env).await, 4);
+}
+
+/// A connector that fails every connection with one service error.
+struct FailingConnector(flotilla_core::error::Error);
+
+#[async_trait::async_trait]
+impl Connector for FailingConnector {
+    async fn connect(
+        &self,
+        _state: &AppState,
+        _integration: &IntegrationRecord,
+    ) -> Result<Box<dyn CatalogClient>, ReconcileError> {
+        Err(ReconcileError::Api(self.0.clone()))
+    }
+}
+
+/// One SQS record carrying `m`.
+fn batch_of(id: &str, m: &ReconcileMessage) -> SqsEvent {
+    let mut r = SqsMessage::default();
+    r.message_id = Some(id.to_owned());
+    r.body = Some(m.to_body());
+    let mut event = SqsEvent::default();
+    event.records.push(r);
+    event
+}
+
+/// The retry decision is the error kind's: an `INTERNAL` failure is recorded in the
+/// overlay's status and acknowledged (no batch item failure, so SQS deletes it), an
+/// `UNAVAILABLE` one is a batch item failure (SQS delivers it again).
+#[tokio::test]
+async fn handler_acknowledges_internal_failures_and_redelivers_unavailable_ones() {
+    use flotilla_core::error::Error;
+    let env = env().await;
+    let current = ReconcileMessage {
+        account_id: "acme".into(),
+        overlay_id: env.overlay.clone(),
+        observed_generation: 1,
+    };
+    let internal = FailingConnector(Error::internal("injected bug"));
+    let r = handle_batch(&env.state, &internal, batch_of("m-internal", &current)).await;
+    assert!(
+        r.batch_item_failures.is_empty(),
+        "an internal failure is acknowledged: {r:?}"
+    );
+    let run = last_run(&env).await;
+    assert_eq!(run["outcome"], "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "INTERNAL", "{run}");
+    assert_eq!(run["error"]["retryable"], false, "{run}");
+    assert_eq!(run["consecutive_failures"], 1, "{run}");
+
+    let unavailable = FailingConnector(Error::unavailable("injected outage"));
+    let r = handle_batch(
+        &env.state,
+        &unavailable,
+        batch_of("m-unavailable", &current),
+    )
+    .await;
+    let ids: Vec<&str> = r
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(ids, vec!["m-unavailable"], "redelivered");
+    let run = last_run(&env).await;
+    assert_eq!(run["error"]["code"], "UNAVAILABLE", "{run}");
+    assert_eq!(run["error"]["retryable"], true, "{run}");
+    assert_eq!(run["consecutive_failures"], 2, "{run}");
+
+    // An explicit retryable flag on the error wins over its kind.
+    let forced = FailingConnector(Error::internal("x").with_retryable(true));
+    let r = handle_batch(&env.state, &forced, batch_of("m-forced", &current)).await;
+    assert_eq!(r.batch_item_failures.len(), 1, "{r:?}");
+    assert_eq!(
+        relation_count(&env).await,
+        0,
+        "a failed run publishes nothing"
+    );
 }
 
 #[tokio::test]

@@ -57,7 +57,7 @@ impl flotilla_runtime::queue::ReconcileQueue for Recording {
 /// sample's account id or event id as a dimension.
 #[tokio::test]
 async fn the_scheduler_passes_its_trace_header_to_the_queue_and_writes_emf_lines() {
-    use flotilla_core::service::accounts::{self, OnConflict};
+    use flotilla_core::service::{OnConflict, accounts};
     let dir = tempfile::tempdir().expect("tempdir");
     let store = flotilla_metastore::metrics::CountingMetastore::new(
         flotilla_metastore::redb_store::RedbMetastore::open(dir.path().join("m.redb"))

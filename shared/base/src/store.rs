@@ -6,20 +6,21 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use flotilla_metastore::{
-    Consistency, FailureReason, Item, Key, Metastore, MetastoreError, PageToken, Query,
+    Consistency, FailureReason, Item, Key, Metastore, MetastoreError, Op, PageToken, Query,
+    Transaction, query_all,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::error::{ApiResult, Error};
+use crate::error::{Error, Result};
 
 /// How many times a protocol re-reads and retries after losing a race or a retryable
 /// backend failure before answering `503`/`409`.
 pub const MAX_ATTEMPTS: usize = 8;
 
-pub fn to_body<T: Serialize>(v: &T) -> ApiResult<Vec<u8>> {
+pub fn to_body<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| Error::internal(format!("encode: {e}")))
 }
 
@@ -33,7 +34,7 @@ pub async fn read<T: DeserializeOwned>(
     store: &dyn Metastore,
     parts: Key,
     consistency: Consistency,
-) -> ApiResult<Option<Versioned<T>>> {
+) -> Result<Option<Versioned<T>>> {
     match store.get(&parts, consistency).await? {
         None => Ok(None),
         Some(item) => Ok(Some(Versioned {
@@ -43,7 +44,7 @@ pub async fn read<T: DeserializeOwned>(
     }
 }
 
-pub fn decode<T: DeserializeOwned>(item: &Item) -> ApiResult<T> {
+pub fn decode<T: DeserializeOwned>(item: &Item) -> Result<T> {
     Ok(item.json()?)
 }
 
@@ -70,7 +71,7 @@ impl Reads {
     }
 
     /// The decoded item at `parts`, like [`read`] on the store.
-    pub fn read<T: DeserializeOwned>(&self, parts: Key) -> ApiResult<Option<Versioned<T>>> {
+    pub fn read<T: DeserializeOwned>(&self, parts: Key) -> Result<Option<Versioned<T>>> {
         match self.items.get(&parts) {
             None => Ok(None),
             Some(item) => Ok(Some(Versioned {
@@ -83,7 +84,7 @@ impl Reads {
 
 /// Strong point reads of `keys` in one round trip (`BatchGetItem` on DynamoDB, one read
 /// transaction on redb). Duplicates are read once.
-pub async fn fetch(store: &dyn Metastore, keys: &[Key]) -> ApiResult<Reads> {
+pub async fn fetch(store: &dyn Metastore, keys: &[Key]) -> Result<Reads> {
     let mut reads = Reads::default();
     for chunk in keys.chunks(flotilla_metastore::MAX_BATCH_GET_KEYS) {
         for item in store.batch_get(chunk, Consistency::Strong).await? {
@@ -138,10 +139,38 @@ pub fn failure_is_exists(e: &MetastoreError, index: usize) -> bool {
 // ---- pagination ------------------------------------------------------------------------
 
 /// Default and maximum API page sizes (docs/api.md, "Pagination").
+/// Deletes keys unconditionally in transactions of at most 100 (idempotent).
+pub async fn delete_items(store: &dyn Metastore, keys: Vec<Key>) -> Result<()> {
+    for chunk in keys.chunks(flotilla_metastore::MAX_TRANSACTION_OPS) {
+        let tx = Transaction {
+            ops: chunk.iter().cloned().map(Op::delete).collect(),
+        };
+        let mut attempt = 0;
+        loop {
+            match store.transact(tx.clone()).await {
+                Ok(()) => break,
+                Err(e)
+                    if (e.is_retryable() || e.is_outcome_unknown()) && attempt < MAX_ATTEMPTS =>
+                {
+                    backoff(attempt).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads every item of a partition with a strong read (for cascades).
+pub async fn strong_scan(store: &dyn Metastore, pk: &str, prefix: &str) -> Result<Vec<Item>> {
+    Ok(query_all(store, Query::new(pk, prefix, Consistency::Strong)).await?)
+}
+
 pub const DEFAULT_PAGE_SIZE: usize = 100;
 pub const MAX_API_PAGE_SIZE: usize = 1000;
 
-pub fn page_size(requested: Option<usize>) -> ApiResult<usize> {
+pub fn page_size(requested: Option<usize>) -> Result<usize> {
     match requested {
         None => Ok(DEFAULT_PAGE_SIZE),
         Some(n) if (1..=MAX_API_PAGE_SIZE).contains(&n) => Ok(n),
@@ -162,7 +191,7 @@ fn scope_tag(scope: &str) -> String {
     hex::encode(&Sha256::digest(scope.as_bytes())[..8])
 }
 
-pub fn decode_page_token(scope: &str, prefix: &str, token: &str) -> ApiResult<String> {
+pub fn decode_page_token(scope: &str, prefix: &str, token: &str) -> Result<String> {
     let bad = || Error::invalid("malformed or foreign page_token");
     let raw = URL_SAFE_NO_PAD
         .decode(token.as_bytes())
@@ -186,8 +215,8 @@ pub async fn list_page(
     consistency: Consistency,
     size: usize,
     token: Option<&str>,
-    mut select: impl FnMut(&Item) -> ApiResult<Option<Value>>,
-) -> ApiResult<(Vec<Value>, Option<String>)> {
+    mut select: impl FnMut(&Item) -> Result<Option<Value>>,
+) -> Result<(Vec<Value>, Option<String>)> {
     let scope = format!("{scope}|{pk}|{prefix}");
     let mut after = match token {
         Some(t) => Some(PageToken::after_sort_key(&decode_page_token(

@@ -49,9 +49,9 @@ use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
 use crate::http::{HttpClient, HttpResponse, RetryMode, classify_status};
 use crate::spi::{
     CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogConnectionConfig,
-    CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome, NamespacePath, Page,
-    ResolvedCatalogCredentials, SecretString, StorageCredential, TableFormat, TableIdent,
-    TableMetadata, VendedCredentials, is_secret_key,
+    CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome, Page, ResolvedCatalogCredentials,
+    SecretString, StorageCredential, TableFormat, TableIdent, TableMetadata, UpstreamNamespace,
+    VendedCredentials, is_secret_key,
 };
 
 /// Connection property: `true` reads a table without `accessModes` as url-only (the
@@ -231,7 +231,7 @@ impl DeltaSharingClient {
         Ok((items, next))
     }
 
-    fn cache_entries(&self, namespace: &NamespacePath, entries: &[TableEntry]) {
+    fn cache_entries(&self, namespace: &UpstreamNamespace, entries: &[TableEntry]) {
         let mut cache = lock(&self.tables);
         let mut seen = std::collections::HashSet::new();
         for e in entries {
@@ -248,7 +248,7 @@ impl DeltaSharingClient {
     /// The listing entry for a table: cached from an earlier listing, else found by paging
     /// through its schema's listing (names match case-insensitively, as in the protocol).
     async fn table_entry(&self, share: &str, schema: &str, name: &str) -> Result<TableEntry> {
-        let namespace = NamespacePath::new([share, schema]);
+        let namespace = UpstreamNamespace::new([share, schema]);
         let ident = TableIdent::new(namespace.clone(), name);
         if let Some(e) = lock(&self.tables).get(&ident) {
             return Ok(e.clone());
@@ -391,7 +391,7 @@ impl DeltaSharingClient {
     }
 }
 
-fn split_schema_ns(namespace: &NamespacePath) -> Result<(&str, &str)> {
+fn split_schema_ns(namespace: &UpstreamNamespace) -> Result<(&str, &str)> {
     match namespace.levels() {
         [share, schema] => Ok((share.as_str(), schema.as_str())),
         _ => Err(CatalogAccessError::NotFound(BoundedText::ours(&format!(
@@ -419,11 +419,11 @@ impl CatalogClient for DeltaSharingClient {
 
     async fn list_namespaces(
         &self,
-        parent: Option<&NamespacePath>,
+        parent: Option<&UpstreamNamespace>,
         page_token: Option<&str>,
         page_size: Option<u32>,
-    ) -> Result<Page<NamespacePath>> {
-        let levels = parent.map(NamespacePath::levels).unwrap_or_default();
+    ) -> Result<Page<UpstreamNamespace>> {
+        let levels = parent.map(UpstreamNamespace::levels).unwrap_or_default();
         match levels {
             [] => {
                 let (items, next) = self
@@ -434,7 +434,7 @@ impl CatalogClient for DeltaSharingClient {
                     .enumerate()
                     .map(|(i, it)| {
                         required_str(it, "name", &format!("items[{i}].name"))
-                            .map(|n| NamespacePath::new([n]))
+                            .map(|n| UpstreamNamespace::new([n]))
                     })
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Page {
@@ -456,7 +456,7 @@ impl CatalogClient for DeltaSharingClient {
                     .enumerate()
                     .map(|(i, it)| {
                         required_str(it, "name", &format!("items[{i}].name"))
-                            .map(|n| NamespacePath::new([share.as_str(), n]))
+                            .map(|n| UpstreamNamespace::new([share.as_str(), n]))
                     })
                     .collect::<Result<Vec<_>>>()?;
                 if items.is_empty() && next.is_none() && page_token.is_none() {
@@ -479,7 +479,7 @@ impl CatalogClient for DeltaSharingClient {
 
     async fn list_tables(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>> {
@@ -518,7 +518,7 @@ impl CatalogClient for DeltaSharingClient {
 
     async fn load_table(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
         if_none_match: Option<&str>,
     ) -> Result<LoadTableOutcome> {
@@ -580,7 +580,7 @@ impl CatalogClient for DeltaSharingClient {
 
     async fn vend_storage_credentials(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
     ) -> Result<VendedCredentials> {
         let (share, schema) = split_schema_ns(namespace)?;

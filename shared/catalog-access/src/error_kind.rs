@@ -17,18 +17,16 @@ impl From<&CatalogAccessError> for Error {
             CatalogAccessError::NotFound(_) => {
                 Error::new(ErrorKind::NotFound, format!("upstream catalog: {e}"))
             }
-            CatalogAccessError::Authentication { .. } => Error::new(
-                ErrorKind::FailedPrecondition,
-                format!("the upstream catalog refused the integration's authentication: {e}"),
-            ),
+            CatalogAccessError::Authentication { .. } => Error::failed_precondition(format!(
+                "the upstream catalog refused the integration's authentication: {e}"
+            )),
             CatalogAccessError::Config(_)
             | CatalogAccessError::Unsupported(_)
             | CatalogAccessError::Protocol { .. }
             | CatalogAccessError::CredentialVending { .. }
-            | CatalogAccessError::UnexpectedStatus { .. } => Error::new(
-                ErrorKind::FailedPrecondition,
-                format!("upstream catalog: {e}"),
-            ),
+            | CatalogAccessError::UnexpectedStatus { .. } => {
+                Error::failed_precondition(format!("upstream catalog: {e}"))
+            }
         }
     }
 }

@@ -433,12 +433,17 @@ impl CatalogCapabilities {
     };
 }
 
-/// A multi-level namespace path, e.g. `["sales", "eu"]`.
+/// A namespace path as an upstream catalog names it, e.g. `["sales", "eu"]`.
+///
+/// Not Flotilla's own `flotilla_domain::names::NamespacePath`: an upstream path is taken as
+/// the upstream answers it, so it may be the root (no levels, the parent of a top-level
+/// listing), any depth, and any level text. The reconciler's discovery validates it into a
+/// domain path before anything of it is published.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct NamespacePath(pub Vec<String>);
+pub struct UpstreamNamespace(pub Vec<String>);
 
-impl NamespacePath {
+impl UpstreamNamespace {
     /// A path from levels.
     pub fn new<I, S>(levels: I) -> Self
     where
@@ -466,7 +471,7 @@ impl NamespacePath {
     }
 }
 
-impl fmt::Display for NamespacePath {
+impl fmt::Display for UpstreamNamespace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.join("."))
     }
@@ -476,14 +481,14 @@ impl fmt::Display for NamespacePath {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TableIdent {
     /// Containing namespace.
-    pub namespace: NamespacePath,
+    pub namespace: UpstreamNamespace,
     /// Relation name.
     pub name: String,
 }
 
 impl TableIdent {
     /// An identifier.
-    pub fn new(namespace: NamespacePath, name: impl Into<String>) -> Self {
+    pub fn new(namespace: UpstreamNamespace, name: impl Into<String>) -> Self {
         Self {
             namespace,
             name: name.into(),
@@ -615,7 +620,7 @@ pub struct ViewMetadata {
     /// SQL representations, one per dialect.
     pub definitions: Vec<ViewDefinition>,
     /// Namespace unqualified names in the SQL resolve against.
-    pub default_namespace: Option<NamespacePath>,
+    pub default_namespace: Option<UpstreamNamespace>,
     /// Non-secret view properties.
     pub properties: BTreeMap<String, String>,
     /// Stable upstream id (Iceberg view-uuid).
@@ -770,15 +775,15 @@ pub trait CatalogClient: Send + Sync {
     /// Lists namespaces directly under `parent` (top level when `None`).
     async fn list_namespaces(
         &self,
-        parent: Option<&NamespacePath>,
+        parent: Option<&UpstreamNamespace>,
         page_token: Option<&str>,
         page_size: Option<u32>,
-    ) -> Result<Page<NamespacePath>>;
+    ) -> Result<Page<UpstreamNamespace>>;
 
     /// Lists tables in a namespace.
     async fn list_tables(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>>;
@@ -786,7 +791,7 @@ pub trait CatalogClient: Send + Sync {
     /// Lists views in a namespace. Providers without views answer `Unsupported`.
     async fn list_views(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>> {
@@ -800,7 +805,7 @@ pub trait CatalogClient: Send + Sync {
     /// namespace properties answer `Unsupported`, which callers treat as "none".
     async fn load_namespace_properties(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
     ) -> Result<std::collections::BTreeMap<String, String>> {
         let _ = namespace;
         Err(CatalogAccessError::unsupported(
@@ -812,13 +817,13 @@ pub trait CatalogClient: Send + Sync {
     /// answers [`LoadTableOutcome::NotModified`].
     async fn load_table(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
         if_none_match: Option<&str>,
     ) -> Result<LoadTableOutcome>;
 
     /// Loads a view definition. Providers without views answer `Unsupported`.
-    async fn load_view(&self, namespace: &NamespacePath, name: &str) -> Result<ViewMetadata> {
+    async fn load_view(&self, namespace: &UpstreamNamespace, name: &str) -> Result<ViewMetadata> {
         let _ = (namespace, name);
         Err(CatalogAccessError::unsupported(
             "this catalog protocol has no views",
@@ -829,7 +834,7 @@ pub trait CatalogClient: Send + Sync {
     /// when cached ones are near expiry. Never falls back to other credentials.
     async fn vend_storage_credentials(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
     ) -> Result<VendedCredentials>;
 }

@@ -2,8 +2,8 @@
 //!
 //! The integration URI is either the server root (`https://host`) or the REST base
 //! (`https://host/api/2.1/unity-catalog`); the base path is appended when missing. Unity
-//! initially accepts only OAuth client credentials or bearer authentication (seed "Catalog
-//! integration"); other schemes fail at connect with `Unsupported`.
+//! accepts only OAuth client credentials or bearer authentication; other schemes fail at
+//! connect with `Unsupported`.
 //!
 //! # Namespace model
 //!
@@ -46,9 +46,9 @@ use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
 use crate::http::{HttpClient, HttpResponse, RetryMode, classify_status};
 use crate::spi::{
     CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogConnectionConfig,
-    CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome, NamespacePath, Page,
-    ResolvedCatalogCredentials, SecretString, StorageCredential, TableFormat, TableIdent,
-    TableMetadata, VendedCredentials, is_secret_key,
+    CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome, Page, ResolvedCatalogCredentials,
+    SecretString, StorageCredential, TableFormat, TableIdent, TableMetadata, UpstreamNamespace,
+    VendedCredentials, is_secret_key,
 };
 
 /// Connection property pinning the integration to one Unity catalog (one-level namespaces).
@@ -463,7 +463,10 @@ impl UnityClient {
     }
 
     /// `(catalog, schema)` of a table namespace under the namespace model.
-    fn catalog_schema<'a>(&'a self, namespace: &'a NamespacePath) -> Result<(&'a str, &'a str)> {
+    fn catalog_schema<'a>(
+        &'a self,
+        namespace: &'a UpstreamNamespace,
+    ) -> Result<(&'a str, &'a str)> {
         let (catalog, schema) = match (&self.pinned_catalog, namespace.levels()) {
             (Some(c), [schema]) => (c.as_str(), schema.as_str()),
             (None, [catalog, schema]) => (catalog.as_str(), schema.as_str()),
@@ -484,10 +487,10 @@ impl UnityClient {
         Ok((catalog, schema))
     }
 
-    fn to_namespace(&self, catalog: &str, schema: &str) -> NamespacePath {
+    fn to_namespace(&self, catalog: &str, schema: &str) -> UpstreamNamespace {
         match &self.pinned_catalog {
-            Some(_) => NamespacePath::new([schema]),
-            None => NamespacePath::new([catalog, schema]),
+            Some(_) => UpstreamNamespace::new([schema]),
+            None => UpstreamNamespace::new([catalog, schema]),
         }
     }
 
@@ -496,7 +499,7 @@ impl UnityClient {
         catalog: &str,
         page_token: Option<&str>,
         page_size: Option<u32>,
-    ) -> Result<Page<NamespacePath>> {
+    ) -> Result<Page<UpstreamNamespace>> {
         check_level(catalog)?;
         let mut query = vec![("catalog_name", catalog.to_owned())];
         push_paging(&mut query, page_token, page_size, MAX_LIST_RESULTS);
@@ -594,11 +597,11 @@ impl CatalogClient for UnityClient {
 
     async fn list_namespaces(
         &self,
-        parent: Option<&NamespacePath>,
+        parent: Option<&UpstreamNamespace>,
         page_token: Option<&str>,
         page_size: Option<u32>,
-    ) -> Result<Page<NamespacePath>> {
-        let levels = parent.map(NamespacePath::levels).unwrap_or_default();
+    ) -> Result<Page<UpstreamNamespace>> {
+        let levels = parent.map(UpstreamNamespace::levels).unwrap_or_default();
         let empty = || Page {
             items: Vec::new(),
             next_page_token: None,
@@ -617,7 +620,7 @@ impl CatalogClient for UnityClient {
                     .enumerate()
                     .map(|(i, c)| {
                         required_str(c, "name", &format!("catalogs[{i}].name"))
-                            .map(|n| NamespacePath::new([n]))
+                            .map(|n| UpstreamNamespace::new([n]))
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let items = dedup(items);
@@ -636,7 +639,7 @@ impl CatalogClient for UnityClient {
 
     async fn list_tables(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>> {
@@ -683,7 +686,7 @@ impl CatalogClient for UnityClient {
 
     async fn load_table(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
         _if_none_match: Option<&str>,
     ) -> Result<LoadTableOutcome> {
@@ -721,7 +724,7 @@ impl CatalogClient for UnityClient {
 
     async fn vend_storage_credentials(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
     ) -> Result<VendedCredentials> {
         let (catalog, schema) = self.catalog_schema(namespace)?;

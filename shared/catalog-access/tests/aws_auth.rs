@@ -15,7 +15,7 @@ use flotilla_catalog_access::sigv4::{
 };
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogClientProvider,
-    CatalogConnectionConfig, ConnectOptions, NamespacePath, ResolvedCatalogCredentials,
+    CatalogConnectionConfig, ConnectOptions, ResolvedCatalogCredentials, UpstreamNamespace,
 };
 use flotilla_domain::clock::ManualClock;
 use flotilla_testkit::iceberg_fixture::{FixtureAuth, IcebergFixture};
@@ -91,7 +91,7 @@ async fn access_keys_sign_and_a_wrong_key_is_rejected() {
         manual_clock(),
     );
     c.list_namespaces(None, None, None).await.unwrap();
-    c.load_table(&NamespacePath::new(["sales"]), "orders", None)
+    c.load_table(&UpstreamNamespace::new(["sales"]), "orders", None)
         .await
         .unwrap();
     assert!(fx.sigv4_verified() >= 3);

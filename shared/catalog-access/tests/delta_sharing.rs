@@ -10,8 +10,8 @@ use flotilla_catalog_access::delta_sharing::{DeltaSharingProvider, STRICT_ACCESS
 use flotilla_catalog_access::http::{HttpPolicy, RetryPolicy};
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogClientProvider,
-    CatalogConnectionConfig, ConnectOptions, LoadTableOutcome, NamespacePath,
-    ResolvedCatalogCredentials, StorageCredential, TableFormat, TableMetadata, VendingErrorKind,
+    CatalogConnectionConfig, ConnectOptions, LoadTableOutcome, ResolvedCatalogCredentials,
+    StorageCredential, TableFormat, TableMetadata, UpstreamNamespace, VendingErrorKind,
 };
 use flotilla_domain::clock::ManualClock;
 use flotilla_testkit::delta_sharing_fixture::{
@@ -67,8 +67,8 @@ fn client_with(
         .unwrap()
 }
 
-fn ns(levels: &[&str]) -> NamespacePath {
-    NamespacePath::new(levels.iter().copied())
+fn ns(levels: &[&str]) -> UpstreamNamespace {
+    UpstreamNamespace::new(levels.iter().copied())
 }
 
 fn loaded(outcome: LoadTableOutcome) -> (TableMetadata, Option<String>) {
@@ -93,7 +93,7 @@ fn secret_free(text: &str, f: &DeltaSharingFixture) {
     );
 }
 
-fn sales() -> NamespacePath {
+fn sales() -> UpstreamNamespace {
     ns(&["sales", "retail"])
 }
 

@@ -9,8 +9,8 @@ use flotilla_catalog_access::iceberg_rest::{IcebergRestClient, IcebergRestProvid
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogClientFactory,
     CatalogClientProvider, CatalogConnectionConfig, CatalogProtocol, Clock, ConnectOptions,
-    LoadTableOutcome, NamespacePath, ResolvedCatalogCredentials, StorageCredential, TableFormat,
-    VendingErrorKind,
+    LoadTableOutcome, ResolvedCatalogCredentials, StorageCredential, TableFormat,
+    UpstreamNamespace, VendingErrorKind,
 };
 use flotilla_domain::clock::ManualClock;
 use flotilla_testkit::iceberg_fixture::{
@@ -42,8 +42,8 @@ fn options(clock: Arc<ManualClock>) -> ConnectOptions {
     }
 }
 
-fn ns(levels: &[&str]) -> NamespacePath {
-    NamespacePath::new(levels.iter().copied())
+fn ns(levels: &[&str]) -> UpstreamNamespace {
+    UpstreamNamespace::new(levels.iter().copied())
 }
 
 fn connect_with(
@@ -81,9 +81,9 @@ fn secret() -> ResolvedCatalogCredentials {
 
 async fn all_namespaces(
     c: &dyn CatalogClient,
-    parent: Option<&NamespacePath>,
+    parent: Option<&UpstreamNamespace>,
     size: Option<u32>,
-) -> Vec<NamespacePath> {
+) -> Vec<UpstreamNamespace> {
     let mut out = Vec::new();
     let mut token: Option<String> = None;
     loop {

@@ -10,8 +10,8 @@ use flotilla_catalog_access::http::{HttpPolicy, RetryPolicy};
 use flotilla_catalog_access::unity::{UNITY_CATALOG, UnityProvider};
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogAuthentication, CatalogClient, CatalogClientProvider,
-    CatalogConnectionConfig, ConnectOptions, LoadTableOutcome, NamespacePath,
-    ResolvedCatalogCredentials, StorageCredential, TableFormat, TableMetadata, VendingErrorKind,
+    CatalogConnectionConfig, ConnectOptions, LoadTableOutcome, ResolvedCatalogCredentials,
+    StorageCredential, TableFormat, TableMetadata, UpstreamNamespace, VendingErrorKind,
 };
 use flotilla_domain::clock::ManualClock;
 use flotilla_testkit::unity_fixture::{
@@ -82,8 +82,8 @@ fn oauth(f: &UnityFixture, secret: &str, options: ConnectOptions) -> Box<dyn Cat
         .unwrap()
 }
 
-fn ns(levels: &[&str]) -> NamespacePath {
-    NamespacePath::new(levels.iter().copied())
+fn ns(levels: &[&str]) -> UpstreamNamespace {
+    UpstreamNamespace::new(levels.iter().copied())
 }
 
 fn loaded(outcome: LoadTableOutcome) -> TableMetadata {

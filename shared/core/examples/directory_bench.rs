@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use flotilla_core::auth::StaticTokens;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::directory::{self, DirectoryCache, RefreshOutcome};
-use flotilla_core::service::accounts::{self, OnConflict};
+use flotilla_core::service::{OnConflict, accounts};
 use flotilla_core::service::{catalogs, namespaces, relations};
 use flotilla_core::{AppState, Config};
 use flotilla_domain::keys;

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use axum::http::StatusCode;
 use flotilla_core::AppState;
 use flotilla_core::directory::{self, DirectoryCache, RefreshError, RefreshOutcome, ReplicaMode};
-use flotilla_core::service::accounts::OnConflict;
+use flotilla_core::service::OnConflict;
 use flotilla_core::service::relations::{self, CreateTable, PatchRelation};
 use flotilla_domain::keys;
 use flotilla_domain::model::RelationKind;

@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use flotilla_catalog_access::spi::{
-    CatalogCapabilities, CatalogClient, CatalogProtocol, LoadTableOutcome, NamespacePath as UpPath,
-    Page, Result as CaResult, TableIdent, VendedCredentials, ViewMetadata,
+    CatalogCapabilities, CatalogClient, CatalogProtocol, LoadTableOutcome, Page,
+    Result as CaResult, TableIdent, UpstreamNamespace, VendedCredentials, ViewMetadata,
 };
 use flotilla_core::clock::ManualClock;
 use flotilla_core::reconcile::{
@@ -111,26 +111,28 @@ impl CatalogClient for Stray {
     }
     async fn list_namespaces(
         &self,
-        p: Option<&UpPath>,
+        p: Option<&UpstreamNamespace>,
         t: Option<&str>,
         n: Option<u32>,
-    ) -> CaResult<Page<UpPath>> {
+    ) -> CaResult<Page<UpstreamNamespace>> {
         self.0.list_namespaces(p, t, n).await
     }
     async fn list_tables(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
         let mut page = self.0.list_tables(ns, t, n).await?;
-        page.items
-            .push(TableIdent::new(UpPath::new(["elsewhere"]), "intruder"));
+        page.items.push(TableIdent::new(
+            UpstreamNamespace::new(["elsewhere"]),
+            "intruder",
+        ));
         Ok(page)
     }
     async fn list_views(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -138,21 +140,24 @@ impl CatalogClient for Stray {
     }
     async fn load_table(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
         inm: Option<&str>,
     ) -> CaResult<LoadTableOutcome> {
         self.0.load_table(ns, name, inm).await
     }
-    async fn load_view(&self, ns: &UpPath, name: &str) -> CaResult<ViewMetadata> {
+    async fn load_view(&self, ns: &UpstreamNamespace, name: &str) -> CaResult<ViewMetadata> {
         self.0.load_view(ns, name).await
     }
-    async fn load_namespace_properties(&self, ns: &UpPath) -> CaResult<BTreeMap<String, String>> {
+    async fn load_namespace_properties(
+        &self,
+        ns: &UpstreamNamespace,
+    ) -> CaResult<BTreeMap<String, String>> {
         self.0.load_namespace_properties(ns).await
     }
     async fn vend_storage_credentials(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
     ) -> CaResult<VendedCredentials> {
         self.0.vend_storage_credentials(ns, name).await
@@ -407,15 +412,15 @@ impl CatalogClient for Slow {
     }
     async fn list_namespaces(
         &self,
-        p: Option<&UpPath>,
+        p: Option<&UpstreamNamespace>,
         t: Option<&str>,
         n: Option<u32>,
-    ) -> CaResult<Page<UpPath>> {
+    ) -> CaResult<Page<UpstreamNamespace>> {
         self.inner.list_namespaces(p, t, n).await
     }
     async fn list_tables(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -424,7 +429,7 @@ impl CatalogClient for Slow {
     }
     async fn list_views(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -432,18 +437,18 @@ impl CatalogClient for Slow {
     }
     async fn load_table(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
         inm: Option<&str>,
     ) -> CaResult<LoadTableOutcome> {
         self.inner.load_table(ns, name, inm).await
     }
-    async fn load_view(&self, ns: &UpPath, name: &str) -> CaResult<ViewMetadata> {
+    async fn load_view(&self, ns: &UpstreamNamespace, name: &str) -> CaResult<ViewMetadata> {
         self.inner.load_view(ns, name).await
     }
     async fn vend_storage_credentials(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
     ) -> CaResult<VendedCredentials> {
         self.inner.vend_storage_credentials(ns, name).await
@@ -796,4 +801,146 @@ async fn a_target_catalog_delete_attempt_mid_run_fences_every_later_publication(
 #[tokio::test]
 async fn an_account_delete_mid_run_fences_every_later_publication() {
     fenced_at_every_step(Change::AccountDelete).await;
+}
+
+// ---- retry decisions come from the error kind --------------------------------------------
+
+/// A connector that fails every connection with one service error.
+struct FailingConnector(flotilla_core::error::Error);
+
+#[async_trait]
+impl Connector for FailingConnector {
+    async fn connect(
+        &self,
+        _state: &AppState,
+        _integration: &IntegrationRecord,
+    ) -> Result<Box<dyn CatalogClient>, ReconcileError> {
+        Err(ReconcileError::Api(self.0.clone()))
+    }
+}
+
+fn current_message(env: &Env) -> flotilla_core::reconcile::work::ReconcileMessage {
+    flotilla_core::reconcile::work::ReconcileMessage {
+        account_id: "acme".into(),
+        overlay_id: env.overlay.clone(),
+        observed_generation: 1,
+    }
+}
+
+/// An `INTERNAL` failure is not retried by the queue: the run is recorded as failed (code
+/// `INTERNAL`, not retryable) and the message acknowledged. An `UNAVAILABLE` one is
+/// redelivered, and an explicit retryable override on an internal error wins.
+#[tokio::test]
+async fn the_worker_retries_by_error_kind_internal_is_acknowledged_unavailable_redelivered() {
+    use flotilla_core::error::Error;
+    use flotilla_core::reconcile::work::{MessageOutcome, handle_message};
+    let env = Env::new(sample_fixture().await, json!([])).await;
+    let msg = current_message(&env);
+
+    let out = handle_message(
+        &env.h.state,
+        &FailingConnector(Error::internal("injected bug")),
+        &msg,
+    )
+    .await;
+    assert!(
+        matches!(
+            out,
+            MessageOutcome::Failed {
+                retryable: false,
+                code: "INTERNAL",
+                kind: "internal",
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert!(!out.redeliver(), "an internal failure is acknowledged");
+    assert_eq!(out.label(), "failed");
+    let run = env.last_run().await;
+    assert_eq!(run["outcome"], "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "INTERNAL", "{run}");
+    assert_eq!(run["error"]["retryable"], false, "{run}");
+    assert_eq!(run["error"]["stage"], "CONNECT", "{run}");
+    assert_eq!(run["consecutive_failures"], 1);
+    assert!(
+        !run.to_string().contains("injected bug"),
+        "the internal detail stays in the log: {run}"
+    );
+
+    let out = handle_message(
+        &env.h.state,
+        &FailingConnector(Error::unavailable("injected outage")),
+        &msg,
+    )
+    .await;
+    assert!(
+        matches!(
+            out,
+            MessageOutcome::Failed {
+                retryable: true,
+                code: "UNAVAILABLE",
+                kind: "metastore",
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert!(out.redeliver(), "an unavailable failure is redelivered");
+    assert_eq!(out.label(), "retry");
+    let run = env.last_run().await;
+    assert_eq!(run["error"]["code"], "UNAVAILABLE", "{run}");
+    assert_eq!(run["error"]["retryable"], true, "{run}");
+    assert_eq!(run["consecutive_failures"], 2);
+
+    // The error's own override wins over its kind, both ways.
+    let out = handle_message(
+        &env.h.state,
+        &FailingConnector(Error::internal("x").with_retryable(true)),
+        &msg,
+    )
+    .await;
+    assert!(out.redeliver(), "{out:?}");
+    let out = handle_message(
+        &env.h.state,
+        &FailingConnector(Error::unavailable("x").with_retryable(false)),
+        &msg,
+    )
+    .await;
+    assert!(!out.redeliver(), "{out:?}");
+    assert_eq!(env.last_run().await["error"]["retryable"], false);
+    assert_eq!(env.catalog_items().await, vec![], "nothing was published");
+
+    // Healthy again: the same message runs.
+    let out = handle_message(&env.h.state, &AdapterConnector, &msg).await;
+    assert!(matches!(out, MessageOutcome::Reconciled(_)), "{out:?}");
+}
+
+/// A corrupt overlay record makes the worker's generation check fail `INTERNAL`: the message
+/// is acknowledged, not redelivered until the dead-letter queue.
+#[tokio::test]
+async fn a_corrupt_overlay_record_is_an_internal_failure_and_acknowledged() {
+    use flotilla_core::reconcile::work::{MessageOutcome, handle_message};
+    let env = Env::new(sample_fixture().await, json!([])).await;
+    env.dyn_store()
+        .transact(Transaction::new().with(Op::put(
+            keys::overlay("acme", &env.overlay),
+            b"{not json".to_vec(),
+        )))
+        .await
+        .expect("corrupt the overlay");
+    let out = handle_message(&env.h.state, &AdapterConnector, &current_message(&env)).await;
+    assert!(
+        matches!(
+            out,
+            MessageOutcome::Failed {
+                retryable: false,
+                code: "INTERNAL",
+                kind: "internal",
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert!(!out.redeliver());
 }

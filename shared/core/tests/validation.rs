@@ -13,8 +13,8 @@ use flotilla_catalog_access::iceberg_rest::IcebergRestProvider;
 use flotilla_catalog_access::{
     CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogClientFactory,
     CatalogClientProvider, CatalogConnectionConfig, CatalogProtocol, ConnectOptions,
-    LoadTableOutcome, NamespacePath, Page, ResolvedCatalogCredentials, Result as CaResult,
-    TableIdent, VendedCredentials, ViewMetadata,
+    LoadTableOutcome, Page, ResolvedCatalogCredentials, Result as CaResult, TableIdent,
+    UpstreamNamespace, VendedCredentials, ViewMetadata,
 };
 use flotilla_secrets::local::{LocalEncryptedStore, SecretKey};
 use flotilla_testkit::delta_sharing_fixture::{self, DeltaSharingFixture, SharingTable};
@@ -487,15 +487,15 @@ impl CatalogClient for NarrowingClient {
     }
     async fn list_namespaces(
         &self,
-        parent: Option<&NamespacePath>,
+        parent: Option<&UpstreamNamespace>,
         page_token: Option<&str>,
         page_size: Option<u32>,
-    ) -> CaResult<Page<NamespacePath>> {
+    ) -> CaResult<Page<UpstreamNamespace>> {
         self.0.list_namespaces(parent, page_token, page_size).await
     }
     async fn list_tables(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -503,7 +503,7 @@ impl CatalogClient for NarrowingClient {
     }
     async fn list_views(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -511,18 +511,18 @@ impl CatalogClient for NarrowingClient {
     }
     async fn load_table(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
         if_none_match: Option<&str>,
     ) -> CaResult<LoadTableOutcome> {
         self.0.load_table(namespace, name, if_none_match).await
     }
-    async fn load_view(&self, namespace: &NamespacePath, name: &str) -> CaResult<ViewMetadata> {
+    async fn load_view(&self, namespace: &UpstreamNamespace, name: &str) -> CaResult<ViewMetadata> {
         self.0.load_view(namespace, name).await
     }
     async fn vend_storage_credentials(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
     ) -> CaResult<VendedCredentials> {
         let mut v = self.0.vend_storage_credentials(namespace, name).await?;

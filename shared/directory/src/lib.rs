@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 
 use flotilla_base::MetricsRenderer;
 use flotilla_base::clock::{Clock, rfc3339_from_ms};
-use flotilla_base::error::{ApiResult, Error};
+use flotilla_base::error::{Error, Result};
 use flotilla_base::store::to_body;
 
 /// How many times one refresh retries its full scan because directory DDL moved the
@@ -72,7 +72,7 @@ impl fmt::Debug for DirectoryGeneration {
 
 /// The operation that replaces a catalog's directory generation. Writers add it to the same
 /// transaction as the conditional table/view mutation it signals.
-pub fn directory_bump(catalog_id: &str) -> ApiResult<Op> {
+pub fn directory_bump(catalog_id: &str) -> Result<Op> {
     Ok(Op::put(
         keys::directory_generation(catalog_id),
         to_body(&DirectoryGeneration::fresh())?,

@@ -151,6 +151,16 @@ impl Error {
         Self::new(ErrorKind::AlreadyExists, message)
     }
 
+    /// The request is fine but the state of a resource it depends on refuses it (paused,
+    /// misconfigured, not yet acknowledged, ...).
+    pub fn failed_precondition(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::FailedPrecondition, message)
+    }
+
+    pub fn permission_denied(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::PermissionDenied, message)
+    }
+
     pub fn deleting(what: &str) -> Self {
         Self::new(ErrorKind::Deleting, format!("{what} is being deleted"))
     }
@@ -354,6 +364,16 @@ mod tests {
                 Error::already_exists("taken"),
                 ErrorKind::AlreadyExists,
                 "taken",
+            ),
+            (
+                Error::failed_precondition("paused"),
+                ErrorKind::FailedPrecondition,
+                "paused",
+            ),
+            (
+                Error::permission_denied("operator permission required"),
+                ErrorKind::PermissionDenied,
+                "operator permission required",
             ),
             (
                 Error::deleting("the account"),

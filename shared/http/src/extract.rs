@@ -12,7 +12,7 @@ use crate::error::HttpError;
 use flotilla_base::error::{Error, ErrorKind};
 pub use flotilla_services::auth::AccountScope;
 use flotilla_services::auth::Principal;
-use flotilla_services::service::accounts::OnConflict;
+use flotilla_services::service::OnConflict;
 use flotilla_services::service::idempotency::{IdempotencyRequest, validate_client_key};
 use flotilla_services::state::AppState;
 

@@ -36,8 +36,8 @@ use super::extract::{
 };
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
-use flotilla_base::error::{ApiResult, Error, ErrorKind};
-use flotilla_services::service::accounts::OnConflict;
+use flotilla_base::error::{Error, ErrorKind, Result};
+use flotilla_services::service::OnConflict;
 use flotilla_services::service::idempotency::account_receipt_key;
 use flotilla_services::service::index_catalogs::{self, explain, service};
 use flotilla_services::service::{decode_page_token, encode_page_token, page_body, page_size};
@@ -76,7 +76,7 @@ pub fn routes() -> Router<AppState> {
 
 /// Commit (a compare-and-swap on `base`) and rename are conditional by themselves; see the
 /// module documentation.
-fn refuse_idempotency_key(key: &Option<String>) -> ApiResult<()> {
+fn refuse_idempotency_key(key: &Option<String>) -> Result<()> {
     match key {
         None => Ok(()),
         Some(_) => Err(Error::new(
@@ -87,7 +87,7 @@ fn refuse_idempotency_key(key: &Option<String>) -> ApiResult<()> {
     }
 }
 
-fn only_error_mode(params: &CreateParams) -> ApiResult<()> {
+fn only_error_mode(params: &CreateParams) -> Result<()> {
     if params.on_conflict != OnConflict::Error {
         return Err(Error::invalid(
             "index catalog creates support on_conflict=error only",
@@ -96,33 +96,33 @@ fn only_error_mode(params: &CreateParams) -> ApiResult<()> {
     Ok(())
 }
 
-fn name(what: &str, value: &str) -> ApiResult<()> {
+fn name(what: &str, value: &str) -> Result<()> {
     Ok(validate_segment(what, value)?)
 }
 
-fn ns_path(segment: &str) -> ApiResult<Vec<String>> {
+fn ns_path(segment: &str) -> Result<Vec<String>> {
     Ok(NamespacePath::from_url_segment(segment)?
         .segments()
         .to_vec())
 }
 
-fn check_namespace(path: &[String]) -> ApiResult<()> {
+fn check_namespace(path: &[String]) -> Result<()> {
     NamespacePath::new(path.to_vec())?;
     Ok(())
 }
 
-fn check_identifier(id: &IndexIdentifier) -> ApiResult<()> {
+fn check_identifier(id: &IndexIdentifier) -> Result<()> {
     check_namespace(&id.namespace)?;
     name("index name", &id.name)
 }
 
-fn to_json<T: Serialize>(v: &T) -> ApiResult<Value> {
+fn to_json<T: Serialize>(v: &T) -> Result<Value> {
     serde_json::to_value(v).map_err(|e| Error::internal(format!("encode: {e}")))
 }
 
 /// A listing's page request: the API's page size rules, and the crate's token unwrapped from
 /// an API token bound to `scope`.
-fn page_request(scope: &str, l: &ListParams) -> ApiResult<PageRequest> {
+fn page_request(scope: &str, l: &ListParams) -> Result<PageRequest> {
     if l.parent.is_some() {
         return Err(Error::invalid(
             "parent does not apply to index catalog listings",
@@ -140,7 +140,7 @@ fn page_request(scope: &str, l: &ListParams) -> ApiResult<PageRequest> {
 
 /// `{"items": [...], "next_page_token": ...}` with the crate's token wrapped for `scope`.
 fn page<T: Serialize>(scope: &str, items: &[T], next: Option<String>) -> HttpResult<Response> {
-    let items = items.iter().map(to_json).collect::<ApiResult<Vec<_>>>()?;
+    let items = items.iter().map(to_json).collect::<Result<Vec<_>>>()?;
     Ok(ok(page_body(
         items,
         next.map(|t| encode_page_token(scope, &t)),
@@ -153,7 +153,7 @@ async fn run<T>(
     state: &AppState,
     account: &str,
     f: impl AsyncFnOnce(&IndexCatalogService) -> Result<T, flotilla_parqdb::IndexCatalogError>,
-) -> ApiResult<T> {
+) -> Result<T> {
     match f(&service(state)).await {
         Ok(v) => Ok(v),
         Err(e) => Err(explain(state, account, e).await),
@@ -165,8 +165,8 @@ async fn run<T>(
 async fn read<T>(
     state: &AppState,
     f: impl AsyncFnOnce(&IndexCatalogService) -> Result<T, flotilla_parqdb::IndexCatalogError>,
-) -> ApiResult<T> {
-    f(&service(state)).await.map_err(index_catalogs::api_error)
+) -> Result<T> {
+    f(&service(state)).await.map_err(Error::from)
 }
 
 // ---- index catalogs -------------------------------------------------------------------
@@ -331,7 +331,7 @@ async fn list_indexes(
 
 type IndexPath = P<(String, String, String, String)>;
 
-fn identifier(c: &str, ns: &str, index: &str) -> ApiResult<IndexIdentifier> {
+fn identifier(c: &str, ns: &str, index: &str) -> Result<IndexIdentifier> {
     name("index catalog name", c)?;
     let id = IndexIdentifier {
         namespace: ns_path(ns)?,

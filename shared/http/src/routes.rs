@@ -16,7 +16,7 @@ use super::extract::{
 };
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
-use flotilla_base::error::{ApiResult, Error};
+use flotilla_base::error::{Error, Result};
 use flotilla_services::service::idempotency::{account_receipt_key, system_receipt_key};
 use flotilla_services::service::{accounts, catalogs, namespaces, page_size, relations};
 use flotilla_services::state::AppState;
@@ -121,7 +121,7 @@ async fn metrics(State(state): State<AppState>, Auth(p): Auth) -> HttpResult<Res
 
 // ---- helpers --------------------------------------------------------------------------
 
-fn ns_path(segment: &str) -> ApiResult<NamespacePath> {
+fn ns_path(segment: &str) -> Result<NamespacePath> {
     Ok(NamespacePath::from_url_segment(segment)?)
 }
 

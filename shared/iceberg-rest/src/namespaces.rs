@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use flotilla_core::http::extract::parse_json;
-use flotilla_core::service::accounts::OnConflict;
+use flotilla_core::service::OnConflict;
 use flotilla_core::service::namespaces::{self, CreateNamespace, PatchNamespace};
 use flotilla_core::state::AppState;
 use serde::Deserialize;

@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use flotilla_core::service::accounts::OnConflict;
+use flotilla_core::service::OnConflict;
 use flotilla_core::service::relations::{self, CreateTable, PatchRelation};
 use flotilla_core::state::AppState;
 use flotilla_domain::model::RelationKind;

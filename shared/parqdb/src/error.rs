@@ -16,7 +16,7 @@ pub enum IndexCatalogError {
     /// A register or rename destination (or an index catalog / namespace name) exists.
     #[error("{message}")]
     AlreadyExists { message: String },
-    /// The metadata document, or its location, breaks a FORMAT.md rule.
+    /// The metadata document, or its location, breaks a rule of the ParqDB format.
     #[error("{rule}: {message}")]
     InvalidIndexMetadata { rule: Rule, message: String },
     #[error("{message}")]

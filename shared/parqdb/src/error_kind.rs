@@ -16,7 +16,7 @@ impl From<IndexCatalogError> for Error {
         match e {
             E::NamespaceNotFound { message } => Error::new(ErrorKind::NamespaceNotFound, message),
             E::IndexNotFound { message } => Error::new(ErrorKind::IndexNotFound, message),
-            E::AlreadyExists { message } => Error::new(ErrorKind::AlreadyExists, message),
+            E::AlreadyExists { message } => Error::already_exists(message),
             E::InvalidIndexMetadata { rule, message } => Error::new(
                 ErrorKind::InvalidIndexMetadata,
                 format!("{rule}: {message}"),
@@ -29,8 +29,8 @@ impl From<IndexCatalogError> for Error {
             E::CommitConflict { message } => Error::new(ErrorKind::CommitConflict, message),
             E::NotFound { message } => Error::new(ErrorKind::NotFound, message),
             E::HasDependents { message } => Error::new(ErrorKind::HasDependents, message),
-            E::InvalidArgument { message } => Error::new(ErrorKind::InvalidArgument, message),
-            E::WarehouseNotAllowed { message } => Error::new(ErrorKind::PermissionDenied, message),
+            E::InvalidArgument { message } => Error::invalid(message),
+            E::WarehouseNotAllowed { message } => Error::permission_denied(message),
             E::Unavailable { message } => Error::unavailable(message),
             E::Internal { message } => Error::internal(message),
         }

@@ -1,7 +1,7 @@
 #![forbid(unsafe_code)]
-//! ParqDB index catalog (seed `002_34e4ac68e6336c19.txt`).
+//! ParqDB index catalog (`docs/parqdb.md`).
 //!
-//! - [`metadata`]: the strict validator of index metadata documents (`shared/parqdb/FORMAT.md`).
+//! - [`metadata`]: the strict validator of index metadata documents (the format rules: `docs/parqdb.md`, "Metadata validation").
 //! - [`location`]: warehouse URIs, warehouse-relative locations, "inside the warehouse".
 //! - [`catalog`]: [`IndexCatalogService`], the catalog operations over the metastore.
 //! - [`gc`]: garbage collection of objects that lost catalog reachability.

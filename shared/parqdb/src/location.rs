@@ -22,7 +22,7 @@ fn err(msg: impl Into<String>) -> LocationError {
     LocationError(msg.into())
 }
 
-/// Checks a warehouse-relative location (FORMAT.md "Warehouse-relative locations").
+/// Checks a warehouse-relative location (`docs/parqdb.md`, "Locations").
 ///
 /// Refused: empty; a leading `/`; any `:` in the first segment (this covers every URI
 /// scheme, `s3:` and `file:` included, and the relative references RFC 3986 forbids for the

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flotilla_catalog_access::spi::{NamespacePath as UpPath, TableIdent};
+use flotilla_catalog_access::spi::{TableIdent, UpstreamNamespace};
 
 use flotilla_base::clock::Clock;
 
@@ -177,7 +177,7 @@ pub trait Weight {
 
 const ITEM_OVERHEAD: usize = 32;
 
-impl Weight for UpPath {
+impl Weight for UpstreamNamespace {
     fn weight(&self) -> usize {
         ITEM_OVERHEAD
             + self

@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 
 use flotilla_catalog_access::spi::{
-    CatalogAccessError, CatalogClient, LoadTableOutcome, NamespacePath as UpPath, Page, TableIdent,
-    TableMetadata, ViewMetadata,
+    CatalogAccessError, CatalogClient, LoadTableOutcome, Page, TableIdent, TableMetadata,
+    UpstreamNamespace, ViewMetadata,
 };
 use flotilla_domain::names::NamespacePath;
 use flotilla_domain::selection::Selection;
@@ -83,8 +83,8 @@ pub struct Discovered {
     pub stable_ids: bool,
 }
 
-fn up(path: &NamespacePath) -> UpPath {
-    UpPath::new(path.segments().iter().cloned())
+fn up(path: &NamespacePath) -> UpstreamNamespace {
+    UpstreamNamespace::new(path.segments().iter().cloned())
 }
 
 fn segments(path: Option<&NamespacePath>) -> Vec<String> {
@@ -212,7 +212,7 @@ pub async fn discover(
     let mut visited: HashSet<Vec<String>> = HashSet::new();
     let mut frontier: Vec<Option<NamespacePath>> = vec![None];
     while !frontier.is_empty() {
-        let listed: Vec<(Option<NamespacePath>, Vec<UpPath>)> = stream::iter(frontier)
+        let listed: Vec<(Option<NamespacePath>, Vec<UpstreamNamespace>)> = stream::iter(frontier)
             .map(|parent| async move {
                 let up_parent = parent.as_ref().map(up);
                 let at = segments(parent.as_ref());

@@ -268,16 +268,19 @@ impl From<Exceeded> for ReconcileError {
 impl ReconcileError {
     /// Whether running again soon may succeed. The SQS worker reports these as batch item
     /// failures so the queue redelivers them; the others are recorded and acknowledged.
+    ///
+    /// The run's own outcomes are classified here; a wrapped service error or upstream
+    /// failure is retryable exactly when [`flotilla_error::Error::is_retryable`] says so
+    /// (its kind, or an explicit override): `UNAVAILABLE` is, `INTERNAL` and client errors
+    /// are not.
     pub fn is_retryable(&self) -> bool {
         match self {
             ReconcileError::FenceLost
             | ReconcileError::Incomplete { .. }
             | ReconcileError::UpstreamChanged { .. }
             | ReconcileError::Deleting(_) => true,
-            ReconcileError::Upstream { error, .. } => error.is_retryable(),
-            ReconcileError::Api(e) => {
-                matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Internal)
-            }
+            ReconcileError::Upstream { error, .. } => Error::from(error).is_retryable(),
+            ReconcileError::Api(e) => e.is_retryable(),
             ReconcileError::NotFound
             | ReconcileError::Paused(_)
             | ReconcileError::Conflicts(_)
@@ -295,7 +298,7 @@ impl ReconcileError {
             ReconcileError::FenceLost => "FENCE_LOST",
             ReconcileError::Upstream { error, .. } => match error {
                 CatalogAccessError::Authentication { .. } => "UPSTREAM_AUTHENTICATION",
-                e if e.is_retryable() => "UPSTREAM_UNAVAILABLE",
+                e if Error::from(e).is_retryable() => "UPSTREAM_UNAVAILABLE",
                 _ => "UPSTREAM_ERROR",
             },
             ReconcileError::UpstreamChanged { .. } => "UPSTREAM_CHANGED",
@@ -335,10 +338,9 @@ impl From<ReconcileError> for Error {
         let object = e.object().map(<[String]>::to_vec);
         match e {
             ReconcileError::NotFound => Error::not_found("overlay"),
-            ReconcileError::Paused(what) => Error::new(
-                ErrorKind::FailedPrecondition,
-                format!("{what} is paused; unpause it to reconcile"),
-            ),
+            ReconcileError::Paused(what) => {
+                Error::failed_precondition(format!("{what} is paused; unpause it to reconcile"))
+            }
             ReconcileError::Deleting(what) => Error::deleting(&what),
             ReconcileError::FenceLost => {
                 Error::new(ErrorKind::Conflict, cause).with_detail("retryable", true)
@@ -359,7 +361,7 @@ impl From<ReconcileError> for Error {
             }
             ReconcileError::Api(api) => api,
             _ => {
-                let mut api = Error::new(ErrorKind::FailedPrecondition, cause)
+                let mut api = Error::failed_precondition(cause)
                     .with_detail("reason", code)
                     .with_detail("retryable", false);
                 if let Some(path) = object {
@@ -693,4 +695,96 @@ async fn attempt(
         .await
         .map_err(at(Stage::Retirement))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_catalog_access::BoundedText;
+
+    use super::*;
+
+    fn upstream(error: CatalogAccessError) -> ReconcileError {
+        ReconcileError::Upstream {
+            path: vec!["sales".into()],
+            what: "listing",
+            error,
+        }
+    }
+
+    /// A wrapped service error is retried exactly when the error kind (or its override)
+    /// says so; `INTERNAL` is not, whatever status code it would answer over HTTP.
+    #[test]
+    fn wrapped_errors_are_retried_by_their_kind_only() {
+        for kind in ErrorKind::ALL {
+            let e = ReconcileError::Api(Error::new(*kind, "m"));
+            assert_eq!(e.is_retryable(), *kind == ErrorKind::Unavailable, "{kind}");
+        }
+        assert!(!ReconcileError::Api(Error::internal("corrupt item")).is_retryable());
+        assert!(ReconcileError::Api(Error::unavailable("throttled")).is_retryable());
+        // An explicit override wins over the kind.
+        assert!(ReconcileError::Api(Error::internal("x").with_retryable(true)).is_retryable());
+        assert!(!ReconcileError::Api(Error::unavailable("x").with_retryable(false)).is_retryable());
+    }
+
+    #[test]
+    fn upstream_failures_are_retried_by_their_service_error_kind() {
+        let transient = [
+            CatalogAccessError::Connection(BoundedText::ours("refused")),
+            CatalogAccessError::Retryable {
+                status: Some(503),
+                detail: BoundedText::ours("down"),
+            },
+        ];
+        for e in transient {
+            assert_eq!(Error::from(&e).kind, ErrorKind::Unavailable);
+            let r = upstream(e);
+            assert!(r.is_retryable(), "{r}");
+            assert_eq!(r.code(), "UPSTREAM_UNAVAILABLE");
+        }
+        let permanent = [
+            CatalogAccessError::Authentication {
+                status: Some(401),
+                detail: BoundedText::ours("refused"),
+            },
+            CatalogAccessError::protocol("name", "not a string"),
+            CatalogAccessError::NotFound(BoundedText::ours("namespace `sales`")),
+        ];
+        for e in permanent {
+            assert!(!Error::from(&e).is_retryable());
+            let r = upstream(e);
+            assert!(!r.is_retryable(), "{r}");
+            assert_ne!(r.code(), "UPSTREAM_UNAVAILABLE");
+        }
+    }
+
+    #[test]
+    fn run_outcomes_keep_their_own_classification() {
+        for e in [
+            ReconcileError::FenceLost,
+            ReconcileError::Incomplete { failed: 1 },
+            ReconcileError::UpstreamChanged { path: vec![] },
+            ReconcileError::Deleting("the overlay".into()),
+        ] {
+            assert!(e.is_retryable(), "{e}");
+        }
+        for e in [
+            ReconcileError::NotFound,
+            ReconcileError::Paused("the overlay"),
+            ReconcileError::Conflicts(vec![]),
+        ] {
+            assert!(!e.is_retryable(), "{e}");
+        }
+    }
+
+    /// Over HTTP an internal failure stays `INTERNAL`; only a retryable one becomes the
+    /// generic `UNAVAILABLE` answer pointing at `last_reconcile`.
+    #[test]
+    fn the_rpc_answer_follows_the_same_decision() {
+        let internal = Error::from(ReconcileError::Api(Error::internal("corrupt")));
+        assert_eq!(internal.kind, ErrorKind::Internal);
+        assert!(!internal.is_retryable());
+        let unavailable = Error::from(ReconcileError::Api(Error::unavailable("throttled")));
+        assert_eq!(unavailable.kind, ErrorKind::Unavailable);
+        assert!(unavailable.is_retryable());
+    }
 }

@@ -633,7 +633,7 @@ impl<'a> Publisher<'a> {
         &self,
         d: &DesiredRelation,
     ) -> Result<Option<(Slot, Stored<RelationRecord>)>, ReconcileError> {
-        let items = flotilla_services::service::accounts::strong_scan(
+        let items = flotilla_services::service::strong_scan(
             self.state.store.as_ref(),
             &keys::catalog_pk(&self.overlay.catalog_id),
             keys::RELATION_PREFIX,

@@ -11,7 +11,7 @@ use flotilla_domain::model::{
 use flotilla_domain::names::NamespacePath;
 use flotilla_metastore::{Consistency, Metastore, Query, query_all};
 
-use flotilla_base::error::ApiResult;
+use flotilla_base::error::Result;
 
 /// A stored record and its item version.
 #[derive(Clone, Debug)]
@@ -41,7 +41,7 @@ pub struct TargetState {
 }
 
 impl TargetState {
-    pub async fn load(store: &dyn Metastore, overlay: &OverlayRecord) -> ApiResult<Self> {
+    pub async fn load(store: &dyn Metastore, overlay: &OverlayRecord) -> Result<Self> {
         let pk = keys::catalog_pk(&overlay.catalog_id);
         let scan = |prefix: &'static str| {
             query_all(store, Query::new(pk.clone(), prefix, Consistency::Strong))

@@ -21,7 +21,7 @@ use flotilla_metastore::{Consistency, Metastore, Query, query_all};
 use serde::{Deserialize, Serialize};
 
 use super::{Connector, ReconcileError, ReconcileSummary, RunOptions, reconcile};
-use flotilla_base::error::ApiResult;
+use flotilla_base::error::Result;
 use flotilla_services::state::AppState;
 
 /// The body of one reconcile queue message (`events/reconciler/batch.json`).
@@ -101,7 +101,7 @@ impl MessageOutcome {
     }
 }
 
-async fn current_generation(state: &AppState, m: &ReconcileMessage) -> ApiResult<Option<u64>> {
+async fn current_generation(state: &AppState, m: &ReconcileMessage) -> Result<Option<u64>> {
     let rec = flotilla_base::store::read::<OverlayRecord>(
         state.store.as_ref(),
         keys::overlay(&m.account_id, &m.overlay_id),
@@ -163,11 +163,13 @@ async fn run_message(
         }
         Ok(Some(_)) => {}
         Err(e) => {
+            // The kind decides: a throttled or unreachable store is redelivered, a corrupt
+            // record (`INTERNAL`) is not.
             return MessageOutcome::Failed {
-                retryable: true,
+                retryable: e.is_retryable(),
                 code: e.kind.as_str(),
                 reason: e.to_string(),
-                kind: "metastore",
+                kind: failure_kind(&ReconcileError::Api(e)),
             };
         }
     }
@@ -220,7 +222,7 @@ async fn run_message(
 /// run, across all accounts: one message each, at the overlay's current generation. Paused
 /// overlays, overlays of paused or missing integrations, and overlays being deleted are not
 /// due.
-pub async fn due_overlays(store: &dyn Metastore, now_ms: i64) -> ApiResult<Vec<ReconcileMessage>> {
+pub async fn due_overlays(store: &dyn Metastore, now_ms: i64) -> Result<Vec<ReconcileMessage>> {
     let accounts = query_all(
         store,
         Query::new(
@@ -244,7 +246,7 @@ async fn due_in_account(
     store: &dyn Metastore,
     account: &str,
     now_ms: i64,
-) -> ApiResult<Vec<ReconcileMessage>> {
+) -> Result<Vec<ReconcileMessage>> {
     let pk = keys::account_pk(account);
     let scan = |prefix: &'static str| {
         query_all(store, Query::new(pk.clone(), prefix, Consistency::Eventual))

@@ -20,14 +20,15 @@
 //! provider; the bytes never leave this function in any other form. Errors name the
 //! integration's authentication type and fields, never values.
 //!
-//! Used by validation and upstream listings (`service::validation`, `service::upstream`)
-//! and by overlay reconciliation.
+//! Used by validation and upstream listings ([`validation`], [`upstream`]) and by overlay
+//! reconciliation. The session cache ([`crate::sessions`]) and the AWS signing rules
+//! ([`crate::signing`]) live below this module and are re-exported here: the state holds the
+//! cache and integration validation checks the signing rules without depending on `access`.
 
 pub mod upstream;
 pub mod validation;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use flotilla_catalog_access::http::HttpPolicy;
@@ -36,15 +37,21 @@ use flotilla_catalog_access::sigv4::{
 };
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogAuthentication, CatalogCapabilities, CatalogClient,
-    CatalogConnectionConfig, CatalogProtocol, ConnectOptions, LoadTableOutcome, NamespacePath,
-    Page, ResolvedCatalogCredentials, SecretString, TableIdent, VendedCredentials, ViewMetadata,
+    CatalogConnectionConfig, CatalogProtocol, ConnectOptions, LoadTableOutcome, Page,
+    ResolvedCatalogCredentials, SecretString, TableIdent, UpstreamNamespace, VendedCredentials,
+    ViewMetadata,
 };
 use flotilla_domain::model::{AuthConfig, IntegrationRecord, IntegrationType};
 use flotilla_secrets::{SecretRef, SecretStoreError};
 use serde_json::{Map, Value};
 
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::state::AppState;
+
+pub use crate::sessions::{SESSION_CAPACITY, SESSION_MAX_AGE_MS, SessionCache};
+pub use crate::signing::{
+    AwsSigning, DEFAULT_SIGNING_NAME, SIGNING_NAME_PROPERTY, SIGNING_REGION_PROPERTY, aws_signing,
+};
 
 /// Why an integration could not be turned into a client. Every message is ours and names at
 /// most a field or an authentication type.
@@ -66,40 +73,23 @@ pub enum AccessError {
     Catalog(CatalogAccessError),
 }
 
-impl AccessError {
-    /// True when nothing is wrong with the integration itself but the credential store was
-    /// unavailable: a caller should answer `503` rather than report the integration broken.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, AccessError::Store(e) if e.is_retryable() || e.is_outcome_unknown())
-    }
-}
-
 impl From<AccessError> for Error {
     fn from(e: AccessError) -> Self {
         match &e {
             AccessError::Store(s) if s.is_retryable() || s.is_outcome_unknown() => {
                 Error::unavailable(e.to_string())
             }
-            AccessError::Store(SecretStoreError::NotFound(_)) => Error::new(
-                ErrorKind::FailedPrecondition,
+            AccessError::Store(SecretStoreError::NotFound(_)) => Error::failed_precondition(
                 "the integration's credentials are missing from the credential store; rotate them with PUT .../authentication",
             ),
             AccessError::Store(_) => Error::internal(e.to_string()),
             AccessError::Unsupported(m) | AccessError::Credentials(m) => {
-                Error::new(ErrorKind::FailedPrecondition, m.clone())
+                Error::failed_precondition(m.clone())
             }
-            AccessError::Catalog(c) => upstream_error(c),
+            // Classified once, next to the type (`flotilla_catalog_access::error_kind`).
+            AccessError::Catalog(c) => Error::from(c),
         }
     }
-}
-
-/// Maps a catalog-access failure of an API operation (listing, reconciliation) onto the API
-/// error contract. The SPI's messages are bounded and withhold credential-bearing upstream
-/// text (`BoundedText`), so they may be shown; retryable failures answer `503` and keep the
-/// detail in the log only.
-pub fn upstream_error(e: &CatalogAccessError) -> Error {
-    // Classified once, next to the type (`flotilla_catalog_access::error_kind`).
-    Error::from(e)
 }
 
 /// The SPI protocol of an integration type.
@@ -190,134 +180,6 @@ pub fn authentication(
             })
         }
     }
-}
-
-/// Connection property naming the SigV4 signing service (`glue`, `s3tables`, `execute-api`).
-pub const SIGNING_NAME_PROPERTY: &str = "rest.signing-name";
-/// Connection property naming the SigV4 signing region.
-pub const SIGNING_REGION_PROPERTY: &str = "rest.signing-region";
-/// The signing name when neither the properties nor the authentication name one.
-pub const DEFAULT_SIGNING_NAME: &str = "execute-api";
-
-/// Where and as what service AWS requests are signed. Without a region the deployment's
-/// own applies.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AwsSigning {
-    pub region: Option<String>,
-    pub signing_name: String,
-}
-
-fn signing_token_ok(v: &str) -> bool {
-    (2..=64).contains(&v.len())
-        && v.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !v.starts_with('-')
-        && !v.ends_with('-')
-}
-
-/// The SigV4 signing parameters of an authentication with its connection properties:
-/// `None` for non-AWS authentication (which must not carry signing properties). Properties
-/// win; a property that contradicts an explicit authentication field is refused, as is a
-/// malformed value. Also checks the assume-role fields STS constrains. Messages name properties and fields, never values.
-pub fn aws_signing(
-    auth: &AuthConfig,
-    properties: &std::collections::BTreeMap<String, String>,
-) -> Result<Option<AwsSigning>, String> {
-    let prop_name = properties
-        .get(SIGNING_NAME_PROPERTY)
-        .map(|s| s.trim().to_owned());
-    let prop_region = properties
-        .get(SIGNING_REGION_PROPERTY)
-        .map(|s| s.trim().to_owned());
-    if let Some(n) = &prop_name
-        && !signing_token_ok(n)
-    {
-        return Err(format!(
-            "property {SIGNING_NAME_PROPERTY} must be an AWS service signing name such as glue, s3tables or execute-api"
-        ));
-    }
-    if let Some(r) = &prop_region
-        && !signing_token_ok(r)
-    {
-        return Err(format!(
-            "property {SIGNING_REGION_PROPERTY} must be an AWS region such as us-east-1"
-        ));
-    }
-    let (auth_region, auth_name): (Option<&str>, Option<&str>) = match auth {
-        AuthConfig::OauthClientCredentials { .. } | AuthConfig::Bearer {} => {
-            if prop_name.is_some() || prop_region.is_some() {
-                return Err(format!(
-                    "properties {SIGNING_NAME_PROPERTY} and {SIGNING_REGION_PROPERTY} apply to AWS authentication only"
-                ));
-            }
-            return Ok(None);
-        }
-        AuthConfig::AwsAssumeRole {
-            role_arn,
-            external_id,
-            session_name,
-            duration_secs,
-            region,
-        } => {
-            if !role_arn.starts_with("arn:") || !role_arn.contains(":role/") {
-                return Err("authentication.role_arn must be an IAM role ARN".into());
-            }
-            let sts_chars = |v: &str, extra: &str| {
-                v.chars().all(|c| {
-                    c.is_ascii_alphanumeric() || "+=,.@-_".contains(c) || extra.contains(c)
-                })
-            };
-            if let Some(e) = external_id
-                && (!(2..=1224).contains(&e.len()) || !sts_chars(e, ":/"))
-            {
-                return Err("authentication.external_id must be 2 to 1224 characters of letters, digits and +=,.@:/-_".into());
-            }
-            if let Some(n) = session_name
-                && (!(2..=64).contains(&n.len()) || !sts_chars(n, ""))
-            {
-                return Err("authentication.session_name must be 2 to 64 characters of letters, digits and +=,.@-_".into());
-            }
-            if let Some(d) = duration_secs
-                && !(900..=43_200).contains(d)
-            {
-                return Err("authentication.duration_secs must be between 900 and 43200".into());
-            }
-            (region.as_deref(), None)
-        }
-        AuthConfig::AwsAccessKeys { region, .. } => (region.as_deref(), None),
-        AuthConfig::AwsSigv4 {
-            region,
-            signing_name,
-            ..
-        } => (
-            Some(region.as_str()),
-            // The serde default is not an explicit choice.
-            Some(signing_name.as_str()).filter(|n| *n != DEFAULT_SIGNING_NAME),
-        ),
-    };
-    let auth_region = auth_region.map(str::trim).filter(|r| !r.is_empty());
-    if let (Some(p), Some(a)) = (&prop_region, auth_region)
-        && p != a
-    {
-        return Err(format!(
-            "property {SIGNING_REGION_PROPERTY} contradicts authentication.region"
-        ));
-    }
-    if let (Some(p), Some(a)) = (&prop_name, auth_name)
-        && p != a
-    {
-        return Err(format!(
-            "property {SIGNING_NAME_PROPERTY} contradicts authentication.signing_name"
-        ));
-    }
-    let region = prop_region.or(auth_region.map(str::to_owned));
-    let signing_name = prop_name
-        .or(auth_name.map(str::to_owned))
-        .unwrap_or_else(|| DEFAULT_SIGNING_NAME.to_owned());
-    Ok(Some(AwsSigning {
-        region,
-        signing_name,
-    }))
 }
 
 /// The STS session name of an integration without one: `flotilla-<id>`, cut to STS's limit.
@@ -508,146 +370,6 @@ async fn connect_new(
         .map_err(AccessError::Catalog)
 }
 
-// ---- session cache ---------------------------------------------------------------------
-
-/// Most integrations whose clients one process keeps (least recently used go first).
-pub const SESSION_CAPACITY: usize = 512;
-/// A client is rebuilt after this long even when nothing changed, so upstream configuration
-/// (`GET /v1/config`) is re-read now and then.
-pub const SESSION_MAX_AGE_MS: i64 = 3_600_000;
-
-/// What a cached client was built from: any difference makes it unusable.
-#[derive(Clone, PartialEq)]
-struct SessionStamp {
-    generation: u64,
-    credential_generation: u64,
-    uri: String,
-    properties: std::collections::BTreeMap<String, String>,
-    authentication: AuthConfig,
-}
-
-impl SessionStamp {
-    fn of(record: &IntegrationRecord) -> Self {
-        Self {
-            generation: record.generation,
-            credential_generation: record.credential_generation,
-            uri: record.uri.clone(),
-            properties: record.properties.clone(),
-            authentication: record.authentication.clone(),
-        }
-    }
-}
-
-struct Session {
-    stamp: SessionStamp,
-    client: Arc<dyn CatalogClient>,
-    created_ms: i64,
-    used_ms: i64,
-}
-
-/// Connected clients per integration, for the life of the process. One entry per
-/// integration: the newest generation seen replaces older ones (dropping their tokens and
-/// sessions); a caller holding an older record gets a client of its own, never cached.
-#[derive(Default)]
-pub struct SessionCache {
-    entries: Mutex<HashMap<(String, String), Session>>,
-}
-
-impl std::fmt::Debug for SessionCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionCache")
-            .field("entries", &self.len())
-            .finish()
-    }
-}
-
-impl SessionCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Session>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn key(record: &IntegrationRecord) -> (String, String) {
-        (record.account_id.clone(), record.id.clone())
-    }
-
-    /// The cached client for exactly this record's configuration, if fresh.
-    fn get(&self, record: &IntegrationRecord, now_ms: i64) -> Option<Arc<dyn CatalogClient>> {
-        let mut entries = self.lock();
-        let session = entries.get_mut(&Self::key(record))?;
-        if session.stamp != SessionStamp::of(record)
-            || now_ms.saturating_sub(session.created_ms) >= SESSION_MAX_AGE_MS
-        {
-            return None;
-        }
-        session.used_ms = now_ms;
-        Some(session.client.clone())
-    }
-
-    /// Caches `client` unless a newer generation is cached; answers the client to use (the
-    /// cached one when a concurrent caller got there first with the same configuration).
-    fn insert(
-        &self,
-        record: &IntegrationRecord,
-        client: Arc<dyn CatalogClient>,
-        now_ms: i64,
-    ) -> Arc<dyn CatalogClient> {
-        let stamp = SessionStamp::of(record);
-        let mut entries = self.lock();
-        if let Some(existing) = entries.get(&Self::key(record)) {
-            if existing.stamp == stamp
-                && now_ms.saturating_sub(existing.created_ms) < SESSION_MAX_AGE_MS
-            {
-                return existing.client.clone();
-            }
-            if existing.stamp.generation > stamp.generation {
-                return client;
-            }
-        }
-        if entries.len() >= SESSION_CAPACITY
-            && !entries.contains_key(&Self::key(record))
-            && let Some(oldest) = entries
-                .iter()
-                .min_by_key(|(_, s)| s.used_ms)
-                .map(|(k, _)| k.clone())
-        {
-            entries.remove(&oldest);
-        }
-        entries.insert(
-            Self::key(record),
-            Session {
-                stamp,
-                client: client.clone(),
-                created_ms: now_ms,
-                used_ms: now_ms,
-            },
-        );
-        client
-    }
-
-    /// Drops the cached client of an integration (delete).
-    pub fn forget(&self, account: &str, integration: &str) {
-        self.lock()
-            .remove(&(account.to_owned(), integration.to_owned()));
-    }
-
-    /// Drops every cached client of an account (account delete).
-    pub fn forget_account(&self, account: &str) {
-        self.lock().retain(|(a, _), _| a != account);
-    }
-
-    /// How many integrations have a cached client.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// A cached client handed out as the `Box<dyn CatalogClient>` callers hold.
 struct SharedClient(Arc<dyn CatalogClient>);
 
@@ -664,15 +386,15 @@ impl CatalogClient for SharedClient {
     }
     async fn list_namespaces(
         &self,
-        parent: Option<&NamespacePath>,
+        parent: Option<&UpstreamNamespace>,
         page_token: Option<&str>,
         page_size: Option<u32>,
-    ) -> flotilla_catalog_access::Result<Page<NamespacePath>> {
+    ) -> flotilla_catalog_access::Result<Page<UpstreamNamespace>> {
         self.0.list_namespaces(parent, page_token, page_size).await
     }
     async fn list_tables(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> flotilla_catalog_access::Result<Page<TableIdent>> {
@@ -680,7 +402,7 @@ impl CatalogClient for SharedClient {
     }
     async fn list_views(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> flotilla_catalog_access::Result<Page<TableIdent>> {
@@ -688,7 +410,7 @@ impl CatalogClient for SharedClient {
     }
     async fn load_table(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
         if_none_match: Option<&str>,
     ) -> flotilla_catalog_access::Result<LoadTableOutcome> {
@@ -696,21 +418,21 @@ impl CatalogClient for SharedClient {
     }
     async fn load_view(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
     ) -> flotilla_catalog_access::Result<ViewMetadata> {
         self.0.load_view(namespace, name).await
     }
     async fn vend_storage_credentials(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
     ) -> flotilla_catalog_access::Result<VendedCredentials> {
         self.0.vend_storage_credentials(namespace, name).await
     }
     async fn load_namespace_properties(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
     ) -> flotilla_catalog_access::Result<std::collections::BTreeMap<String, String>> {
         self.0.load_namespace_properties(namespace).await
     }

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,8 +54,7 @@ impl Principal {
         if self.can_access(account) {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorKind::PermissionDenied,
+            Err(Error::permission_denied(
                 "this principal may not access that account",
             ))
         }
@@ -79,10 +78,7 @@ impl Principal {
         if self.operator {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorKind::PermissionDenied,
-                "operator permission required",
-            ))
+            Err(Error::permission_denied("operator permission required"))
         }
     }
 

@@ -7,6 +7,8 @@
 pub mod access;
 pub mod auth;
 pub mod service;
+pub mod sessions;
+pub mod signing;
 pub mod state;
 
 pub use flotilla_base::{clock, error};

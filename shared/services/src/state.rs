@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use flotilla_metastore::DynMetastore;
+use async_trait::async_trait;
+use flotilla_metastore::{DynMetastore, Item};
 
 use crate::auth::Authenticator;
 use crate::clock::Clock;
-use crate::service::accounts::AccountCleanup;
+use crate::error::Result;
 use flotilla_secrets::{CredentialStore, NoCredentialStore};
 
 /// Deployment settings that change behaviour.
@@ -35,6 +36,16 @@ impl Default for Config {
     }
 }
 
+/// Extra cleanup for account-partition items owned by something the account delete does not
+/// know (a host's own resources), registered in [`AppState::account_cleanups`]. Called for
+/// each item of the account partition before the item itself is deleted, after the built-in
+/// cleanups (catalogs, integrations with their credentials, index catalogs with their
+/// partitions); must be idempotent.
+#[async_trait]
+pub trait AccountCleanup: Send + Sync {
+    async fn cleanup_item(&self, account: &str, item: &Item) -> Result<()>;
+}
+
 /// Renders one block of Prometheus text for `/v1/admin/metrics`.
 pub use flotilla_base::MetricsRenderer;
 
@@ -55,7 +66,8 @@ pub struct AppState {
     /// (upstream calls, reconcile outcomes, API requests, latencies) and what the host adds
     /// (the metastore decorator's counters).
     pub metric_sources: Vec<MetricSource>,
-    /// Cleanup of account-partition items owned by other modules, run by account delete.
+    /// Cleanups of account-partition items registered by the host, run by account delete
+    /// after the built-in ones (none by default).
     pub account_cleanups: Vec<Arc<dyn AccountCleanup>>,
     /// Where integration credentials live (Secrets Manager on AWS, the local encrypted store
     /// under `flotilla serve`). Secrets never enter the metastore.
@@ -65,14 +77,14 @@ pub struct AppState {
     pub directory: Arc<flotilla_directory::DirectoryCache>,
     /// Object stores of ParqDB index catalog warehouses, cached per warehouse. The
     /// host chooses endpoints and credentials once
-    /// ([`crate::service::index_catalogs::warehouse_stores_from_env`]); tests inject faults.
+    /// (`service::index_catalogs::warehouse_stores_from_env`); tests inject faults.
     pub index_stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,
-    /// Catalog-access providers by protocol (`crate::access` connects integrations through
+    /// Catalog-access providers by protocol (the `access` module connects integrations through
     /// it); tests swap in decorated providers with [`AppState::with_catalog_access`].
     pub catalog_access: Arc<flotilla_catalog_access::CatalogClientFactory>,
     /// Connected upstream clients (with their OAuth tokens, assumed-role sessions and vended
     /// credentials) per integration and generation, for the life of the process.
-    pub sessions: Arc<crate::access::SessionCache>,
+    pub sessions: Arc<crate::sessions::SessionCache>,
     /// The deployment's own AWS identity and endpoints (the standard SDK configuration),
     /// which assume-role and ambient integrations sign with.
     pub aws: Arc<flotilla_catalog_access::sigv4::AwsDeployment>,
@@ -86,10 +98,6 @@ impl AppState {
         config: Config,
     ) -> Self {
         let directory = Arc::new(flotilla_directory::DirectoryCache::new());
-        // Index catalogs live in partitions of their own, which account delete must find.
-        let index_catalogs: Arc<dyn AccountCleanup> = Arc::new(
-            crate::service::index_catalogs::IndexCatalogCleanup::new(store.clone()),
-        );
         Self {
             store,
             clock,
@@ -101,14 +109,14 @@ impl AppState {
                 directory.clone() as MetricSource,
                 Arc::new(flotilla_telemetry::Global),
             ],
-            account_cleanups: vec![index_catalogs],
+            account_cleanups: Vec::new(),
             credentials: Arc::new(NoCredentialStore::NotConfigured),
             directory,
             index_stores: Arc::new(flotilla_parqdb::store::DefaultWarehouseStores::new()),
             catalog_access: Arc::new(
                 flotilla_catalog_access::CatalogClientFactory::with_builtin_providers(),
             ),
-            sessions: Arc::new(crate::access::SessionCache::default()),
+            sessions: Arc::new(crate::sessions::SessionCache::default()),
             aws: Arc::new(flotilla_catalog_access::sigv4::AwsDeployment::from_environment()),
         }
     }
@@ -117,7 +125,7 @@ impl AppState {
     /// identity); drops every cached session.
     pub fn with_aws(mut self, aws: Arc<flotilla_catalog_access::sigv4::AwsDeployment>) -> Self {
         self.aws = aws;
-        self.sessions = Arc::new(crate::access::SessionCache::default());
+        self.sessions = Arc::new(crate::sessions::SessionCache::default());
         self
     }
 
@@ -126,7 +134,7 @@ impl AppState {
         factory: Arc<flotilla_catalog_access::CatalogClientFactory>,
     ) -> Self {
         self.catalog_access = factory;
-        self.sessions = Arc::new(crate::access::SessionCache::default());
+        self.sessions = Arc::new(crate::sessions::SessionCache::default());
         self
     }
 

@@ -24,8 +24,8 @@ use crate::error::{CatalogAccessError, Result};
 use crate::http::{HttpClient, HttpResponse, classify_status};
 use crate::spi::{
     CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogConnectionConfig,
-    CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome, NamespacePath, Page,
-    ResolvedCatalogCredentials, TableIdent, VendedCredentials, ViewMetadata,
+    CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome, Page, ResolvedCatalogCredentials,
+    TableIdent, UpstreamNamespace, VendedCredentials, ViewMetadata,
 };
 
 /// The effective catalog configuration from `GET /v1/config`.
@@ -195,7 +195,7 @@ impl IcebergRestClient {
         }
     }
 
-    pub(super) async fn encode_namespace(&self, ns: &NamespacePath) -> Result<String> {
+    pub(super) async fn encode_namespace(&self, ns: &UpstreamNamespace) -> Result<String> {
         let sep = &self.settings().await?.separator;
         if ns.is_empty() {
             return Err(CatalogAccessError::config(
@@ -216,7 +216,7 @@ impl IcebergRestClient {
 
     pub(super) async fn load_table_raw(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
         if_none_match: Option<&str>,
         delegate: bool,
@@ -268,10 +268,10 @@ impl CatalogClient for IcebergRestClient {
 
     async fn list_namespaces(
         &self,
-        parent: Option<&NamespacePath>,
+        parent: Option<&UpstreamNamespace>,
         page_token: Option<&str>,
         page_size: Option<u32>,
-    ) -> Result<Page<NamespacePath>> {
+    ) -> Result<Page<UpstreamNamespace>> {
         self.require(EP_LIST_NAMESPACES, "list namespaces").await?;
         let mut url = self.catalog_url(&["namespaces"]).await?;
         let parent_encoded = match parent.filter(|p| !p.is_empty()) {
@@ -306,7 +306,7 @@ impl CatalogClient for IcebergRestClient {
 
     async fn load_namespace_properties(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
     ) -> Result<BTreeMap<String, String>> {
         self.require(EP_LOAD_NAMESPACE, "load namespace").await?;
         let ns = self.encode_namespace(namespace).await?;
@@ -319,7 +319,7 @@ impl CatalogClient for IcebergRestClient {
 
     async fn list_tables(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>> {
@@ -330,7 +330,7 @@ impl CatalogClient for IcebergRestClient {
 
     async fn list_views(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         page_token: Option<&str>,
         page_size: Option<u32>,
     ) -> Result<Page<TableIdent>> {
@@ -341,7 +341,7 @@ impl CatalogClient for IcebergRestClient {
 
     async fn load_table(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
         if_none_match: Option<&str>,
     ) -> Result<LoadTableOutcome> {
@@ -361,7 +361,7 @@ impl CatalogClient for IcebergRestClient {
         })
     }
 
-    async fn load_view(&self, namespace: &NamespacePath, name: &str) -> Result<ViewMetadata> {
+    async fn load_view(&self, namespace: &UpstreamNamespace, name: &str) -> Result<ViewMetadata> {
         self.require(EP_LOAD_VIEW, "load view").await?;
         let ns = self.encode_namespace(namespace).await?;
         let url = self
@@ -377,7 +377,7 @@ impl CatalogClient for IcebergRestClient {
 
     async fn vend_storage_credentials(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
     ) -> Result<VendedCredentials> {
         self.require(EP_LOAD_TABLE, "load table").await?;
@@ -407,7 +407,7 @@ impl CatalogClient for IcebergRestClient {
 impl IcebergRestClient {
     async fn list_relations(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         kind: &str,
         page_token: Option<&str>,
         page_size: Option<u32>,

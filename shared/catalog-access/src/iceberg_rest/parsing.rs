@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{CatalogAccessError, Result};
 use crate::spi::{
-    NamespacePath, TableFormat, TableIdent, TableMetadata, ViewDefinition, ViewMetadata,
+    TableFormat, TableIdent, TableMetadata, UpstreamNamespace, ViewDefinition, ViewMetadata,
     is_secret_key,
 };
 
@@ -179,7 +179,7 @@ pub(super) fn string_map(v: Option<&Value>, field: &str) -> Result<BTreeMap<Stri
     }
 }
 
-pub(super) fn parse_namespace(v: &Value, field: &str) -> Result<NamespacePath> {
+pub(super) fn parse_namespace(v: &Value, field: &str) -> Result<UpstreamNamespace> {
     match v {
         Value::Array(levels) => {
             let mut out = Vec::with_capacity(levels.len());
@@ -197,7 +197,7 @@ pub(super) fn parse_namespace(v: &Value, field: &str) -> Result<NamespacePath> {
             if out.is_empty() {
                 return Err(CatalogAccessError::protocol(field, "empty namespace"));
             }
-            Ok(NamespacePath(out))
+            Ok(UpstreamNamespace(out))
         }
         Value::Object(_) => Err(CatalogAccessError::protocol(
             field,
@@ -410,8 +410,8 @@ mod tests {
             "metadata": {"format-version": 2, "table-uuid": "u", "current-schema-id": 0,
                          "schemas": [{"type": "struct", "schema-id": 0, "fields": []}]}
         });
-        let e =
-            parse_load_table(&body, TableIdent::new(NamespacePath::new(["a"]), "t")).unwrap_err();
+        let e = parse_load_table(&body, TableIdent::new(UpstreamNamespace::new(["a"]), "t"))
+            .unwrap_err();
         match e {
             CatalogAccessError::Protocol { field, detail } => {
                 assert_eq!(field, "metadata-location");

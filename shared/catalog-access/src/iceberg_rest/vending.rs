@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::error::{CatalogAccessError, Result, VendingErrorKind};
 use crate::spi::{
-    NamespacePath, SecretString, StorageCredential, VendedCredentials, is_secret_key,
+    SecretString, StorageCredential, UpstreamNamespace, VendedCredentials, is_secret_key,
     location_has_prefix,
 };
 
@@ -26,7 +26,7 @@ pub(super) struct CachedVend {
 impl IcebergRestClient {
     pub(super) async fn vend_fresh(
         &self,
-        namespace: &NamespacePath,
+        namespace: &UpstreamNamespace,
         name: &str,
         previous: Option<&CachedVend>,
     ) -> Result<CachedVend> {

@@ -10,7 +10,7 @@ use flotilla_catalog_access::iceberg_rest::IcebergRestProvider;
 use flotilla_catalog_access::unity::UnityProvider;
 use flotilla_catalog_access::{
     CatalogAuthentication, CatalogClient, CatalogClientProvider, CatalogConnectionConfig,
-    ConnectOptions, NamespacePath, ResolvedCatalogCredentials,
+    ConnectOptions, ResolvedCatalogCredentials, UpstreamNamespace,
 };
 use flotilla_testkit::delta_sharing_fixture::{
     DEFAULT_RECIPIENT_TOKEN, DeltaSharingFixture, SharingTable,
@@ -43,8 +43,8 @@ pub fn options() -> ConnectOptions {
 }
 
 /// A namespace from its levels.
-pub fn ns(levels: &[&str]) -> NamespacePath {
-    NamespacePath::new(levels.iter().copied())
+pub fn ns(levels: &[&str]) -> UpstreamNamespace {
+    UpstreamNamespace::new(levels.iter().copied())
 }
 
 /// The answered statuses of some recorded requests, in order.
@@ -64,11 +64,11 @@ pub trait Contract: Sized {
     /// A connected client, its session set up (so later requests are catalog calls only).
     async fn client(&self) -> Box<dyn CatalogClient>;
     /// The sample table's namespace and name.
-    fn sample(&self) -> (NamespacePath, &'static str);
+    fn sample(&self) -> (UpstreamNamespace, &'static str);
     /// A table namespace under a missing top level.
-    fn missing_namespace(&self) -> NamespacePath;
+    fn missing_namespace(&self) -> UpstreamNamespace;
     /// A missing top-level namespace.
-    fn missing_top(&self) -> NamespacePath;
+    fn missing_top(&self) -> UpstreamNamespace;
     /// Answers `status` to the next `times` (`None`: every) request whose path holds `path`.
     fn inject_status(&self, status: u16, times: Option<usize>, path: &str);
     /// Answers a malformed JSON body to the next request whose path holds `path`.
@@ -110,26 +110,26 @@ pub trait RealServerSwitches: Contract {
     const GONE_SHOWN: &'static str;
 
     /// The top-level namespace of a two-level one.
-    fn top_of(&self, namespace: &NamespacePath) -> NamespacePath {
+    fn top_of(&self, namespace: &UpstreamNamespace) -> UpstreamNamespace {
         ns(&[namespace.levels()[0].as_str()])
     }
     /// The child namespace `name` of `top` (not created).
-    fn child(&self, top: &NamespacePath, name: &str) -> NamespacePath {
+    fn child(&self, top: &UpstreamNamespace, name: &str) -> UpstreamNamespace {
         ns(&[top.levels()[0].as_str(), name])
     }
     /// Creates the child namespace `name` of `top` and returns it.
-    fn add_child(&self, top: &NamespacePath, name: &str) -> NamespacePath;
+    fn add_child(&self, top: &UpstreamNamespace, name: &str) -> UpstreamNamespace;
     /// Adds a table to a two-level namespace.
-    fn add_table(&self, namespace: &NamespacePath, name: &str);
+    fn add_table(&self, namespace: &UpstreamNamespace, name: &str);
     fn set_duplicate_listings(&self, on: bool);
     fn set_missing_parent_as_empty(&self, on: bool);
-    fn drop_but_keep_listed(&self, namespace: &NamespacePath, name: &str);
+    fn drop_but_keep_listed(&self, namespace: &UpstreamNamespace, name: &str);
     fn set_expiration_as_string(&self, on: bool);
     /// The expiry the fixture put on the first credentials it vended.
     fn first_vended_expiry_ms(&self) -> i64;
 }
 
-fn levels(namespace: &NamespacePath) -> (&str, &str) {
+fn levels(namespace: &UpstreamNamespace) -> (&str, &str) {
     let l = namespace.levels();
     (l[0].as_str(), l[1].as_str())
 }
@@ -167,15 +167,15 @@ impl Contract for IcebergRest {
         c
     }
 
-    fn sample(&self) -> (NamespacePath, &'static str) {
+    fn sample(&self) -> (UpstreamNamespace, &'static str) {
         (ns(&["hr"]), "people")
     }
 
-    fn missing_namespace(&self) -> NamespacePath {
+    fn missing_namespace(&self) -> UpstreamNamespace {
         ns(&["nope"])
     }
 
-    fn missing_top(&self) -> NamespacePath {
+    fn missing_top(&self) -> UpstreamNamespace {
         ns(&["nope"])
     }
 
@@ -255,15 +255,15 @@ impl Contract for Unity {
             .expect("connect")
     }
 
-    fn sample(&self) -> (NamespacePath, &'static str) {
+    fn sample(&self) -> (UpstreamNamespace, &'static str) {
         (ns(&["main", "default"]), "orders")
     }
 
-    fn missing_namespace(&self) -> NamespacePath {
+    fn missing_namespace(&self) -> UpstreamNamespace {
         ns(&["nocatalog", "x"])
     }
 
-    fn missing_top(&self) -> NamespacePath {
+    fn missing_top(&self) -> UpstreamNamespace {
         ns(&["nocatalog"])
     }
 
@@ -325,12 +325,12 @@ impl RealServerSwitches for Unity {
     const CHILD_LIST_PATH: &'static str = "/schemas";
     const GONE_SHOWN: &'static str = "main.gone";
 
-    fn add_child(&self, top: &NamespacePath, name: &str) -> NamespacePath {
+    fn add_child(&self, top: &UpstreamNamespace, name: &str) -> UpstreamNamespace {
         self.0.add_schema(top.levels()[0].as_str(), name);
         self.child(top, name)
     }
 
-    fn add_table(&self, namespace: &NamespacePath, name: &str) {
+    fn add_table(&self, namespace: &UpstreamNamespace, name: &str) {
         let (catalog, schema) = levels(namespace);
         let location = format!("s3://bucket/{catalog}/{name}");
         self.0
@@ -345,7 +345,7 @@ impl RealServerSwitches for Unity {
         self.0.set_missing_parent_as_empty(on);
     }
 
-    fn drop_but_keep_listed(&self, namespace: &NamespacePath, name: &str) {
+    fn drop_but_keep_listed(&self, namespace: &UpstreamNamespace, name: &str) {
         let (catalog, schema) = levels(namespace);
         self.0.drop_but_keep_listed(catalog, schema, name);
     }
@@ -382,15 +382,15 @@ impl Contract for DeltaSharing {
             .expect("connect")
     }
 
-    fn sample(&self) -> (NamespacePath, &'static str) {
+    fn sample(&self) -> (UpstreamNamespace, &'static str) {
         (ns(&["sales", "retail"]), "orders")
     }
 
-    fn missing_namespace(&self) -> NamespacePath {
+    fn missing_namespace(&self) -> UpstreamNamespace {
         ns(&["noshare", "x"])
     }
 
-    fn missing_top(&self) -> NamespacePath {
+    fn missing_top(&self) -> UpstreamNamespace {
         ns(&["noshare"])
     }
 
@@ -413,12 +413,12 @@ impl RealServerSwitches for DeltaSharing {
     const CHILD_LIST_PATH: &'static str = "/schemas";
     const GONE_SHOWN: &'static str = "gone";
 
-    fn add_child(&self, top: &NamespacePath, name: &str) -> NamespacePath {
+    fn add_child(&self, top: &UpstreamNamespace, name: &str) -> UpstreamNamespace {
         self.0.add_schema(top.levels()[0].as_str(), name);
         self.child(top, name)
     }
 
-    fn add_table(&self, namespace: &NamespacePath, name: &str) {
+    fn add_table(&self, namespace: &UpstreamNamespace, name: &str) {
         let (share, schema) = levels(namespace);
         let location = format!("s3://b/{name}");
         self.0
@@ -433,7 +433,7 @@ impl RealServerSwitches for DeltaSharing {
         self.0.set_missing_parent_as_empty(on);
     }
 
-    fn drop_but_keep_listed(&self, namespace: &NamespacePath, name: &str) {
+    fn drop_but_keep_listed(&self, namespace: &UpstreamNamespace, name: &str) {
         let (share, schema) = levels(namespace);
         self.0.drop_but_keep_listed(share, schema, name);
     }

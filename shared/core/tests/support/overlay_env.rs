@@ -10,8 +10,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use flotilla_catalog_access::spi::{
-    CatalogCapabilities, CatalogClient, CatalogProtocol, LoadTableOutcome, NamespacePath as UpPath,
-    Page, Result as CaResult, TableIdent, VendedCredentials, ViewMetadata,
+    CatalogCapabilities, CatalogClient, CatalogProtocol, LoadTableOutcome, Page,
+    Result as CaResult, TableIdent, UpstreamNamespace, VendedCredentials, ViewMetadata,
 };
 use flotilla_core::Config;
 use flotilla_core::reconcile::{
@@ -438,15 +438,15 @@ impl CatalogClient for Twisted {
     }
     async fn list_namespaces(
         &self,
-        parent: Option<&UpPath>,
+        parent: Option<&UpstreamNamespace>,
         t: Option<&str>,
         n: Option<u32>,
-    ) -> CaResult<Page<UpPath>> {
+    ) -> CaResult<Page<UpstreamNamespace>> {
         self.inner.list_namespaces(parent, t, n).await
     }
     async fn list_tables(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -454,7 +454,7 @@ impl CatalogClient for Twisted {
     }
     async fn list_views(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         t: Option<&str>,
         n: Option<u32>,
     ) -> CaResult<Page<TableIdent>> {
@@ -462,7 +462,7 @@ impl CatalogClient for Twisted {
     }
     async fn load_table(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
         inm: Option<&str>,
     ) -> CaResult<LoadTableOutcome> {
@@ -477,15 +477,18 @@ impl CatalogClient for Twisted {
         }
         Ok(out)
     }
-    async fn load_view(&self, ns: &UpPath, name: &str) -> CaResult<ViewMetadata> {
+    async fn load_view(&self, ns: &UpstreamNamespace, name: &str) -> CaResult<ViewMetadata> {
         self.inner.load_view(ns, name).await
     }
-    async fn load_namespace_properties(&self, ns: &UpPath) -> CaResult<BTreeMap<String, String>> {
+    async fn load_namespace_properties(
+        &self,
+        ns: &UpstreamNamespace,
+    ) -> CaResult<BTreeMap<String, String>> {
         self.inner.load_namespace_properties(ns).await
     }
     async fn vend_storage_credentials(
         &self,
-        ns: &UpPath,
+        ns: &UpstreamNamespace,
         name: &str,
     ) -> CaResult<VendedCredentials> {
         self.inner.vend_storage_credentials(ns, name).await

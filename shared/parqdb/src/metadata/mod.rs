@@ -1,7 +1,7 @@
 //! Strict validation of ParqDB index metadata (format version 1, IVF schema version 1).
 //!
 //! The catalog publishes a metadata location only after the document it names passes every
-//! rule of `shared/parqdb/FORMAT.md`: a reader that loads a published location must never be
+//! rule of the ParqDB format (`docs/parqdb.md`, "Metadata validation"): a reader that loads a published location must never be
 //! handed a document another implementation would refuse. Validation therefore fails closed:
 //! unknown fields, duplicate keys, wrong types and out-of-range integers are all errors.
 //!
@@ -25,7 +25,7 @@ pub const MAX_METADATA_BYTES: usize = 16 * 1024 * 1024;
 pub const FORMAT_VERSION: i32 = 1;
 
 /// The rule a document breaks. The kebab-case name leads every error message, so a caller can
-/// tell which part of FORMAT.md was violated without parsing prose.
+/// tell which rule of the format was violated without parsing prose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
     /// The document exceeds [`MAX_METADATA_BYTES`].
@@ -873,7 +873,7 @@ fn check_ivf(s: &Snapshot, path: &str) -> Result<(), MetadataError> {
 // ---------------------------------------------------------------------------------------
 // Commit successor rules.
 
-/// Checks that `new` may replace `base` in a commit (FORMAT.md "Commit (successor) rules").
+/// Checks that `new` may replace `base` in a commit (`docs/parqdb.md`, "Commit successor rules").
 /// Both documents must already be valid on their own. The location rule (`base == new` is
 /// refused) is the catalog's, because it concerns locations rather than documents.
 pub fn validate_successor(base: &IndexMetadata, new: &IndexMetadata) -> Result<(), MetadataError> {

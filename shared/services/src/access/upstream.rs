@@ -23,14 +23,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use flotilla_catalog_access::{CatalogAccessError, CatalogClient, NamespacePath, Page, TableIdent};
+use flotilla_catalog_access::{
+    CatalogAccessError, CatalogClient, Page, TableIdent, UpstreamNamespace,
+};
 use flotilla_domain::model::IntegrationRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{connect_integration, upstream_error};
-use crate::error::{ApiResult, Error, ErrorKind};
+use super::connect_integration;
+use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 
 /// Upstream calls one API page may make (empty upstream pages, phase changes).
@@ -58,7 +60,7 @@ impl Default for Kinds {
 
 impl Kinds {
     /// Parses `table,view` (case-insensitive, any order, at least one).
-    pub fn parse(text: &str) -> ApiResult<Self> {
+    pub fn parse(text: &str) -> Result<Self> {
         let mut k = Kinds {
             tables: false,
             views: false,
@@ -79,7 +81,7 @@ impl Kinds {
 }
 
 /// Parses a `%1F`-joined namespace path (already percent-decoded).
-pub fn parse_namespace(text: &str, what: &str) -> ApiResult<NamespacePath> {
+pub fn parse_namespace(text: &str, what: &str) -> Result<UpstreamNamespace> {
     let levels: Vec<&str> = text.split('\u{1f}').collect();
     if levels.len() > MAX_NAMESPACE_LEVELS
         || levels
@@ -91,7 +93,7 @@ pub fn parse_namespace(text: &str, what: &str) -> ApiResult<NamespacePath> {
              {MAX_NAMESPACE_LEVELS} deep"
         )));
     }
-    Ok(NamespacePath::new(levels))
+    Ok(UpstreamNamespace::new(levels))
 }
 
 /// Where a listing resumes.
@@ -123,13 +125,13 @@ fn binding(listing: &str, record: &IntegrationRecord, filter: &Value) -> String 
     hex::encode(&Sha256::digest(scope.to_string().as_bytes())[..16])
 }
 
-fn encode(cursor: &Cursor) -> ApiResult<String> {
+fn encode(cursor: &Cursor) -> Result<String> {
     let body = serde_json::to_vec(cursor)
         .map_err(|e| Error::internal(format!("encode page token: {e}")))?;
     Ok(URL_SAFE_NO_PAD.encode(body))
 }
 
-fn decode(token: &str, tag: &str, phases: u8) -> ApiResult<Cursor> {
+fn decode(token: &str, tag: &str, phases: u8) -> Result<Cursor> {
     let bad = || {
         Error::invalid(
             "malformed or foreign page_token (tokens are bound to the integration's credentials and the filter)",
@@ -151,7 +153,7 @@ fn decode(token: &str, tag: &str, phases: u8) -> ApiResult<Cursor> {
 /// Checks an upstream-listing page token against a binding `tag` and a phase count without
 /// using it: the same decoding every listing applies first. Public for the fuzz targets
 /// (`flotilla_core::fuzzing`); a refusal is always `400`.
-pub fn check_page_token(token: &str, tag: &str, phases: u8) -> ApiResult<()> {
+pub fn check_page_token(token: &str, tag: &str, phases: u8) -> Result<()> {
     decode(token, tag, phases).map(|_| ())
 }
 
@@ -163,7 +165,7 @@ async fn page_through<T, F, Fut>(
     page_size: usize,
     token: Option<&str>,
     mut fetch: F,
-) -> ApiResult<(Vec<(u8, T)>, Option<String>)>
+) -> Result<(Vec<(u8, T)>, Option<String>)>
 where
     F: FnMut(u8, Option<String>, u32) -> Fut,
     Fut: std::future::Future<Output = Result<Page<T>, CatalogAccessError>>,
@@ -205,7 +207,7 @@ where
         calls += 1;
         let page = fetch(cur.p, cur.u.clone(), cur.h)
             .await
-            .map_err(|e| upstream_error(&e))?;
+            .map_err(Error::from)?;
         let total = page.items.len();
         let want = page_size - items.len();
         let taken = total.saturating_sub(cur.k).min(want);
@@ -261,10 +263,10 @@ pub async fn list_namespaces(
     state: &AppState,
     account: &str,
     id: &str,
-    parent: Option<NamespacePath>,
+    parent: Option<UpstreamNamespace>,
     page_size: usize,
     token: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     let (record, client) = connect_integration(state, account, id).await?;
     let tag = binding("namespaces", &record, &json!({"parent": parent}));
     let client: &dyn CatalogClient = client.as_ref();
@@ -275,7 +277,7 @@ pub async fn list_namespaces(
         let mut page = client
             .list_namespaces(parent, t.as_deref(), Some(h))
             .await?;
-        let levels = parent.map(NamespacePath::levels).unwrap_or(&[]);
+        let levels = parent.map(UpstreamNamespace::levels).unwrap_or(&[]);
         let before = page.items.len();
         page.items
             .retain(|ns| ns.levels().len() == levels.len() + 1 && ns.levels().starts_with(levels));
@@ -304,11 +306,11 @@ pub async fn list_objects(
     state: &AppState,
     account: &str,
     id: &str,
-    namespace: NamespacePath,
+    namespace: UpstreamNamespace,
     kinds: Kinds,
     page_size: usize,
     token: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     let (record, client) = connect_integration(state, account, id).await?;
     let tag = binding(
         "objects",
@@ -317,12 +319,7 @@ pub async fn list_objects(
     );
     let client: &dyn CatalogClient = client.as_ref();
     // A provider without views lists none rather than failing the listing.
-    let views = kinds.views
-        && client
-            .capabilities()
-            .await
-            .map_err(|e| upstream_error(&e))?
-            .list_views;
+    let views = kinds.views && client.capabilities().await.map_err(Error::from)?.list_views;
     let ns = &namespace;
     let dropped = AtomicU64::new(0);
     let dropped_ref = &dropped;

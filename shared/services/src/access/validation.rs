@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use flotilla_catalog_access::http::AddressPolicy;
 use flotilla_catalog_access::{
-    CatalogAccessError, CatalogCapabilities, CatalogClient, LoadTableOutcome, NamespacePath,
-    StorageCredential, TableFormat, TableMetadata, VendedCredentials, VendingErrorKind,
+    CatalogAccessError, CatalogCapabilities, CatalogClient, LoadTableOutcome, StorageCredential,
+    TableFormat, TableMetadata, UpstreamNamespace, VendedCredentials, VendingErrorKind,
 };
 use flotilla_domain::model::{AuthConfig, IntegrationRecord};
 use object_store::aws::{AmazonS3Builder, AwsCredential};
@@ -40,7 +40,7 @@ use serde::Serialize;
 use url::Url;
 
 use super::{AccessError, connect, protocol_of};
-use crate::error::{ApiResult, Error};
+use crate::error::{Error, Result};
 use crate::state::AppState;
 
 /// Namespaces visited at most while looking for a table to validate with.
@@ -106,7 +106,7 @@ pub struct ValidationReport {
 /// A table the caller asks validation to use instead of the first one discovered.
 #[derive(Clone, Debug)]
 pub struct TableChoice {
-    pub namespace: NamespacePath,
+    pub namespace: UpstreamNamespace,
     pub name: String,
 }
 
@@ -187,7 +187,7 @@ pub async fn validate(
     account: &str,
     id: &str,
     table: Option<TableChoice>,
-) -> ApiResult<ValidationReport> {
+) -> Result<ValidationReport> {
     let record = crate::service::integrations::load(state.store.as_ref(), account, id)
         .await?
         .value;
@@ -285,7 +285,7 @@ pub async fn validate(
     Ok(checks.report())
 }
 
-fn record_connect_failure(checks: &mut Checks, e: AccessError) -> ApiResult<()> {
+fn record_connect_failure(checks: &mut Checks, e: AccessError) -> Result<()> {
     match e {
         AccessError::Unsupported(m) | AccessError::Credentials(m) => {
             checks.not_run(
@@ -360,7 +360,7 @@ async fn discover(
     }
     let mut calls = 0usize;
     let mut visited = 0usize;
-    let mut found: Option<(NamespacePath, String)> = None;
+    let mut found: Option<(UpstreamNamespace, String)> = None;
     if let Some(t) = table {
         // The caller named the table: discovery still has to list, once.
         if let Err(e) = client.list_namespaces(None, None, Some(1)).await {
@@ -373,7 +373,7 @@ async fn discover(
         }
         found = Some((t.namespace, t.name));
     } else {
-        let mut queue: VecDeque<Option<NamespacePath>> = VecDeque::from([None]);
+        let mut queue: VecDeque<Option<UpstreamNamespace>> = VecDeque::from([None]);
         'walk: while let Some(parent) = queue.pop_front() {
             if let Some(ns) = &parent {
                 visited += 1;
@@ -862,7 +862,10 @@ mod tests {
         metadata_location: Option<&str>,
     ) -> TableMetadata {
         TableMetadata {
-            identifier: flotilla_catalog_access::TableIdent::new(NamespacePath::new(["a"]), "t"),
+            identifier: flotilla_catalog_access::TableIdent::new(
+                UpstreamNamespace::new(["a"]),
+                "t",
+            ),
             format,
             schema: serde_json::json!({}),
             location: location.map(str::to_owned),

@@ -8,21 +8,18 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use flotilla_domain::keys;
 use flotilla_domain::model::AccountRecord;
 use flotilla_domain::names::{validate_account_id, validate_display_name};
-use flotilla_metastore::{
-    Condition, Consistency, Item, Metastore, Op, Query, Transaction, query_all,
-};
+use flotilla_metastore::{Condition, Consistency, Item, Op, Query, Transaction};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
-use super::{MAX_ATTEMPTS, backoff, check_if_match, read, to_body};
-use crate::error::{ApiResult, Error};
+use super::{MAX_ATTEMPTS, OnConflict, backoff, check_if_match, delete_items, read, to_body};
+use crate::error::{Error, Result};
 use crate::service::catalogs::purge_catalog_partition;
-use crate::state::AppState;
+use crate::state::{AccountCleanup, AppState};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,27 +30,9 @@ pub struct CreateAccount {
     pub display_name: Option<String>,
 }
 
-/// How a create treats an existing resource of the same name (`?on_conflict=`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnConflict {
-    #[default]
-    Error,
-    Replace,
-    ReturnExisting,
-}
-
 #[derive(Serialize)]
 struct FenceRecord {
     started_ms: i64,
-}
-
-/// Extra cleanup for account-partition items owned by other modules (integrations with
-/// their credentials, index catalogs with their partitions). Called for each item of the
-/// account partition before the item itself is deleted; must be idempotent.
-#[async_trait]
-pub trait AccountCleanup: Send + Sync {
-    async fn cleanup_item(&self, account: &str, item: &Item) -> ApiResult<()>;
 }
 
 pub async fn create(
@@ -61,7 +40,7 @@ pub async fn create(
     req: CreateAccount,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
-) -> ApiResult<RecordedResponse> {
+) -> Result<RecordedResponse> {
     if on_conflict == OnConflict::Replace {
         return Err(Error::invalid(
             "accounts cannot be replaced: the id is the identity",
@@ -122,7 +101,7 @@ pub async fn create(
     .await
 }
 
-pub async fn get(state: &AppState, id: &str) -> ApiResult<Value> {
+pub async fn get(state: &AppState, id: &str) -> Result<Value> {
     validate_account_id(id)?;
     match read::<AccountRecord>(state.store.as_ref(), keys::account(id), Consistency::Strong)
         .await?
@@ -132,7 +111,7 @@ pub async fn get(state: &AppState, id: &str) -> ApiResult<Value> {
     }
 }
 
-pub async fn list(state: &AppState, page_size: usize, token: Option<&str>) -> ApiResult<Value> {
+pub async fn list(state: &AppState, page_size: usize, token: Option<&str>) -> Result<Value> {
     let (items, next) = super::list_page(
         state.store.as_ref(),
         keys::SYSTEM_PK,
@@ -153,7 +132,7 @@ pub async fn delete(
     id: &str,
     if_match: Option<&str>,
     cleanups: &[Arc<dyn AccountCleanup>],
-) -> ApiResult<()> {
+) -> Result<()> {
     validate_account_id(id)?;
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
@@ -205,11 +184,7 @@ pub async fn delete(
 
 /// Removes every descendant of a fenced account, then the listing entry and the fence.
 /// Idempotent: a retry after any failure continues where it stopped.
-async fn cleanup(
-    state: &AppState,
-    id: &str,
-    cleanups: &[Arc<dyn AccountCleanup>],
-) -> ApiResult<()> {
+async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>]) -> Result<()> {
     let store = state.store.as_ref();
     let pk = keys::account_pk(id);
     let fence_sk = keys::account_fence(id).sk;
@@ -232,6 +207,8 @@ async fn cleanup(
             if let Some(integration_id) = item.key.sk.strip_prefix(keys::INTEGRATION_PREFIX) {
                 crate::service::integrations::purge_credentials(state, id, integration_id).await?;
             }
+            // Index catalogs live in partitions of their own, which only their record names.
+            super::index_catalogs::cleanup_account_item(store, id, item).await?;
             for c in cleanups {
                 c.cleanup_item(id, item).await?;
             }
@@ -258,39 +235,8 @@ async fn cleanup(
     Ok(())
 }
 
-/// Deletes keys unconditionally in transactions of at most 100 (idempotent).
-pub async fn delete_items(
-    store: &dyn Metastore,
-    keys: Vec<flotilla_metastore::Key>,
-) -> ApiResult<()> {
-    for chunk in keys.chunks(flotilla_metastore::MAX_TRANSACTION_OPS) {
-        let tx = Transaction {
-            ops: chunk.iter().cloned().map(Op::delete).collect(),
-        };
-        let mut attempt = 0;
-        loop {
-            match store.transact(tx.clone()).await {
-                Ok(()) => break,
-                Err(e)
-                    if (e.is_retryable() || e.is_outcome_unknown()) && attempt < MAX_ATTEMPTS =>
-                {
-                    backoff(attempt).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Reads every item of a partition with a strong read (for cascades).
-pub async fn strong_scan(store: &dyn Metastore, pk: &str, prefix: &str) -> ApiResult<Vec<Item>> {
-    Ok(query_all(store, Query::new(pk, prefix, Consistency::Strong)).await?)
-}
-
 /// Whether an account exists and is not being deleted (strong reads).
-pub async fn require_live_account(state: &AppState, id: &str) -> ApiResult<()> {
+pub async fn require_live_account(state: &AppState, id: &str) -> Result<()> {
     if let Some(err) = super::account_guard_error(state.store.as_ref(), id).await? {
         return Err(err);
     }

@@ -10,13 +10,13 @@ use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
     GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
     guarded_delete, read, to_body,
 };
-use crate::error::{ApiResult, Error, ErrorKind};
+use super::{OnConflict, delete_items, strong_scan};
+use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 
 pub const MAX_DESCRIPTION_BYTES: usize = 4096;
@@ -54,7 +54,7 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
-pub fn validate_properties(props: &BTreeMap<String, String>) -> ApiResult<()> {
+pub fn validate_properties(props: &BTreeMap<String, String>) -> Result<()> {
     if props.len() > MAX_PROPERTIES {
         return Err(Error::invalid(format!(
             "at most {MAX_PROPERTIES} properties"
@@ -75,7 +75,7 @@ pub fn validate_properties(props: &BTreeMap<String, String>) -> ApiResult<()> {
     Ok(())
 }
 
-fn validate_description(d: &Option<String>) -> ApiResult<()> {
+fn validate_description(d: &Option<String>) -> Result<()> {
     if d.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES) {
         return Err(Error::invalid(format!(
             "description is longer than {MAX_DESCRIPTION_BYTES} bytes"
@@ -89,7 +89,7 @@ pub async fn load(
     store: &dyn Metastore,
     account: &str,
     id: &str,
-) -> ApiResult<Versioned<CatalogRecord>> {
+) -> Result<Versioned<CatalogRecord>> {
     flotilla_domain::names::validate_resource_id(id).map_err(|_| Error::not_found("catalog"))?;
     read::<CatalogRecord>(store, keys::catalog(account, id), Consistency::Strong)
         .await?
@@ -101,7 +101,7 @@ pub fn load_from(
     reads: &super::Reads,
     account: &str,
     id: &str,
-) -> ApiResult<Versioned<CatalogRecord>> {
+) -> Result<Versioned<CatalogRecord>> {
     flotilla_domain::names::validate_resource_id(id).map_err(|_| Error::not_found("catalog"))?;
     reads
         .read::<CatalogRecord>(keys::catalog(account, id))?
@@ -116,7 +116,7 @@ pub async fn fetch_with(
     account: &str,
     id: &str,
     mut more: Vec<flotilla_metastore::Key>,
-) -> ApiResult<super::Reads> {
+) -> Result<super::Reads> {
     flotilla_domain::names::validate_resource_id(id).map_err(|_| Error::not_found("catalog"))?;
     more.push(keys::catalog(account, id));
     super::fetch(store, &more).await
@@ -128,7 +128,7 @@ pub async fn create(
     req: CreateCatalog,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
-) -> ApiResult<RecordedResponse> {
+) -> Result<RecordedResponse> {
     validate_display_name(&req.display_name)?;
     validate_description(&req.description)?;
     validate_properties(&req.properties)?;
@@ -209,7 +209,7 @@ async fn retire_for_replace(
     state: &AppState,
     account: &str,
     old: &Versioned<CatalogRecord>,
-) -> ApiResult<()> {
+) -> Result<()> {
     let store = state.store.as_ref();
     let now = state.clock.now_ms();
     let guard = keys::catalog_guard(&old.value.id);
@@ -256,7 +256,7 @@ async fn dependents(
     store: &dyn Metastore,
     account: &str,
     catalog_id: &str,
-) -> ApiResult<Option<Error>> {
+) -> Result<Option<Error>> {
     let overlays = store
         .count(
             &keys::account_pk(account),
@@ -285,7 +285,7 @@ async fn dependents(
     ))
 }
 
-pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> {
+pub async fn get(state: &AppState, account: &str, id: &str) -> Result<Value> {
     Ok(load(state.store.as_ref(), account, id)
         .await?
         .value
@@ -297,7 +297,7 @@ pub async fn list(
     account: &str,
     page_size: usize,
     token: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     let (items, next) = super::list_page(
         state.store.as_ref(),
         &keys::account_pk(account),
@@ -318,7 +318,7 @@ pub async fn patch(
     id: &str,
     req: PatchCatalog,
     if_match: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     if let Some(n) = &req.display_name {
         validate_display_name(n)?;
     }
@@ -380,7 +380,7 @@ pub async fn delete(
     account: &str,
     id: &str,
     if_match: Option<&str>,
-) -> ApiResult<()> {
+) -> Result<()> {
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
         let cur = load(store, account, id).await?;
@@ -413,7 +413,7 @@ pub async fn delete(
 
 /// Deletes every item of a catalog's partition (used once the catalog record is gone, by
 /// catalog delete and account cleanup). Idempotent.
-pub async fn purge_catalog_partition(store: &dyn Metastore, catalog_id: &str) -> ApiResult<()> {
+pub async fn purge_catalog_partition(store: &dyn Metastore, catalog_id: &str) -> Result<()> {
     let items = strong_scan(store, &keys::catalog_pk(catalog_id), "").await?;
     delete_items(store, items.into_iter().map(|i| i.key).collect()).await
 }

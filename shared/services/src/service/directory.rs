@@ -7,7 +7,7 @@ use flotilla_domain::keys;
 use flotilla_metastore::{Consistency, Op, Transaction};
 use serde_json::{Value, json};
 
-use crate::error::{ApiResult, Error, ErrorKind};
+use crate::error::{Error, Result};
 use crate::service::{MAX_ATTEMPTS, backoff, catalogs, is_condition_failure, to_body};
 use crate::state::AppState;
 
@@ -24,7 +24,7 @@ pub async fn finalize(
     state: &AppState,
     acknowledge_writer_rollout: bool,
     acknowledge_quiescent_writes: bool,
-) -> ApiResult<AuthorityStatus> {
+) -> Result<AuthorityStatus> {
     let mut missing = Vec::new();
     if !acknowledge_writer_rollout {
         missing.push("acknowledge_writer_rollout");
@@ -33,9 +33,7 @@ pub async fn finalize(
         missing.push("acknowledge_quiescent_writes");
     }
     if !missing.is_empty() {
-        return Err(Error::new(
-            ErrorKind::FailedPrecondition,
-            "catalog-finalize requires both a complete writer rollout and quiescent write admission to be acknowledged",
+        return Err(Error::failed_precondition("catalog-finalize requires both a complete writer rollout and quiescent write admission to be acknowledged",
         )
         .with_detail("missing_acknowledgements", json!(missing)));
     }
@@ -74,7 +72,7 @@ pub async fn finalize(
 ///
 /// The catalog, its generation and (until a replica has seen it) the authority marker are
 /// read in one round trip, so a warm, unchanged directory costs one strong read.
-pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult<Value> {
+pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> Result<Value> {
     Ok(get_view(state, account, catalog_id)
         .await?
         .to_api(catalog_id))
@@ -82,11 +80,7 @@ pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> ApiResult
 
 /// [`get`] without rendering: the published snapshot and its health, for callers that take
 /// part of the entries (the Iceberg endpoint's table listings). Same reads as [`get`].
-pub async fn get_view(
-    state: &AppState,
-    account: &str,
-    catalog_id: &str,
-) -> ApiResult<DirectoryView> {
+pub async fn get_view(state: &AppState, account: &str, catalog_id: &str) -> Result<DirectoryView> {
     let generation = keys::directory_generation(catalog_id);
     let authority = keys::directory_authority();
     let mut wanted = vec![generation.clone()];

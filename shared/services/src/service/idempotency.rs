@@ -32,7 +32,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{MAX_ATTEMPTS, Reads, backoff, fetch};
-use crate::error::{ApiResult, Error, ErrorKind};
+use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 
 /// The response a create answered, as recorded in its receipt.
@@ -100,7 +100,7 @@ pub fn hash_client_key(k: &str) -> String {
 }
 
 /// Checks an `Idempotency-Key` header value.
-pub fn validate_client_key(k: &str) -> ApiResult<()> {
+pub fn validate_client_key(k: &str) -> Result<()> {
     if k.is_empty() || k.len() > 255 || !k.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
         return Err(Error::invalid(
             "Idempotency-Key must be 1 to 255 visible ASCII characters",
@@ -130,13 +130,13 @@ enum Found {
     /// No live receipt: reserve one, overwriting the expired one at this version if any.
     Free { expired_version: Option<u64> },
     /// The key already answered this same request: the recorded answer, success or failure.
-    Answered(ApiResult<RecordedResponse>),
+    Answered(Result<RecordedResponse>),
     /// A pending receipt of this same request: continue it with its reserved id.
     Pending { version: u64, reserved_id: String },
 }
 
 /// Classifies the receipt item read for `req` at `now` (epoch seconds).
-fn examine(req: &IdempotencyRequest, item: Option<Item>, now: i64) -> ApiResult<Found> {
+fn examine(req: &IdempotencyRequest, item: Option<Item>, now: i64) -> Result<Found> {
     let expired_version = item.as_ref().map(|i| i.version);
     let Some(item) = item.filter(|i| i.expires_at.is_none_or(|t| t > now)) else {
         return Ok(Found::Free { expired_version });
@@ -167,7 +167,7 @@ async fn reserve_pending(
     expired_version: Option<u64>,
     reserved_id: &str,
     attempt: usize,
-) -> ApiResult<Option<u64>> {
+) -> Result<Option<u64>> {
     let now = state.clock.now_secs();
     let receipt = Receipt {
         state: ReceiptState::Pending,
@@ -207,7 +207,7 @@ fn settle_op(
     reserved_id: &str,
     state: ReceiptState,
     response: &RecordedResponse,
-) -> ApiResult<Op> {
+) -> Result<Op> {
     let receipt = Receipt {
         state,
         fingerprint: req.fingerprint.clone(),
@@ -268,7 +268,7 @@ fn replayed_error(resp: &RecordedResponse) -> Error {
 /// What [`settle_failure`] decided.
 pub enum Settled {
     /// The receipt now records this answer (or already did): answer it.
-    Answer(ApiResult<RecordedResponse>),
+    Answer(Result<RecordedResponse>),
     /// Another request with the key moved the receipt: read it again.
     Moved,
 }
@@ -282,7 +282,7 @@ pub async fn settle_failure(
     version: u64,
     reserved_id: &str,
     error: Error,
-) -> ApiResult<Settled> {
+) -> Result<Settled> {
     let item = state
         .store
         .get(&req.receipt_key, Consistency::Strong)
@@ -319,10 +319,10 @@ pub async fn run_create<F, Fut>(
     state: &AppState,
     idem: Option<IdempotencyRequest>,
     mut build: F,
-) -> ApiResult<RecordedResponse>
+) -> Result<RecordedResponse>
 where
     F: FnMut(String) -> Fut,
-    Fut: Future<Output = ApiResult<Plan>>,
+    Fut: Future<Output = Result<Plan>>,
 {
     run_create_with(state, idem, &[], |id, _| build(id)).await
 }
@@ -335,10 +335,10 @@ pub async fn run_create_with<F, Fut>(
     idem: Option<IdempotencyRequest>,
     reads: &[Key],
     mut build: F,
-) -> ApiResult<RecordedResponse>
+) -> Result<RecordedResponse>
 where
     F: FnMut(String, Reads) -> Fut,
-    Fut: Future<Output = ApiResult<Plan>>,
+    Fut: Future<Output = Result<Plan>>,
 {
     let store = state.store.as_ref();
     let mut fresh_id = flotilla_domain::names::new_id();
@@ -442,7 +442,7 @@ where
     ))
 }
 
-async fn committed_with_id(state: &AppState, probe: &Key, id: &str) -> ApiResult<bool> {
+async fn committed_with_id(state: &AppState, probe: &Key, id: &str) -> Result<bool> {
     match state.store.get(probe, Consistency::Strong).await? {
         Some(item) => {
             let v: Value = item.json()?;
@@ -481,7 +481,7 @@ pub struct Reservation {
 pub async fn reserve(
     state: &AppState,
     req: &IdempotencyRequest,
-) -> ApiResult<Result<Reservation, RecordedResponse>> {
+) -> Result<Result<Reservation, RecordedResponse>> {
     let store = state.store.as_ref();
     let reserved_id = flotilla_domain::names::new_id();
     for attempt in 0..MAX_ATTEMPTS {
@@ -523,7 +523,7 @@ pub fn success_op(
     version: u64,
     reserved_id: &str,
     response: &RecordedResponse,
-) -> ApiResult<Op> {
+) -> Result<Op> {
     settle_op(
         state,
         req,

@@ -7,16 +7,16 @@
 //!   account delete's cleanup: either it commits before the fence (and the cleanup sees it) or
 //!   its transaction fails.
 //! - Account delete removes each index catalog's partition and warehouse registration, and
-//!   releases the account's warehouse prefix claims ([`IndexCatalogCleanup`], registered by
-//!   [`AppState::new`](crate::AppState::new)). Warehouse objects are the customer's and are
-//!   never deleted by an account delete.
-//! - [`api_error`] is the one mapping of [`IndexCatalogError`] to the API's codes; the status of
-//!   each code is decided by [`ErrorKind::status`] like everywhere else.
+//!   releases the account's warehouse prefix claims ([`cleanup_account_item`], called by the
+//!   account delete's cleanup for every item of the account partition). Warehouse objects are
+//!   the customer's and are never deleted by an account delete.
+//! - [`IndexCatalogError`] becomes a service error through its one `From` impl, next to the
+//!   type (`flotilla_parqdb::error_kind`); the HTTP status of each kind is decided in
+//!   `flotilla-http` like everywhere else.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use flotilla_metastore::{Consistency, DynMetastore, Item, Metastore, Op, Query};
 use flotilla_parqdb::catalog::{IndexCatalogService, TransactionGuard};
 use flotilla_parqdb::error::IndexCatalogError;
@@ -28,10 +28,10 @@ use serde::{Deserialize, Serialize};
 /// that runs against the metastore directly.
 pub use flotilla_parqdb::gc;
 
-use super::accounts::{AccountCleanup, delete_items};
+use super::delete_items;
 use super::idempotency::{self, IdempotencyRequest, RecordedResponse};
 use crate::clock::ManualClock;
-use crate::error::{ApiResult, Error};
+use crate::error::{Error, Result};
 use crate::state::AppState;
 
 /// Environment variable naming an S3-compatible endpoint (moto, MinIO) for `s3://` index
@@ -112,7 +112,7 @@ pub async fn create<T, F, Fut>(
     idem: Option<IdempotencyRequest>,
     expected: impl Fn(i64) -> T,
     op: F,
-) -> ApiResult<RecordedResponse>
+) -> Result<RecordedResponse>
 where
     T: Serialize,
     F: Fn(IndexCatalogService) -> Fut,
@@ -174,15 +174,8 @@ where
     ))
 }
 
-fn to_value<T: Serialize>(v: &T) -> ApiResult<serde_json::Value> {
+fn to_value<T: Serialize>(v: &T) -> Result<serde_json::Value> {
     serde_json::to_value(v).map_err(|e| Error::internal(format!("encode: {e}")))
-}
-
-/// The catalog's typed errors as service errors (the mapping lives with the type, exhaustive:
-/// a new error kind there must be given a code there).
-pub fn api_error(e: IndexCatalogError) -> Error {
-    // Classified once, next to the type (`flotilla_parqdb::error_kind`).
-    Error::from(e)
 }
 
 /// Maps an error of an operation in `account`. The crate reports a failed account guard as
@@ -197,7 +190,7 @@ pub async fn explain(state: &AppState, account: &str, e: IndexCatalogError) -> E
             Err(read) => return read,
         }
     }
-    api_error(e)
+    Error::from(e)
 }
 
 /// The part of an index catalog record the cleanup needs.
@@ -206,55 +199,43 @@ struct CatalogWarehouse {
     warehouse: String,
 }
 
-/// Account delete's cleanup of index catalogs: for each `IXC#{name}` item of the account
-/// partition, deletes the catalog's partition (namespaces, mappings, reachability records) and
-/// its warehouse registration. The account cleanup deletes the record itself afterwards, so a
-/// retry after a failure finds the record again and repeats this (idempotent) work.
-pub struct IndexCatalogCleanup {
-    store: DynMetastore,
-}
-
-impl IndexCatalogCleanup {
-    pub fn new(store: DynMetastore) -> Self {
-        Self { store }
-    }
-}
-
-#[async_trait]
-impl AccountCleanup for IndexCatalogCleanup {
-    async fn cleanup_item(&self, account: &str, item: &Item) -> ApiResult<()> {
-        let store: &dyn Metastore = self.store.as_ref();
-        // A warehouse prefix claim of the account: released, so the prefix is free again.
-        let release = flotilla_parqdb::warehouse::release_ops(store, account, &item.key.sk)
-            .await
-            .map_err(api_error)?;
-        for op in release {
-            // Only at the version read: losing that race means the claim changed hands or
-            // was released already; either way it is no longer ours to delete.
-            let _ = flotilla_metastore::put_one(store, op).await;
-        }
-        let Some(name) = item.key.sk.strip_prefix(ixkeys::INDEX_CATALOG_PREFIX) else {
-            return Ok(());
-        };
-        let pk = ixkeys::catalog_partition(account, name);
-        loop {
-            let page = store
-                .query(&Query::new(pk.clone(), "", Consistency::Strong).limit(100))
-                .await?;
-            if page.items.is_empty() {
-                break;
-            }
-            delete_items(store, page.items.into_iter().map(|i| i.key).collect()).await?;
-        }
-        let record: CatalogWarehouse = super::decode(item)?;
-        delete_items(
-            store,
-            vec![ixkeys::warehouse_registration(
-                &record.warehouse,
-                account,
-                name,
-            )],
-        )
+/// Account delete's cleanup of index catalogs, called for each item of the account
+/// partition: a warehouse prefix claim is released; for an `IXC#{name}` item, the catalog's
+/// partition (namespaces, mappings, reachability records) and its warehouse registration are
+/// deleted. Other items are left alone. The account cleanup deletes the item itself
+/// afterwards, so a retry after a failure finds the record again and repeats this
+/// (idempotent) work.
+pub async fn cleanup_account_item(store: &dyn Metastore, account: &str, item: &Item) -> Result<()> {
+    // A warehouse prefix claim of the account: released, so the prefix is free again.
+    let release = flotilla_parqdb::warehouse::release_ops(store, account, &item.key.sk)
         .await
+        .map_err(Error::from)?;
+    for op in release {
+        // Only at the version read: losing that race means the claim changed hands or
+        // was released already; either way it is no longer ours to delete.
+        let _ = flotilla_metastore::put_one(store, op).await;
     }
+    let Some(name) = item.key.sk.strip_prefix(ixkeys::INDEX_CATALOG_PREFIX) else {
+        return Ok(());
+    };
+    let pk = ixkeys::catalog_partition(account, name);
+    loop {
+        let page = store
+            .query(&Query::new(pk.clone(), "", Consistency::Strong).limit(100))
+            .await?;
+        if page.items.is_empty() {
+            break;
+        }
+        delete_items(store, page.items.into_iter().map(|i| i.key).collect()).await?;
+    }
+    let record: CatalogWarehouse = super::decode(item)?;
+    delete_items(
+        store,
+        vec![ixkeys::warehouse_registration(
+            &record.warehouse,
+            account,
+            name,
+        )],
+    )
+    .await
 }

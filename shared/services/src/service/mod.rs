@@ -12,12 +12,24 @@ pub mod overlays;
 pub mod relations;
 
 use flotilla_metastore::{Condition, Consistency, Item, Key, Metastore, Op};
+use serde::Deserialize;
 
-use crate::error::{ApiResult, Error, ErrorKind};
+use crate::error::{Error, Result};
 
-/// The low-level helpers every protocol shares (retry, codecs, page tokens), re-exported so
-/// `service::key`, `service::backoff` and the rest keep their paths.
+/// The low-level helpers every protocol shares (retry, codecs, page tokens, partition scans
+/// and deletes), re-exported so `service::backoff`, `service::decode_page_token` and the rest
+/// keep their paths.
 pub use flotilla_base::store::*;
+
+/// How a create treats an existing resource of the same name (`?on_conflict=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnConflict {
+    #[default]
+    Error,
+    Replace,
+    ReturnExisting,
+}
 
 /// The guards every create in an account asserts in its own transaction: the account exists
 /// and its deletion fence is absent, so a create racing an account delete either commits
@@ -42,7 +54,7 @@ pub fn account_guard_keys(account: &str) -> [Key; 2] {
 
 /// Explains a failed account guard, when it was one: reads the fence and the account (one
 /// round trip).
-pub async fn account_guard_error(store: &dyn Metastore, account: &str) -> ApiResult<Option<Error>> {
+pub async fn account_guard_error(store: &dyn Metastore, account: &str) -> Result<Option<Error>> {
     let reads = fetch(store, &account_guard_keys(account)).await?;
     Ok(account_guard_error_from(&reads, account))
 }
@@ -82,13 +94,13 @@ pub async fn guard_state(
     parts: Key,
     now_ms: i64,
     lease_ms: i64,
-) -> ApiResult<GuardState> {
+) -> Result<GuardState> {
     let item = store.get(&parts, Consistency::Strong).await?;
     guard_state_of(item.as_ref(), now_ms, lease_ms)
 }
 
 /// The state of a guard from its item as read (absent when `None`).
-pub fn guard_state_of(item: Option<&Item>, now_ms: i64, lease_ms: i64) -> ApiResult<GuardState> {
+pub fn guard_state_of(item: Option<&Item>, now_ms: i64, lease_ms: i64) -> Result<GuardState> {
     match item {
         None => Ok(GuardState::Absent),
         Some(item) => {
@@ -116,7 +128,7 @@ pub fn guard_op(parts: Key, state: &GuardState) -> Option<Op> {
 /// Changes that must name the version they were decided on (an integration's URI or
 /// properties, an overlay's namespace selection): without `If-Match` they answer `428`
 /// before anything is read, so a blind write cannot move what reconciliation publishes.
-pub fn require_if_match(if_match: Option<&str>, what: &str) -> ApiResult<()> {
+pub fn require_if_match(if_match: Option<&str>, what: &str) -> Result<()> {
     match if_match {
         Some(v) if !v.trim().is_empty() => Ok(()),
         _ => Err(Error::precondition_required(what)),
@@ -124,7 +136,7 @@ pub fn require_if_match(if_match: Option<&str>, what: &str) -> ApiResult<()> {
 }
 
 /// Checks an `If-Match` header against the resource's current etag.
-pub fn check_if_match(if_match: Option<&str>, current_etag: &str) -> ApiResult<()> {
+pub fn check_if_match(if_match: Option<&str>, current_etag: &str) -> Result<()> {
     match if_match {
         None => Ok(()),
         Some("*") => Ok(()),
@@ -140,11 +152,6 @@ pub fn check_if_match(if_match: Option<&str>, current_etag: &str) -> ApiResult<(
             }
         }
     }
-}
-
-/// Maps a failed guard on a parent to the error a caller should see.
-pub fn not_found(what: &str) -> Error {
-    Error::new(ErrorKind::NotFound, format!("{what} not found"))
 }
 
 /// Outcome of one attempt of [`guarded_delete`].
@@ -170,10 +177,10 @@ pub async fn guarded_delete<F, Fut>(
     what: &str,
     dependents: F,
     mut final_ops: Vec<Op>,
-) -> ApiResult<GuardedOutcome>
+) -> Result<GuardedOutcome>
 where
     F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = ApiResult<Option<Error>>>,
+    Fut: std::future::Future<Output = Result<Option<Error>>>,
 {
     let store = state.store.as_ref();
     let now = state.clock.now_ms();
@@ -260,7 +267,7 @@ use flotilla_metastore::Transaction;
 /// index entry goes and the new one is created only if absent. They ride in the same
 /// transaction as the resource's own version-conditioned write, which is what makes the old
 /// entry safe to delete unconditionally (it belongs to the resource being replaced).
-pub fn rename_ops(old: Key, new: Key, id: &str) -> ApiResult<[Op; 2]> {
+pub fn rename_ops(old: Key, new: Key, id: &str) -> Result<[Op; 2]> {
     Ok([
         Op::delete(old),
         Op::create(
@@ -277,7 +284,7 @@ pub async fn name_taken(
     new: Key,
     what: &str,
     name: &str,
-) -> ApiResult<Option<Error>> {
+) -> Result<Option<Error>> {
     Ok(store
         .get(&new, Consistency::Strong)
         .await?

@@ -11,14 +11,14 @@ use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::accounts::OnConflict;
+use super::OnConflict;
 use super::catalogs::{self, validate_properties};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
     GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
     guard_op, guard_state_of, guarded_delete, read, to_body,
 };
-use crate::error::{ApiResult, Error, ErrorKind};
+use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -40,7 +40,7 @@ pub async fn load(
     store: &dyn Metastore,
     catalog_id: &str,
     path: &NamespacePath,
-) -> ApiResult<Option<Versioned<NamespaceRecord>>> {
+) -> Result<Option<Versioned<NamespaceRecord>>> {
     read::<NamespaceRecord>(
         store,
         keys::namespace(catalog_id, path),
@@ -53,10 +53,10 @@ pub async fn require(
     store: &dyn Metastore,
     catalog_id: &str,
     path: &NamespacePath,
-) -> ApiResult<Versioned<NamespaceRecord>> {
+) -> Result<Versioned<NamespaceRecord>> {
     load(store, catalog_id, path)
         .await?
-        .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("namespace {path} not found")))
+        .ok_or_else(|| Error::not_found(&format!("namespace {path}")))
 }
 
 /// The keys [`child_guards_from`] decides from, for one round trip: the account and its
@@ -84,10 +84,10 @@ pub fn require_from(
     reads: &super::Reads,
     catalog_id: &str,
     path: &NamespacePath,
-) -> ApiResult<Versioned<NamespaceRecord>> {
+) -> Result<Versioned<NamespaceRecord>> {
     reads
         .read::<NamespaceRecord>(keys::namespace(catalog_id, path))?
-        .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("namespace {path} not found")))
+        .ok_or_else(|| Error::not_found(&format!("namespace {path}")))
 }
 
 /// The conditions a child of `parent` (or of the catalog root, when `None`) asserts: the
@@ -98,7 +98,7 @@ pub async fn child_guards(
     account: &str,
     catalog_id: &str,
     parent: Option<&NamespacePath>,
-) -> ApiResult<Vec<Op>> {
+) -> Result<Vec<Op>> {
     let reads = super::fetch(
         state.store.as_ref(),
         &child_guard_keys(account, catalog_id, parent),
@@ -116,7 +116,7 @@ pub fn child_guards_from(
     account: &str,
     catalog_id: &str,
     parent: Option<&NamespacePath>,
-) -> ApiResult<Vec<Op>> {
+) -> Result<Vec<Op>> {
     if let Some(err) = super::account_guard_error_from(reads, account) {
         return Err(err);
     }
@@ -161,7 +161,7 @@ pub async fn create(
     req: CreateNamespace,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
-) -> ApiResult<RecordedResponse> {
+) -> Result<RecordedResponse> {
     let path = NamespacePath::new(req.path.clone())?;
     validate_properties(&req.properties)?;
     let store = state.store.as_ref();
@@ -237,7 +237,7 @@ pub(crate) async fn count_dependents(
     store: &dyn Metastore,
     catalog_id: &str,
     path: &NamespacePath,
-) -> ApiResult<Dependents> {
+) -> Result<Dependents> {
     let pk = keys::catalog_pk(catalog_id);
     let children = store
         .count(
@@ -268,7 +268,7 @@ async fn dependents(
     store: &dyn Metastore,
     catalog_id: &str,
     path: &NamespacePath,
-) -> ApiResult<Option<Error>> {
+) -> Result<Option<Error>> {
     let deps = count_dependents(store, catalog_id, path).await?;
     if deps.is_empty() {
         return Ok(None);
@@ -289,7 +289,7 @@ pub async fn get(
     account: &str,
     catalog_id: &str,
     path: &NamespacePath,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     // One round trip: the catalog (which must belong to the account) and the namespace.
     let reads = catalogs::fetch_with(
         state.store.as_ref(),
@@ -309,7 +309,7 @@ pub async fn list(
     parent: Option<&NamespacePath>,
     page_size: usize,
     token: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     let store = state.store.as_ref();
     // One round trip for the catalog and the parent, then the page.
     let wanted = parent
@@ -341,7 +341,7 @@ pub async fn patch(
     path: &NamespacePath,
     req: PatchNamespace,
     if_match: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     if let Some(p) = &req.properties {
         validate_properties(p)?;
     }
@@ -376,7 +376,7 @@ pub async fn delete(
     catalog_id: &str,
     path: &NamespacePath,
     if_match: Option<&str>,
-) -> ApiResult<()> {
+) -> Result<()> {
     let store = state.store.as_ref();
     catalogs::load(store, account, catalog_id).await?;
     for attempt in 0..MAX_ATTEMPTS {

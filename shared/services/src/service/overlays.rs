@@ -19,14 +19,14 @@ use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::accounts::{OnConflict, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::relations::directory_bump;
 use super::{
     MAX_ATTEMPTS, Versioned, account_guard_error, account_guards, backoff, check_if_match,
     guard_op, guard_state, read, to_body,
 };
-use crate::error::{ApiResult, Error, ErrorKind};
+use super::{OnConflict, strong_scan};
+use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 
 pub const MIN_REFRESH_INTERVAL_SECS: u64 = 60;
@@ -67,7 +67,7 @@ pub struct PatchOverlay {
     pub catalog_id: Option<Value>,
 }
 
-fn validate_interval(v: Option<u64>) -> ApiResult<u64> {
+fn validate_interval(v: Option<u64>) -> Result<u64> {
     match v {
         None => Ok(default_refresh_interval()),
         Some(s) if (MIN_REFRESH_INTERVAL_SECS..=30 * 86_400).contains(&s) => Ok(s),
@@ -81,7 +81,7 @@ pub async fn load(
     store: &dyn Metastore,
     account: &str,
     id: &str,
-) -> ApiResult<Versioned<OverlayRecord>> {
+) -> Result<Versioned<OverlayRecord>> {
     validate_resource_id(id).map_err(|_| Error::not_found("overlay"))?;
     read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong)
         .await?
@@ -93,16 +93,16 @@ pub async fn status(
     account: &str,
     id: &str,
     consistency: Consistency,
-) -> ApiResult<Option<Versioned<OverlayStatus>>> {
+) -> Result<Option<Versioned<OverlayStatus>>> {
     read::<OverlayStatus>(store, keys::overlay_status(account, id), consistency).await
 }
 
-async fn to_api(store: &dyn Metastore, account: &str, rec: &OverlayRecord) -> ApiResult<Value> {
+async fn to_api(store: &dyn Metastore, account: &str, rec: &OverlayRecord) -> Result<Value> {
     let st = status(store, account, &rec.id, Consistency::Eventual).await?;
     Ok(rec.to_api(st.as_ref().and_then(|s| s.value.last_reconcile.as_ref())))
 }
 
-pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> {
+pub async fn get(state: &AppState, account: &str, id: &str) -> Result<Value> {
     let store = state.store.as_ref();
     let cur = load(store, account, id).await?;
     to_api(store, account, &cur.value).await
@@ -114,7 +114,7 @@ pub async fn list(
     integration: Option<&str>,
     page_size: usize,
     token: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     let store = state.store.as_ref();
     let scope = format!("overlays|{}", integration.unwrap_or(""));
     let (items, next) = super::list_page(
@@ -148,7 +148,7 @@ pub async fn ids_for_integration(
     store: &dyn Metastore,
     account: &str,
     integration: &str,
-) -> ApiResult<Vec<String>> {
+) -> Result<Vec<String>> {
     let deps = strong_scan(
         store,
         &keys::account_pk(account),
@@ -166,7 +166,7 @@ async fn load_integration(
     store: &dyn Metastore,
     account: &str,
     id: &str,
-) -> ApiResult<Versioned<flotilla_domain::model::IntegrationRecord>> {
+) -> Result<Versioned<flotilla_domain::model::IntegrationRecord>> {
     super::integrations::load(store, account, id)
         .await
         .map_err(|e| match e.kind {
@@ -177,7 +177,7 @@ async fn load_integration(
         })
 }
 
-async fn load_catalog(store: &dyn Metastore, account: &str, id: &str) -> ApiResult<()> {
+async fn load_catalog(store: &dyn Metastore, account: &str, id: &str) -> Result<()> {
     super::catalogs::load(store, account, id)
         .await
         .map(|_| ())
@@ -193,7 +193,7 @@ pub async fn create(
     req: CreateOverlay,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
-) -> ApiResult<RecordedResponse> {
+) -> Result<RecordedResponse> {
     validate_display_name(&req.display_name)?;
     validate_resource_id(&req.integration_id)
         .map_err(|_| Error::invalid("malformed integration_id"))?;
@@ -363,7 +363,7 @@ pub async fn patch(
     id: &str,
     req: PatchOverlay,
     if_match: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     if req.integration_id.is_some() || req.catalog_id.is_some() {
         return Err(Error::invalid(
             "integration_id and catalog_id are immutable; create with on_conflict=replace to rebind",
@@ -482,7 +482,7 @@ pub async fn delete(
     account: &str,
     id: &str,
     if_match: Option<&str>,
-) -> ApiResult<()> {
+) -> Result<()> {
     validate_resource_id(id).map_err(|_| Error::not_found("overlay"))?;
     let store = state.store.as_ref();
     let fence_key = keys::overlay_fence(account, id);
@@ -613,11 +613,7 @@ fn concurrent_delete(e: flotilla_metastore::MetastoreError) -> Error {
 /// Prunes each recorded path and its overlay-created ancestors, deepest first. Idempotent.
 /// A namespace blocked by another delete's live guard fails the call (`409 DELETING`), so
 /// the overlay delete stays resumable rather than finishing with a prunable namespace left.
-async fn prune_recorded(
-    state: &AppState,
-    catalog_id: &str,
-    paths: &[NamespacePath],
-) -> ApiResult<()> {
+async fn prune_recorded(state: &AppState, catalog_id: &str, paths: &[NamespacePath]) -> Result<()> {
     if catalog_id.is_empty() {
         return Ok(());
     }
@@ -639,7 +635,7 @@ async fn prune_recorded(
 }
 
 /// Cascade entry point for integration deletion.
-pub async fn delete_for_cascade(state: &AppState, account: &str, id: &str) -> ApiResult<()> {
+pub async fn delete_for_cascade(state: &AppState, account: &str, id: &str) -> Result<()> {
     match delete(state, account, id, None).await {
         Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
         other => other,
@@ -653,7 +649,7 @@ pub async fn retire_contributions(
     state: &AppState,
     overlay: &OverlayRecord,
     keep: impl Fn(&RelationRecord) -> bool,
-) -> ApiResult<RetireCounts> {
+) -> Result<RetireCounts> {
     let store = state.store.as_ref();
     let pk = keys::catalog_pk(&overlay.catalog_id);
     let mut counts = RetireCounts::default();
@@ -741,14 +737,14 @@ pub async fn prune_namespace(
     state: &AppState,
     catalog_id: &str,
     path: &NamespacePath,
-) -> ApiResult<bool> {
+) -> Result<bool> {
     Ok(matches!(
         prune(state, catalog_id, path).await?,
         Pruned::Deleted
     ))
 }
 
-async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> ApiResult<Pruned> {
+async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> Result<Pruned> {
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
         let Some(ns) = read::<NamespaceRecord>(

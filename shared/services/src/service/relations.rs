@@ -12,12 +12,12 @@ use flotilla_metastore::{Consistency, Metastore, Op, Transaction};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::accounts::OnConflict;
+use super::OnConflict;
 use super::catalogs::{self, validate_properties};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::namespaces::{child_guard_keys, child_guards, child_guards_from};
 use super::{MAX_ATTEMPTS, Versioned, backoff, check_if_match, read, to_body};
-use crate::error::{ApiResult, Error, ErrorKind};
+use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 
 pub use flotilla_directory::{DirectoryGeneration, directory_bump};
@@ -76,7 +76,7 @@ const FORMATS: &[&str] = &[
     "ICEBERG", "DELTA", "PARQUET", "HUDI", "CSV", "JSON", "ORC", "AVRO", "UNKNOWN",
 ];
 
-pub fn validate_format(f: &str) -> ApiResult<()> {
+pub fn validate_format(f: &str) -> Result<()> {
     if FORMATS.contains(&f) {
         Ok(())
     } else {
@@ -89,7 +89,7 @@ pub fn validate_format(f: &str) -> ApiResult<()> {
 
 /// An Iceberg-style struct schema: `{"type": "struct", "fields": [{"id", "name", "required",
 /// "type"}, ...]}` with unique field names and ids at each level.
-pub fn validate_schema(schema: &Value) -> ApiResult<()> {
+pub fn validate_schema(schema: &Value) -> Result<()> {
     fn check_struct(v: &Value, depth: usize) -> Result<(), String> {
         if depth > 32 {
             return Err("schema nests deeper than 32 levels".into());
@@ -135,7 +135,7 @@ pub fn validate_schema(schema: &Value) -> ApiResult<()> {
     check_struct(schema, 0).map_err(|m| Error::invalid(format!("invalid schema: {m}")))
 }
 
-fn validate_definitions(defs: &[ViewDefinition]) -> ApiResult<()> {
+fn validate_definitions(defs: &[ViewDefinition]) -> Result<()> {
     if defs.is_empty() {
         return Err(Error::invalid("a view needs at least one definition"));
     }
@@ -158,7 +158,7 @@ fn validate_definitions(defs: &[ViewDefinition]) -> ApiResult<()> {
     Ok(())
 }
 
-fn validate_location(what: &str, l: &Option<String>) -> ApiResult<()> {
+fn validate_location(what: &str, l: &Option<String>) -> Result<()> {
     if let Some(l) = l
         && (l.is_empty() || l.len() > 2048 || l.chars().any(char::is_control) || !l.contains("://"))
     {
@@ -172,7 +172,7 @@ pub async fn load(
     catalog_id: &str,
     ns: &NamespacePath,
     name: &str,
-) -> ApiResult<Option<Versioned<RelationRecord>>> {
+) -> Result<Option<Versioned<RelationRecord>>> {
     read::<RelationRecord>(
         store,
         keys::relation(catalog_id, ns, name),
@@ -187,7 +187,7 @@ async fn require(
     ns: &NamespacePath,
     name: &str,
     kind: RelationKind,
-) -> ApiResult<Versioned<RelationRecord>> {
+) -> Result<Versioned<RelationRecord>> {
     match load(store, catalog_id, ns, name).await? {
         Some(v) if v.value.kind == kind => Ok(v),
         _ => Err(Error::not_found(match kind {
@@ -212,7 +212,7 @@ async fn create_relation(
     template: RelationRecord,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
-) -> ApiResult<RecordedResponse> {
+) -> Result<RecordedResponse> {
     let slot = keys::relation(catalog_id, ns, &template.name);
     let mut reads = child_guard_keys(account, catalog_id, Some(ns));
     if flotilla_domain::names::validate_resource_id(catalog_id).is_ok() {
@@ -299,7 +299,7 @@ pub async fn create_table(
     req: CreateTable,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
-) -> ApiResult<RecordedResponse> {
+) -> Result<RecordedResponse> {
     validate_segment("table name", &req.name)?;
     validate_schema(&req.schema)?;
     validate_format(&req.format)?;
@@ -327,7 +327,7 @@ pub async fn create_view(
     req: CreateView,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
-) -> ApiResult<RecordedResponse> {
+) -> Result<RecordedResponse> {
     validate_segment("view name", &req.name)?;
     validate_schema(&req.schema)?;
     validate_definitions(&req.definitions)?;
@@ -349,7 +349,7 @@ pub async fn get(
     ns: &NamespacePath,
     name: &str,
     kind: RelationKind,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     // One round trip: the catalog (which must belong to the account) and the slot.
     let reads = catalogs::fetch_with(
         state.store.as_ref(),
@@ -374,7 +374,7 @@ pub async fn list(
     kind: RelationKind,
     page_size: usize,
     token: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     let store = state.store.as_ref();
     // One round trip for the catalog and the namespace, then the page.
     let reads = catalogs::fetch_with(
@@ -427,7 +427,7 @@ pub async fn patch(
     kind: RelationKind,
     req: PatchRelation,
     if_match: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     // Field applicability and shape first: bad input changes nothing.
     if let Some(n) = &req.name {
         validate_segment("name", n)?;
@@ -562,7 +562,7 @@ pub async fn delete(
     name: &str,
     kind: RelationKind,
     if_match: Option<&str>,
-) -> ApiResult<()> {
+) -> Result<()> {
     let store = state.store.as_ref();
     catalogs::load(store, account, catalog_id).await?;
     for attempt in 0..MAX_ATTEMPTS {

@@ -11,7 +11,7 @@ pub(super) async fn guard_for_replace(
     account: &str,
     old: &Versioned<IntegrationRecord>,
     owner: &str,
-) -> ApiResult<u64> {
+) -> Result<u64> {
     let store = state.store.as_ref();
     let guard = keys::integration_fence(account, &old.value.id);
     let now = state.clock.now_ms();
@@ -99,7 +99,7 @@ pub async fn create(
     req: CreateIntegration,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
-) -> ApiResult<RecordedResponse> {
+) -> Result<RecordedResponse> {
     validate_display_name(&req.display_name)?;
     validate_auth_for_type(state, req.kind, &req.authentication)?;
     validate_connection(state, &req.uri, &req.properties)?;
@@ -192,7 +192,7 @@ pub async fn create(
                     .credentials
                     .list(account, &old.value.id)
                     .await
-                    .map_err(secret_error)?;
+                    .map_err(Error::from)?;
                 ops.extend(retiring_ops(state, account, &old.value.id, &gens)?);
             }
             let now = state.clock.now_rfc3339();

@@ -3,20 +3,20 @@
 use super::*;
 
 /// Deletes every credential generation of an integration and their records (idempotent).
-pub async fn purge_credentials(state: &AppState, account: &str, id: &str) -> ApiResult<()> {
+pub async fn purge_credentials(state: &AppState, account: &str, id: &str) -> Result<()> {
     // Every delete path ends here: the integration's upstream session goes first.
     state.sessions.forget(account, id);
     for g in state
         .credentials
         .list(account, id)
         .await
-        .map_err(secret_error)?
+        .map_err(Error::from)?
     {
         state
             .credentials
             .delete(&secret_ref(account, id, g)?)
             .await
-            .map_err(secret_error)?;
+            .map_err(Error::from)?;
     }
     let records = strong_scan(
         state.store.as_ref(),
@@ -32,12 +32,12 @@ pub async fn purge_credentials(state: &AppState, account: &str, id: &str) -> Api
 }
 
 /// Whether credentials or generation records of a (deleted) integration remain.
-pub(super) async fn has_leftovers(state: &AppState, account: &str, id: &str) -> ApiResult<bool> {
+pub(super) async fn has_leftovers(state: &AppState, account: &str, id: &str) -> Result<bool> {
     if !state
         .credentials
         .list(account, id)
         .await
-        .map_err(secret_error)?
+        .map_err(Error::from)?
         .is_empty()
     {
         return Ok(true);
@@ -55,7 +55,7 @@ pub(super) async fn has_leftovers(state: &AppState, account: &str, id: &str) -> 
 
 /// Hook for overlay deletion during a cascade (the overlay module registers itself).
 pub type OverlayDeleter =
-    fn(&AppState, &str, &str) -> futures::future::BoxFuture<'static, ApiResult<()>>;
+    fn(&AppState, &str, &str) -> futures::future::BoxFuture<'static, Result<()>>;
 
 pub async fn delete(
     state: &AppState,
@@ -63,7 +63,7 @@ pub async fn delete(
     id: &str,
     cascade: bool,
     if_match: Option<&str>,
-) -> ApiResult<()> {
+) -> Result<()> {
     let store = state.store.as_ref();
     if cascade {
         return cascade_delete(state, account, id, if_match).await;
@@ -127,7 +127,7 @@ pub(super) async fn cascade_delete(
     account: &str,
     id: &str,
     if_match: Option<&str>,
-) -> ApiResult<()> {
+) -> Result<()> {
     let store = state.store.as_ref();
     let fence_key = keys::integration_fence(account, id);
     let existing_fence = store.get(&fence_key.clone(), Consistency::Strong).await?;

@@ -2,17 +2,8 @@
 
 use super::*;
 
-pub(super) fn secret_ref(
-    account: &str,
-    integration: &str,
-    generation: u64,
-) -> ApiResult<SecretRef> {
+pub(super) fn secret_ref(account: &str, integration: &str, generation: u64) -> Result<SecretRef> {
     SecretRef::new(account, integration, generation).map_err(|e| Error::internal(e.to_string()))
-}
-
-pub(super) fn secret_error(e: SecretStoreError) -> Error {
-    // Classified once, next to the type (`flotilla_secrets::error_kind`).
-    Error::from(e)
 }
 
 /// How many generation numbers one prepare tries. A taken number makes the next attempt jump
@@ -47,7 +38,7 @@ pub(super) async fn prepare_generation(
     integration: &str,
     first: u64,
     secret: &SecretBytes,
-) -> ApiResult<u64> {
+) -> Result<u64> {
     let store = state.store.as_ref();
     let mut generation = first;
     for attempt in 0..GENERATION_ATTEMPTS {
@@ -89,7 +80,7 @@ pub(super) async fn prepare_generation(
                         )))
                         .await;
                 }
-                return Err(secret_error(e));
+                return Err(Error::from(e));
             }
         }
     }
@@ -134,7 +125,7 @@ pub(super) async fn still_owned(
     account: &str,
     integration: &str,
     generation: u64,
-) -> ApiResult<bool> {
+) -> Result<bool> {
     Ok(state
         .store
         .get(
@@ -222,7 +213,7 @@ pub(super) fn retiring_ops(
     account: &str,
     integration: &str,
     generations: &[u64],
-) -> ApiResult<Vec<Op>> {
+) -> Result<Vec<Op>> {
     generations
         .iter()
         .map(|g| {

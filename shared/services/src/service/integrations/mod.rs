@@ -28,17 +28,17 @@ use flotilla_domain::model::{
 };
 use flotilla_domain::names::{validate_display_name, validate_resource_id};
 use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
-use flotilla_secrets::{PutOutcome, SecretBytes, SecretRef, SecretStoreError};
+use flotilla_secrets::{PutOutcome, SecretBytes, SecretRef};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::accounts::{OnConflict, delete_items, strong_scan};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{
     GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error,
     account_guards, backoff, check_if_match, guard_state, guarded_delete, read, to_body,
 };
-use crate::error::{ApiResult, Error, ErrorKind};
+use super::{OnConflict, delete_items, strong_scan};
+use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 
 mod create;

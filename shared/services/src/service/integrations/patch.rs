@@ -8,7 +8,7 @@ pub async fn patch(
     id: &str,
     req: PatchIntegration,
     if_match: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     if req.kind.is_some() {
         return Err(Error::invalid(
             "type is immutable; create with on_conflict=replace to change it",
@@ -108,7 +108,7 @@ pub async fn rotate(
     id: &str,
     req: RotateAuthentication,
     if_match: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     if req.authentication.is_none() && req.credentials.is_none() {
         return Err(Error::invalid("give authentication, credentials, or both"));
     }

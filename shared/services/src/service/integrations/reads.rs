@@ -6,14 +6,14 @@ pub async fn load(
     store: &dyn Metastore,
     account: &str,
     id: &str,
-) -> ApiResult<Versioned<IntegrationRecord>> {
+) -> Result<Versioned<IntegrationRecord>> {
     validate_resource_id(id).map_err(|_| Error::not_found("integration"))?;
     read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong)
         .await?
         .ok_or_else(|| Error::not_found("integration"))
 }
 
-pub async fn get(state: &AppState, account: &str, id: &str) -> ApiResult<Value> {
+pub async fn get(state: &AppState, account: &str, id: &str) -> Result<Value> {
     Ok(load(state.store.as_ref(), account, id)
         .await?
         .value
@@ -25,7 +25,7 @@ pub async fn list(
     account: &str,
     page_size: usize,
     token: Option<&str>,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     let (items, next) = crate::service::list_page(
         state.store.as_ref(),
         &keys::account_pk(account),

@@ -28,7 +28,7 @@ pub struct ScheduledSweep {
 /// holds integrations or generation records with [`sweep`] at
 /// [`SCHEDULED_SWEEP_MIN_AGE_MS`], and saves where it stopped. Every account is visited
 /// again within `ceil(accounts / max_accounts)` passes.
-pub async fn sweep_scheduled(state: &AppState, max_accounts: usize) -> ApiResult<ScheduledSweep> {
+pub async fn sweep_scheduled(state: &AppState, max_accounts: usize) -> Result<ScheduledSweep> {
     let store = state.store.as_ref();
     let cursor_key = flotilla_metastore::Key::new(keys::SYSTEM_PK, SWEEP_CURSOR_SK);
     let cursor: Option<String> = store

@@ -21,7 +21,7 @@ pub struct SweepReport {
 /// references it. Secrets no record explains are deleted unless referenced: every in-flight
 /// operation writes its record before its secret, so an unrecorded generation is never one
 /// that is about to be published.
-pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> ApiResult<SweepReport> {
+pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> Result<SweepReport> {
     let store = state.store.as_ref();
     let mut report = SweepReport::default();
     let now = state.clock.now_ms();
@@ -70,7 +70,7 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> ApiResul
                 .credentials
                 .delete(&secret_ref(account, &rec.integration_id, rec.generation)?)
                 .await
-                .map_err(secret_error)?;
+                .map_err(Error::from)?;
             report.generations_deleted += 1;
         }
         store
@@ -83,7 +83,7 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> ApiResul
         .credentials
         .list_account(account)
         .await
-        .map_err(secret_error)?
+        .map_err(Error::from)?
     {
         let recorded = store
             .get(
@@ -102,7 +102,7 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> ApiResul
         )
         .await?;
         if !referenced(current.as_ref(), r.credential_generation) {
-            state.credentials.delete(&r).await.map_err(secret_error)?;
+            state.credentials.delete(&r).await.map_err(Error::from)?;
             report.orphans_deleted += 1;
         }
     }

@@ -6,7 +6,7 @@ pub(super) fn validate_auth_for_type(
     state: &AppState,
     kind: IntegrationType,
     auth: &AuthConfig,
-) -> ApiResult<()> {
+) -> Result<()> {
     let ok = match kind {
         IntegrationType::IcebergRest => true,
         IntegrationType::Unity => matches!(
@@ -109,8 +109,8 @@ pub(super) fn validate_auth_for_type(
 pub(super) fn validate_signing(
     auth: &AuthConfig,
     properties: &BTreeMap<String, String>,
-) -> ApiResult<()> {
-    crate::access::aws_signing(auth, properties)
+) -> Result<()> {
+    crate::signing::aws_signing(auth, properties)
         .map(|_| ())
         .map_err(Error::invalid)
 }
@@ -142,7 +142,7 @@ pub(super) fn credential_rules(
 pub(super) fn validate_credentials(
     auth: &AuthConfig,
     creds: &Option<Value>,
-) -> ApiResult<Option<SecretBytes>> {
+) -> Result<Option<SecretBytes>> {
     let (required, allowed) = credential_rules(auth);
     let empty = Map::new();
     let c = match creds {
@@ -203,7 +203,7 @@ pub fn validate_connection(
     state: &AppState,
     uri: &str,
     properties: &BTreeMap<String, String>,
-) -> ApiResult<()> {
+) -> Result<()> {
     if uri.len() > 2048 {
         return Err(Error::invalid("uri is longer than 2048 bytes"));
     }
@@ -229,7 +229,7 @@ pub fn validate_connection(
 /// OAuth token endpoint): scheme, literal addresses (IPv4-mapped and -compatible IPv6
 /// included) and well-known metadata and loopback names. Names are checked again on every
 /// resolution at connect time.
-pub(super) fn check_upstream_url(state: &AppState, what: &str, url: &url::Url) -> ApiResult<()> {
+pub(super) fn check_upstream_url(state: &AppState, what: &str, url: &url::Url) -> Result<()> {
     let policy = if state.config.allow_insecure_upstreams {
         AddressPolicy::insecure()
     } else {
