@@ -6,15 +6,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::body::Body;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::{AppState, Config};
 use flotilla_metastore::redb_store::RedbMetastore;
+use flotilla_runtime::apigw::call;
 use flotilla_runtime::aws::ClaimsOnly;
 use http::StatusCode;
-use http_body_util::BodyExt as _;
 use serde_json::Value;
-use tower::ServiceExt as _;
 
 use crate::handler;
 use flotilla_metastore::metrics::CountingMetastore;
@@ -60,29 +58,6 @@ async fn invoke(state: &AppState, payload: &str) -> (StatusCode, Value) {
         None,
     )
     .await
-}
-
-/// One invocation of `app`, with the Lambda context `lambda_http::run` would attach.
-async fn call(app: axum::Router, payload: &str, ctx: Option<Context>) -> (StatusCode, Value) {
-    let request = lambda_http::request::from_str(payload).expect("an HTTP API v2 payload");
-    let mut request = request.map(|body| Body::from(body.to_vec()));
-    if let Some(ctx) = ctx {
-        request.extensions_mut().insert(ctx);
-    }
-    let response = app.oneshot(request).await.expect("infallible router");
-    let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("JSON response: {e}"))
-    };
-    (status, body)
 }
 
 #[test]

@@ -10,6 +10,7 @@ use flotilla_core::auth::Principal;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::{AppState, Config};
 use flotilla_metastore::redb_store::RedbMetastore;
+use flotilla_runtime::apigw::call;
 use flotilla_runtime::aws::ClaimsOnly;
 use flotilla_runtime::telemetry::LambdaTelemetry;
 use http::{Method, StatusCode};
@@ -87,18 +88,6 @@ async fn state() -> (AppState, String, tempfile::TempDir) {
     let catalog = body_json(r).await;
     let id = catalog["id"].as_str().expect("catalog id").to_owned();
     (state, id, dir)
-}
-
-/// What `lambda_http::run` does with one invocation payload, then one router call.
-async fn call(app: axum::Router, payload: &str, ctx: Option<Context>) -> (StatusCode, Value) {
-    let request = lambda_http::request::from_str(payload).expect("an HTTP API v2 payload");
-    let mut request = request.map(|body| Body::from(body.to_vec()));
-    if let Some(ctx) = ctx {
-        request.extensions_mut().insert(ctx);
-    }
-    let response = app.oneshot(request).await.expect("infallible router");
-    let status = response.status();
-    (status, body_json(response).await)
 }
 
 async fn invoke(state: &AppState, payload: &str) -> (StatusCode, Value) {
