@@ -284,6 +284,15 @@ pub async fn name_taken(
         .map(|_| Error::already_exists(format!("{what} named {name:?} already exists"))))
 }
 
+/// `DELETING` for `what` when its deletion fence is present (strong read): an update does
+/// not race the delete that has begun.
+pub async fn refuse_if_fenced(store: &dyn Metastore, fence: &Key, what: &str) -> ApiResult<()> {
+    match store.get(fence, Consistency::Strong).await? {
+        Some(_) => Err(Error::deleting(what)),
+        None => Ok(()),
+    }
+}
+
 /// The name index of a resource being replaced: how its display-name keys are built, the
 /// resource's noun with its article ("a catalog") and its old and new display names.
 pub struct NameChange<'a> {

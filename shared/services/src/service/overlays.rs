@@ -379,13 +379,7 @@ pub async fn patch(
     for attempt in 0..MAX_ATTEMPTS {
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
-        if store
-            .get(&keys::overlay_fence(account, id), Consistency::Strong)
-            .await?
-            .is_some()
-        {
-            return Err(Error::deleting("the overlay"));
-        }
+        super::refuse_if_fenced(store, &keys::overlay_fence(account, id), "the overlay").await?;
         let mut next = cur.value.clone();
         if let Some(n) = &req.display_name {
             next.display_name = n.clone();

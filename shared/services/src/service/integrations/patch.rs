@@ -84,13 +84,8 @@ async fn load_for_update(
 ) -> ApiResult<Versioned<IntegrationRecord>> {
     let cur = load(store, account, id).await?;
     check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
-    if store
-        .get(&keys::integration_fence(account, id), Consistency::Strong)
-        .await?
-        .is_some()
-    {
-        return Err(Error::deleting("the integration"));
-    }
+    let fence = keys::integration_fence(account, id);
+    crate::service::refuse_if_fenced(store, &fence, "the integration").await?;
     Ok(cur)
 }
 
