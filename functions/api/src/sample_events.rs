@@ -9,7 +9,7 @@ use std::sync::Arc;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::{AppState, Config};
 use flotilla_metastore::redb_store::RedbMetastore;
-use flotilla_runtime::apigw::call;
+use flotilla_runtime::apigw::{self, call};
 use flotilla_runtime::aws::ClaimsOnly;
 use http::StatusCode;
 use serde_json::Value;
@@ -33,8 +33,7 @@ fn sample_dir() -> PathBuf {
 }
 
 fn read_sample(name: &str) -> String {
-    let path = sample_dir().join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    apigw::read_sample(&sample_dir(), name)
 }
 
 fn state() -> (AppState, tempfile::TempDir) {
@@ -62,14 +61,7 @@ async fn invoke(state: &AppState, payload: &str) -> (StatusCode, Value) {
 
 #[test]
 fn every_api_sample_has_an_expected_outcome() {
-    let mut on_disk: Vec<String> = std::fs::read_dir(sample_dir())
-        .expect("events/api")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    on_disk.sort();
-    let mut listed: Vec<String> = EXPECTED.iter().map(|(n, _)| (*n).to_owned()).collect();
-    listed.sort();
-    assert_eq!(on_disk, listed);
+    apigw::assert_samples_listed(&sample_dir(), EXPECTED);
 }
 
 #[tokio::test]

@@ -94,3 +94,24 @@ pub async fn call(
     };
     (status, body)
 }
+
+/// Fails unless the sample events under `dir` are exactly the ones `expected` lists (each
+/// with the status it must get): a new sample is not left untested, a listed one not lost.
+#[cfg(feature = "testing")]
+pub fn assert_samples_listed(dir: &std::path::Path, expected: &[(&str, u16)]) {
+    let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = expected.iter().map(|(n, _)| (*n).to_owned()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed);
+}
+
+/// One sample event under `dir`, as text.
+#[cfg(feature = "testing")]
+pub fn read_sample(dir: &std::path::Path, name: &str) -> String {
+    let path = dir.join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
