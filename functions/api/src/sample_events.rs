@@ -6,15 +6,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::body::Body;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::{AppState, Config};
 use flotilla_metastore::redb_store::RedbMetastore;
+use flotilla_runtime::apigw::{self, call};
 use flotilla_runtime::aws::ClaimsOnly;
 use http::StatusCode;
-use http_body_util::BodyExt as _;
 use serde_json::Value;
-use tower::ServiceExt as _;
 
 use crate::handler;
 use flotilla_metastore::metrics::CountingMetastore;
@@ -35,8 +33,7 @@ fn sample_dir() -> PathBuf {
 }
 
 fn read_sample(name: &str) -> String {
-    let path = sample_dir().join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    apigw::read_sample(&sample_dir(), name)
 }
 
 fn state() -> (AppState, tempfile::TempDir) {
@@ -62,39 +59,9 @@ async fn invoke(state: &AppState, payload: &str) -> (StatusCode, Value) {
     .await
 }
 
-/// One invocation of `app`, with the Lambda context `lambda_http::run` would attach.
-async fn call(app: axum::Router, payload: &str, ctx: Option<Context>) -> (StatusCode, Value) {
-    let request = lambda_http::request::from_str(payload).expect("an HTTP API v2 payload");
-    let mut request = request.map(|body| Body::from(body.to_vec()));
-    if let Some(ctx) = ctx {
-        request.extensions_mut().insert(ctx);
-    }
-    let response = app.oneshot(request).await.expect("infallible router");
-    let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("JSON response: {e}"))
-    };
-    (status, body)
-}
-
 #[test]
 fn every_api_sample_has_an_expected_outcome() {
-    let mut on_disk: Vec<String> = std::fs::read_dir(sample_dir())
-        .expect("events/api")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    on_disk.sort();
-    let mut listed: Vec<String> = EXPECTED.iter().map(|(n, _)| (*n).to_owned()).collect();
-    listed.sort();
-    assert_eq!(on_disk, listed);
+    apigw::assert_samples_listed(&sample_dir(), EXPECTED);
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ use flotilla_core::{AppState, Config};
 use flotilla_iceberg_rest::TokenExchange;
 use flotilla_iceberg_rest::oauth::Relay;
 use flotilla_metastore::redb_store::RedbMetastore;
+use flotilla_runtime::apigw::{self, call};
 use flotilla_runtime::aws::ClaimsOnly;
 use flotilla_runtime::telemetry::LambdaTelemetry;
 use http::{Method, StatusCode};
@@ -32,8 +33,7 @@ fn sample_dir() -> PathBuf {
 }
 
 fn read_sample(name: &str) -> String {
-    let path = sample_dir().join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    apigw::read_sample(&sample_dir(), name)
 }
 
 fn sample(name: &str) -> Value {
@@ -92,18 +92,6 @@ async fn state() -> (AppState, String, tempfile::TempDir) {
     (state, id, dir)
 }
 
-/// What `lambda_http::run` does with one invocation payload, then one router call.
-async fn call(app: axum::Router, payload: &str, ctx: Option<Context>) -> (StatusCode, Value) {
-    let request = lambda_http::request::from_str(payload).expect("an HTTP API v2 payload");
-    let mut request = request.map(|body| Body::from(body.to_vec()));
-    if let Some(ctx) = ctx {
-        request.extensions_mut().insert(ctx);
-    }
-    let response = app.oneshot(request).await.expect("infallible router");
-    let status = response.status();
-    (status, body_json(response).await)
-}
-
 async fn invoke(state: &AppState, payload: &str) -> (StatusCode, Value) {
     let (telemetry, _lines) = LambdaTelemetry::capturing(state, "iceberg", "test");
     call(
@@ -120,14 +108,7 @@ async fn invoke(state: &AppState, payload: &str) -> (StatusCode, Value) {
 
 #[test]
 fn every_iceberg_sample_has_an_expected_outcome() {
-    let mut on_disk: Vec<String> = std::fs::read_dir(sample_dir())
-        .expect("events/iceberg")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    on_disk.sort();
-    let mut listed: Vec<String> = EXPECTED.iter().map(|(n, _)| (*n).to_owned()).collect();
-    listed.sort();
-    assert_eq!(on_disk, listed);
+    apigw::assert_samples_listed(&sample_dir(), EXPECTED);
 }
 
 #[tokio::test]

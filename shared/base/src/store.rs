@@ -258,3 +258,28 @@ pub async fn list_page(
 pub fn page_body(items: Vec<Value>, next: Option<String>) -> Value {
     serde_json::json!({"items": items, "next_page_token": next})
 }
+
+/// The page body of a plain listing (eventual reads): every record under `pk` and `prefix`,
+/// decoded as `R` and shown by `show`.
+pub async fn list_records<R: DeserializeOwned>(
+    store: &dyn Metastore,
+    pk: &str,
+    prefix: &str,
+    scope: &str,
+    size: usize,
+    token: Option<&str>,
+    show: impl Fn(&R) -> Value,
+) -> Result<Value> {
+    let (items, next) = list_page(
+        store,
+        pk,
+        prefix,
+        scope,
+        Consistency::Eventual,
+        size,
+        token,
+        |item| Ok(Some(show(&decode::<R>(item)?))),
+    )
+    .await?;
+    Ok(page_body(items, next))
+}

@@ -42,8 +42,8 @@ use serde_json::{Value, json};
 use url::Url;
 
 use crate::common::{
-    VendCache, check_fresh_and_scoped, dedup, epoch_ms, list_field, lock, next_token, optional_str,
-    required_str, secret_part, spark_struct_to_iceberg,
+    VendCache, check_fresh_and_scoped, dedup, epoch_ms, list_field, lock, names, next_token,
+    optional_str, required_str, secret_part, spark_struct_to_iceberg,
 };
 use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
 use crate::http::{HttpClient, HttpResponse, RetryMode, classify_status};
@@ -429,14 +429,7 @@ impl CatalogClient for DeltaSharingClient {
                 let (items, next) = self
                     .list_page(&["shares"], page_token, page_size, "list shares")
                     .await?;
-                let items = items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, it)| {
-                        required_str(it, "name", &format!("items[{i}].name"))
-                            .map(|n| UpstreamNamespace::new([n]))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let items = names(&items, "items", |n| UpstreamNamespace::new([n]))?;
                 Ok(Page {
                     items: dedup(items),
                     next_page_token: next,
@@ -451,14 +444,9 @@ impl CatalogClient for DeltaSharingClient {
                         "list schemas",
                     )
                     .await?;
-                let items = items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, it)| {
-                        required_str(it, "name", &format!("items[{i}].name"))
-                            .map(|n| UpstreamNamespace::new([share.as_str(), n]))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let items = names(&items, "items", |n| {
+                    UpstreamNamespace::new([share.as_str(), n])
+                })?;
                 if items.is_empty() && next.is_none() && page_token.is_none() {
                     self.require_share(share).await?;
                 }

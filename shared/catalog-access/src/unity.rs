@@ -39,8 +39,8 @@ use serde_json::{Value, json};
 use url::Url;
 
 use crate::common::{
-    VendCache, check_fresh_and_scoped, convert_primitive, dedup, epoch_ms, list_field, next_token,
-    optional_str, required_str, secret_part, spark_fields_to_iceberg,
+    VendCache, check_fresh_and_scoped, convert_primitive, dedup, epoch_ms, list_field, names,
+    next_token, optional_str, required_str, secret_part, spark_fields_to_iceberg,
 };
 use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
 use crate::http::{HttpClient, HttpResponse, RetryMode, classify_status};
@@ -506,14 +506,9 @@ impl UnityClient {
         let v = self
             .get_ok(self.url(&["schemas"], &query)?, "list schemas")
             .await?;
-        let items = list_field(&v, "schemas")?
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                required_str(s, "name", &format!("schemas[{i}].name"))
-                    .map(|n| self.to_namespace(catalog, n))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let items = names(&list_field(&v, "schemas")?, "schemas", |n| {
+            self.to_namespace(catalog, n)
+        })?;
         let next_page_token = next_token(&v, "next_page_token", page_token)?;
         if items.is_empty() && next_page_token.is_none() && page_token.is_none() {
             self.require(&["catalogs", catalog], &format!("catalog `{catalog}`"))
@@ -615,14 +610,9 @@ impl CatalogClient for UnityClient {
                 let v = self
                     .get_ok(self.url(&["catalogs"], &query)?, "list catalogs")
                     .await?;
-                let items = list_field(&v, "catalogs")?
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        required_str(c, "name", &format!("catalogs[{i}].name"))
-                            .map(|n| UpstreamNamespace::new([n]))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let items = names(&list_field(&v, "catalogs")?, "catalogs", |n| {
+                    UpstreamNamespace::new([n])
+                })?;
                 let items = dedup(items);
                 Ok(Page {
                     items,

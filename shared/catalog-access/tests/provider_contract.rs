@@ -9,7 +9,11 @@
 
 mod support;
 
-use flotilla_catalog_access::CatalogAccessError;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_catalog_access::{CatalogAccessError, Clock, VendingErrorKind};
+use flotilla_domain::clock::ManualClock;
 use support::{
     Contract, DeltaSharing, IcebergRest, OAuthContract, RealServerSwitches, Unity, statuses,
 };
@@ -32,6 +36,103 @@ async fn missing_table_is_not_found<P: Contract>() {
         .await
         .unwrap_err();
     assert!(matches!(err, CatalogAccessError::NotFound(_)), "{err:?}");
+}
+
+// ---- pagination --------------------------------------------------------------------------
+
+async fn table_pages_follow_tokens_and_send_the_page_size<P: Contract>() {
+    let p = P::start().await;
+    let namespace = p.add_namespace("paged");
+    for i in 0..5 {
+        p.add_table(&namespace, &format!("t{i}"));
+    }
+    let c = p.client().await;
+    let mut names = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let page = c
+            .list_tables(&namespace, token.as_deref(), Some(2))
+            .await
+            .unwrap();
+        pages += 1;
+        names.extend(page.items.into_iter().map(|t| t.name));
+        match page.next_page_token {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["t0", "t1", "t2", "t3", "t4"]);
+    assert_eq!(pages, 3);
+    let reqs = p.requests_to("/tables");
+    assert_eq!(reqs.len(), 3, "one request per page");
+    assert!(
+        reqs.iter()
+            .all(|r| r.query_param(P::PAGE_SIZE_PARAM) == Some("2")),
+        "{reqs:?}"
+    );
+    assert_eq!(
+        reqs[0].query_param(P::PAGE_TOKEN_PARAM),
+        P::FIRST_PAGE_TOKEN
+    );
+    for later in &reqs[1..] {
+        let sent = later.query_param(P::PAGE_TOKEN_PARAM);
+        assert!(sent.is_some_and(|t| !t.is_empty()), "{later:?}");
+    }
+}
+
+// ---- credential vending -------------------------------------------------------------------
+
+async fn vended_credentials_are_cached_then_renewed_near_expiry<P: Contract>() {
+    let p = P::start().await;
+    let clock = Arc::new(ManualClock::starting_now());
+    let lifetime = Duration::from_secs(3600);
+    p.set_vend_lifetime(clock.now(), lifetime);
+    let mut options = support::options();
+    options.clock = clock.clone();
+    let c = p.client_with(options).await;
+    let (namespace, table) = p.sample();
+    let first = c.vend_storage_credentials(&namespace, table).await.unwrap();
+    assert!(first.expires_at.is_some());
+    let again = c.vend_storage_credentials(&namespace, table).await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(p.vend_count(), 1, "fresh credentials are reused");
+    // A minute before they expire they are renewed.
+    clock.advance(lifetime - Duration::from_secs(60));
+    p.set_vend_lifetime(clock.now(), lifetime);
+    let renewed = c.vend_storage_credentials(&namespace, table).await.unwrap();
+    assert_eq!(p.vend_count(), 2, "renewed near expiry");
+    assert_ne!(renewed, first);
+    assert_secret_free(&p, &format!("{first:?} {renewed:?}"));
+}
+
+async fn already_expired_credentials_are_refused_without_leaking_them<P: Contract>() {
+    let p = P::start().await;
+    p.vend_expired();
+    let c = p.client().await;
+    let (namespace, table) = p.sample();
+    let err = c
+        .vend_storage_credentials(&namespace, table)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CatalogAccessError::CredentialVending {
+                kind: VendingErrorKind::Expired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(p.vend_count(), 1);
+    assert_secret_free(&p, &format!("{err} {err:?}"));
+}
+
+fn assert_secret_free<P: Contract>(p: &P, text: &str) {
+    for secret in p.secrets() {
+        assert!(!text.contains(&secret), "a secret leaked into: {text}");
+    }
 }
 
 // ---- retryable vs permanent faults --------------------------------------------------------
@@ -131,6 +232,26 @@ async fn oauth_token_is_fetched_once_and_renewed_once_after_a_401<P: OAuthContra
     assert_eq!(p.token_requests(), 3);
 }
 
+async fn oauth_token_is_refreshed_before_expiry<P: OAuthContract>() {
+    let p = P::start().await;
+    p.set_token_lifetime_secs(600);
+    let clock = Arc::new(ManualClock::starting_now());
+    let mut options = support::options();
+    options.clock = clock.clone();
+    let c = p.oauth_client_with(options).await;
+    c.list_namespaces(None, None, None).await.unwrap();
+    clock.advance(Duration::from_secs(500));
+    c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(p.token_requests(), 1, "still within lifetime minus margin");
+    clock.advance(Duration::from_secs(60));
+    c.list_namespaces(None, None, None).await.unwrap();
+    assert_eq!(p.token_requests(), 2, "refreshed before the token expired");
+    // No request was ever refused: the refresh happened before expiry.
+    assert!(p.requests().iter().all(|r| r.status != Some(401)));
+    let listed = p.requests_to(P::LIST_PATH);
+    assert!(listed.iter().all(|r| r.status == Some(200)), "{listed:?}");
+}
+
 // ---- real-server behaviours (docs/catalog-access.md, "Real-server behaviours") -------------
 
 async fn listings_drop_repeated_entries<P: RealServerSwitches>() {
@@ -224,17 +345,25 @@ macro_rules! contract {
 
 contract!(iceberg_rest, IcebergRest;
     missing_table_is_not_found,
+    table_pages_follow_tokens_and_send_the_page_size,
+    vended_credentials_are_cached_then_renewed_near_expiry,
+    already_expired_credentials_are_refused_without_leaking_them,
     a_transient_500_is_retried,
     persistent_5xx_and_429_are_retryable_after_bounded_attempts,
     malformed_json_is_a_protocol_error,
     oauth_token_is_fetched_once_and_renewed_once_after_a_401,
+    oauth_token_is_refreshed_before_expiry,
 );
 contract!(unity, Unity;
     missing_table_is_not_found,
+    table_pages_follow_tokens_and_send_the_page_size,
+    vended_credentials_are_cached_then_renewed_near_expiry,
+    already_expired_credentials_are_refused_without_leaking_them,
     a_transient_500_is_retried,
     persistent_5xx_and_429_are_retryable_after_bounded_attempts,
     malformed_json_is_a_protocol_error,
     oauth_token_is_fetched_once_and_renewed_once_after_a_401,
+    oauth_token_is_refreshed_before_expiry,
     listings_drop_repeated_entries,
     a_listing_under_a_missing_parent_answered_empty_is_not_found,
     a_table_listed_but_gone_on_load_is_not_found,
@@ -242,6 +371,9 @@ contract!(unity, Unity;
 );
 contract!(delta_sharing, DeltaSharing;
     missing_table_is_not_found,
+    table_pages_follow_tokens_and_send_the_page_size,
+    vended_credentials_are_cached_then_renewed_near_expiry,
+    already_expired_credentials_are_refused_without_leaking_them,
     a_transient_500_is_retried,
     persistent_5xx_and_429_are_retryable_after_bounded_attempts,
     malformed_json_is_a_protocol_error,

@@ -370,6 +370,23 @@ pub fn idempotency(
     }
 }
 
+/// [`idempotency`] for a create inside an account: the receipt is kept under the account.
+pub fn account_idempotency(
+    account: &str,
+    key: Option<String>,
+    on_conflict: OnConflict,
+    route: &str,
+    canonical_body: &[u8],
+) -> Result<Option<IdempotencyRequest>, Error> {
+    idempotency(
+        key,
+        on_conflict,
+        |k| flotilla_services::service::idempotency::account_receipt_key(account, k),
+        route,
+        canonical_body,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,18 +429,22 @@ mod account_scope_tests {
 
     use super::*;
 
+    fn state() -> AppState {
+        let store = Arc::new(flotilla_metastore::redb_store::RedbMetastore::in_memory().unwrap());
+        AppState::new(
+            store,
+            Arc::new(flotilla_base::clock::SystemClock),
+            Arc::new(flotilla_services::auth::StaticTokens::default()),
+            flotilla_services::state::Config::default(),
+        )
+    }
+
     async fn probe(Scope(AccountScope { account, .. }): Scope) -> String {
         account
     }
 
     async fn call(principal: Principal, account: &str) -> (StatusCode, Value) {
-        let store = Arc::new(flotilla_metastore::redb_store::RedbMetastore::in_memory().unwrap());
-        let state = AppState::new(
-            store,
-            Arc::new(flotilla_base::clock::SystemClock),
-            Arc::new(flotilla_services::auth::StaticTokens::default()),
-            flotilla_services::state::Config::default(),
-        );
+        let state = state();
         let app = Router::new()
             .route("/v1/accounts/{account_id}/probe/{other}", get(probe))
             .with_state(state);
@@ -467,13 +488,7 @@ mod account_scope_tests {
 
     #[tokio::test]
     async fn no_principal_is_unauthenticated() {
-        let store = Arc::new(flotilla_metastore::redb_store::RedbMetastore::in_memory().unwrap());
-        let state = AppState::new(
-            store,
-            Arc::new(flotilla_base::clock::SystemClock),
-            Arc::new(flotilla_services::auth::StaticTokens::default()),
-            flotilla_services::state::Config::default(),
-        );
+        let state = state();
         let app = Router::new()
             .route("/v1/accounts/{account_id}", get(probe))
             .with_state(state);

@@ -32,13 +32,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::extract::{
-    AccountScope, CreateParams, IdempotencyKey, JsonBody, ListParams, P, Q, Scope, idempotency,
+    AccountScope, CreateParams, IdempotencyKey, JsonBody, ListParams, P, Q, Scope,
+    account_idempotency,
 };
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
 use flotilla_base::error::{Error, ErrorKind, Result};
 use flotilla_services::service::OnConflict;
-use flotilla_services::service::idempotency::account_receipt_key;
 use flotilla_services::service::index_catalogs::{self, explain, service};
 use flotilla_services::service::{decode_page_token, encode_page_token, page_body, page_size};
 use flotilla_services::state::AppState;
@@ -179,13 +179,7 @@ async fn create_catalog(
     body: JsonBody<CreateIndexCatalogRequest>,
 ) -> HttpResult<Response> {
     only_error_mode(&params)?;
-    let idem = idempotency(
-        k,
-        params.on_conflict,
-        |k| account_receipt_key(&a, k),
-        "index-catalogs",
-        &body.canonical,
-    )?;
+    let idem = account_idempotency(&a, k, params.on_conflict, "index-catalogs", &body.canonical)?;
     let req = body.value;
     name("index catalog name", &req.name)?;
     let expected = |now| IndexCatalog {
@@ -235,13 +229,7 @@ async fn create_namespace(
     only_error_mode(&params)?;
     name("index catalog name", &c)?;
     let route = format!("index-namespaces/{c}");
-    let idem = idempotency(
-        k,
-        params.on_conflict,
-        |k| account_receipt_key(&a, k),
-        &route,
-        &body.canonical,
-    )?;
+    let idem = account_idempotency(&a, k, params.on_conflict, &route, &body.canonical)?;
     let req = body.value;
     check_namespace(&req.path)?;
     let expected = |now| Namespace {
@@ -291,13 +279,7 @@ async fn register(
     name("index catalog name", &c)?;
     let namespace = ns_path(&ns)?;
     let route = format!("indexes/{c}/{ns}");
-    let idem = idempotency(
-        k,
-        OnConflict::Error,
-        |k| account_receipt_key(&a, k),
-        &route,
-        &body.canonical,
-    )?;
+    let idem = account_idempotency(&a, k, OnConflict::Error, &route, &body.canonical)?;
     let req = body.value;
     name("index name", &req.name)?;
     let expected = |_| IndexEntry {

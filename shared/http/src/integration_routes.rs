@@ -7,12 +7,12 @@ use axum::routing::{get, post, put};
 use serde::Deserialize;
 
 use super::extract::{
-    AccountScope, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, P, Q, Scope, idempotency,
+    AccountScope, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, P, Q, Scope,
+    account_idempotency,
 };
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
 use flotilla_base::error::Error;
-use flotilla_services::service::idempotency::account_receipt_key;
 use flotilla_services::service::{integrations, overlays, page_size};
 use flotilla_services::state::AppState;
 
@@ -69,13 +69,7 @@ async fn create_integration(
     body: JsonBody<integrations::CreateIntegration>,
 ) -> HttpResult<Response> {
     let fingerprint = integrations::fingerprint_body(&body.canonical);
-    let idem = idempotency(
-        k,
-        params.on_conflict,
-        |k| account_receipt_key(&a, k),
-        "integrations",
-        &fingerprint,
-    )?;
+    let idem = account_idempotency(&a, k, params.on_conflict, "integrations", &fingerprint)?;
     Ok(recorded(
         integrations::create(&state, &a, body.value, params.on_conflict, idem).await?,
     ))
@@ -190,13 +184,7 @@ async fn create_overlay(
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<overlays::CreateOverlay>,
 ) -> HttpResult<Response> {
-    let idem = idempotency(
-        k,
-        params.on_conflict,
-        |k| account_receipt_key(&a, k),
-        "overlays",
-        &body.canonical,
-    )?;
+    let idem = account_idempotency(&a, k, params.on_conflict, "overlays", &body.canonical)?;
     Ok(recorded(
         overlays::create(&state, &a, body.value, params.on_conflict, idem).await?,
     ))

@@ -12,12 +12,12 @@ use tower_http::trace::TraceLayer;
 
 use super::extract::{
     AccountScope, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, ListParams,
-    MAX_BODY_BYTES, P, Q, Scope, idempotency,
+    MAX_BODY_BYTES, P, Q, Scope, account_idempotency, idempotency,
 };
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
 use flotilla_base::error::{Error, Result};
-use flotilla_services::service::idempotency::{account_receipt_key, system_receipt_key};
+use flotilla_services::service::idempotency::system_receipt_key;
 use flotilla_services::service::{accounts, catalogs, namespaces, page_size, relations};
 use flotilla_services::state::AppState;
 
@@ -193,13 +193,7 @@ async fn create_catalog(
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<catalogs::CreateCatalog>,
 ) -> HttpResult<Response> {
-    let idem = idempotency(
-        k,
-        params.on_conflict,
-        |k| account_receipt_key(&a, k),
-        "catalogs",
-        &body.canonical,
-    )?;
+    let idem = account_idempotency(&a, k, params.on_conflict, "catalogs", &body.canonical)?;
     Ok(recorded(
         catalogs::create(&state, &a, body.value, params.on_conflict, idem).await?,
     ))
@@ -268,13 +262,7 @@ async fn create_namespace(
     body: JsonBody<namespaces::CreateNamespace>,
 ) -> HttpResult<Response> {
     let route = route_key(&["namespaces", &c]);
-    let idem = idempotency(
-        k,
-        params.on_conflict,
-        |k| account_receipt_key(&a, k),
-        &route,
-        &body.canonical,
-    )?;
+    let idem = account_idempotency(&a, k, params.on_conflict, &route, &body.canonical)?;
     Ok(recorded(
         namespaces::create(&state, &a, &c, body.value, params.on_conflict, idem).await?,
     ))
@@ -349,13 +337,7 @@ async fn create_table(
 ) -> HttpResult<Response> {
     let path = ns_path(&ns)?;
     let route = route_key(&["tables", &c, &ns]);
-    let idem = idempotency(
-        k,
-        params.on_conflict,
-        |k| account_receipt_key(&a, k),
-        &route,
-        &body.canonical,
-    )?;
+    let idem = account_idempotency(&a, k, params.on_conflict, &route, &body.canonical)?;
     Ok(recorded(
         relations::create_table(&state, &a, &c, &path, body.value, params.on_conflict, idem)
             .await?,
@@ -372,13 +354,7 @@ async fn create_view(
 ) -> HttpResult<Response> {
     let path = ns_path(&ns)?;
     let route = route_key(&["views", &c, &ns]);
-    let idem = idempotency(
-        k,
-        params.on_conflict,
-        |k| account_receipt_key(&a, k),
-        &route,
-        &body.canonical,
-    )?;
+    let idem = account_idempotency(&a, k, params.on_conflict, &route, &body.canonical)?;
     Ok(recorded(
         relations::create_view(&state, &a, &c, &path, body.value, params.on_conflict, idem).await?,
     ))

@@ -2,12 +2,13 @@
 //! (requirements, stale bases, unknown outcomes, multi-table atomicity, directory
 //! generations), one table through two doors, views, isolation and overlay refusal.
 
+mod support;
+
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use flotilla_core::auth::StaticTokens;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::state::{AppState, Config};
 use flotilla_domain::keys;
@@ -42,23 +43,7 @@ async fn call(
     if let Some(t) = token {
         req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let req = match body {
-        Some(b) => req
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(serde_json::to_vec(&b).unwrap()))
-            .unwrap(),
-        None => req.body(Body::empty()).unwrap(),
-    };
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let v = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
-    };
-    (status, v)
+    support::send(app, req, body).await
 }
 
 async fn setup() -> Env {
@@ -66,10 +51,7 @@ async fn setup() -> Env {
     let store = Arc::new(FaultInjectingMetastore::new(
         RedbMetastore::in_memory().unwrap(),
     ));
-    let mut tokens = StaticTokens::new();
-    tokens.add(OPERATOR, true, vec![]);
-    tokens.add(ACME, false, vec!["acme".into()]);
-    tokens.add(OTHER, false, vec!["other".into()]);
+    let tokens = support::tokens(OPERATOR, ACME, OTHER);
     let state = AppState::new(
         store.clone(),
         Arc::new(SystemClock),

@@ -2,22 +2,20 @@
 //! warehouse (moto), warehouse tenant-prefix claims, table listings from the directory
 //! replica (counted metastore reads), and views through both doors (`/v1` and `/iceberg`).
 
+mod support;
+
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use flotilla_core::auth::StaticTokens;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::state::{AppState, Config};
 use flotilla_iceberg_rest::IcebergConfig;
 use flotilla_iceberg_rest::vending::{StsVending, Vending};
 use flotilla_metastore::metrics::{CountingMetastore, MetricsSnapshot};
 use flotilla_metastore::redb_store::RedbMetastore;
-use http_body_util::BodyExt;
 use object_store::ObjectStoreExt;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 const OPERATOR: &str = "deploy-operator-token";
 const ACME: &str = "deploy-acme-token";
@@ -51,32 +49,13 @@ async fn call(
     if delegation {
         req = req.header("X-Iceberg-Access-Delegation", VENDED);
     }
-    let req = match body {
-        Some(b) => req
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(serde_json::to_vec(&b).unwrap()))
-            .unwrap(),
-        None => req.body(Body::empty()).unwrap(),
-    };
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let v = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
-    };
-    (status, v)
+    support::send(app, req, body).await
 }
 
 async fn setup(opts: Opts) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(CountingMetastore::new(RedbMetastore::in_memory().unwrap()));
-    let mut tokens = StaticTokens::new();
-    tokens.add(OPERATOR, true, vec![]);
-    tokens.add(ACME, false, vec!["acme".into()]);
-    tokens.add(OTHER, false, vec!["other".into()]);
+    let tokens = support::tokens(OPERATOR, ACME, OTHER);
     let state = AppState::new(
         store.clone(),
         Arc::new(SystemClock),

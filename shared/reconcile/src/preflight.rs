@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use flotilla_catalog_access::spi::TableIdent;
 use flotilla_domain::keys;
 use flotilla_domain::model::{OverlayRecord, RelationKind};
 use flotilla_domain::names::{NamespacePath, validate_segment};
@@ -34,6 +35,32 @@ fn kind_word(k: RelationKind) -> &'static str {
     match k {
         RelationKind::Table => "table",
         RelationKind::View => "view",
+    }
+}
+
+/// Why an upstream answer cannot stand for the `what` (table or view) `ns`.`name` it was
+/// asked for: the provider answered for another object. `None` when it is the one asked for.
+fn answered_for_other(
+    answered: &TableIdent,
+    ns: &NamespacePath,
+    name: &str,
+    what: &str,
+) -> Option<String> {
+    (answered.namespace.0 != ns.segments() || answered.name != name)
+        .then(|| format!("the provider answered for {answered} when asked for this {what}"))
+}
+
+/// The identity an upstream object is held under, and whether it is stable: the provider's
+/// stable id when the provider has stable ids and gave one, else the object's path.
+fn held_identity(
+    stable_id: Option<&String>,
+    found: &Discovered,
+    ns: &NamespacePath,
+    name: &str,
+) -> (String, bool) {
+    match stable_id.filter(|_| found.stable_ids) {
+        Some(id) => (id.clone(), true),
+        None => (path_identity(ns, name), false),
     }
 }
 
@@ -95,26 +122,21 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                 }
             }
             TableLoad::Loaded { metadata, etag } => {
-                if metadata.identifier.namespace.0 != t.namespace.segments()
-                    || metadata.identifier.name != t.name
-                {
+                let answered = &metadata.identifier;
+                if let Some(reason) = answered_for_other(answered, &t.namespace, &t.name, "table") {
+                    let kind = RelationKind::Table;
                     conflict(
                         &mut out,
                         &t.namespace,
                         &t.name,
-                        RelationKind::Table,
+                        kind,
                         Holder::Upstream,
-                        format!(
-                            "the provider answered for {} when asked for this table",
-                            metadata.identifier
-                        ),
+                        reason,
                     );
                     continue;
                 }
-                let (ext, stable) = match metadata.stable_id.as_ref().filter(|_| found.stable_ids) {
-                    Some(id) => (id.clone(), true),
-                    None => (path_identity(&t.namespace, &t.name), false),
-                };
+                let (ext, stable) =
+                    held_identity(metadata.stable_id.as_ref(), found, &t.namespace, &t.name);
                 let fingerprint = etag.clone().or_else(|| Some(content_fingerprint(metadata)));
                 (
                     ext,
@@ -148,24 +170,20 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
             continue;
         }
         let m = &v.metadata;
-        if m.identifier.namespace.0 != v.namespace.segments() || m.identifier.name != v.name {
+        if let Some(reason) = answered_for_other(&m.identifier, &v.namespace, &v.name, "view") {
+            let kind = RelationKind::View;
             conflict(
                 &mut out,
                 &v.namespace,
                 &v.name,
-                RelationKind::View,
+                kind,
                 Holder::Upstream,
-                format!(
-                    "the provider answered for {} when asked for this view",
-                    m.identifier
-                ),
+                reason,
             );
             continue;
         }
-        let (external_id, stable) = match m.stable_id.as_ref().filter(|_| found.stable_ids) {
-            Some(id) => (id.clone(), true),
-            None => (path_identity(&v.namespace, &v.name), false),
-        };
+        let (external_id, stable) =
+            held_identity(m.stable_id.as_ref(), found, &v.namespace, &v.name);
         candidates.push(DesiredRelation {
             namespace: v.namespace.clone(),
             name: v.name.clone(),

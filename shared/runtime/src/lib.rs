@@ -2,6 +2,8 @@
 //! Host wiring shared by the Lambda functions and `flotilla serve`: logging set-up and the
 //! construction of [`flotilla_services::AppState`] from configuration, once per process.
 
+#[cfg(feature = "lambda-http")]
+pub mod apigw;
 pub mod aws;
 pub mod local;
 pub mod queue;

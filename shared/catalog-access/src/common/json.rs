@@ -24,6 +24,16 @@ pub(crate) fn list_field(v: &Value, field: &str) -> Result<Vec<Value>> {
     }
 }
 
+/// The `name` of every object in a listing, each read as `{list}[i].name` (so an error names
+/// the entry) and mapped by `to`.
+pub(crate) fn names<T>(items: &[Value], list: &str, to: impl Fn(&str) -> T) -> Result<Vec<T>> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| required_str(it, "name", &format!("{list}[{i}].name")).map(&to))
+        .collect()
+}
+
 /// Drops repeated entries of one listing page, keeping the first in place (a real server
 /// listed one schema twice).
 pub(crate) fn dedup<T: std::hash::Hash + Eq + Clone>(items: Vec<T>) -> Vec<T> {

@@ -7,7 +7,7 @@ pub(crate) mod spark_schema;
 pub(crate) mod vend_cache;
 
 pub(crate) use json::{
-    dedup, epoch_ms, list_field, next_token, optional_str, required_str, secret_part,
+    dedup, epoch_ms, list_field, names, next_token, optional_str, required_str, secret_part,
 };
 pub(crate) use spark_schema::{
     convert_primitive, spark_fields_to_iceberg, spark_struct_to_iceberg,

@@ -112,18 +112,16 @@ pub async fn get(state: &AppState, id: &str) -> Result<Value> {
 }
 
 pub async fn list(state: &AppState, page_size: usize, token: Option<&str>) -> Result<Value> {
-    let (items, next) = super::list_page(
+    super::list_records(
         state.store.as_ref(),
         keys::SYSTEM_PK,
         keys::ACCOUNT_LISTING_PREFIX,
         "accounts",
-        Consistency::Eventual,
         page_size,
         token,
-        |item| Ok(Some(super::decode::<AccountRecord>(item)?.to_api())),
+        AccountRecord::to_api,
     )
-    .await?;
-    Ok(super::page_body(items, next))
+    .await
 }
 
 /// Deletes an account: fence + record removal in one transaction, then resumable cleanup.

@@ -298,18 +298,16 @@ pub async fn list(
     page_size: usize,
     token: Option<&str>,
 ) -> Result<Value> {
-    let (items, next) = super::list_page(
+    super::list_records(
         state.store.as_ref(),
         &keys::account_pk(account),
         keys::CATALOG_PREFIX,
         "catalogs",
-        Consistency::Eventual,
         page_size,
         token,
-        |item| Ok(Some(super::decode::<CatalogRecord>(item)?.to_api())),
+        CatalogRecord::to_api,
     )
-    .await?;
-    Ok(super::page_body(items, next))
+    .await
 }
 
 pub async fn patch(
@@ -344,32 +342,19 @@ pub async fn patch(
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let mut tx = Transaction::new().with(Op::replace(
+        let tx = Transaction::new().with(Op::replace(
             keys::catalog(account, id),
             cur.version,
             to_body(&next)?,
         ));
-        let renamed = next.display_name != cur.value.display_name;
-        let new_name = keys::catalog_name(account, &next.display_name);
-        if renamed {
-            let old_name = keys::catalog_name(account, &cur.value.display_name);
-            for op in super::rename_ops(old_name, new_name.clone(), id)? {
-                tx.push(op);
-            }
-        }
-        match store.transact(tx).await {
-            Ok(()) => return Ok(next.to_api()),
-            Err(e) if super::is_condition_failure(&e) => {
-                if renamed
-                    && let Some(taken) =
-                        super::name_taken(store, new_name, "a catalog", &next.display_name).await?
-                {
-                    return Err(taken);
-                }
-                backoff(attempt).await;
-            }
-            Err(e) if e.is_retryable() => backoff(attempt).await,
-            Err(e) => return Err(e.into()),
+        let name = super::NameChange {
+            key: keys::catalog_name,
+            what: "a catalog",
+            old: &cur.value.display_name,
+            new: &next.display_name,
+        };
+        if super::commit_renamable(store, tx, account, id, name, attempt).await? {
+            return Ok(next.to_api());
         }
     }
     Err(Error::unavailable("catalog update did not converge"))

@@ -290,3 +290,58 @@ pub async fn name_taken(
         .await?
         .map(|_| Error::already_exists(format!("{what} named {name:?} already exists"))))
 }
+
+/// `DELETING` for `what` when its deletion fence is present (strong read): an update does
+/// not race the delete that has begun.
+pub async fn refuse_if_fenced(store: &dyn Metastore, fence: &Key, what: &str) -> Result<()> {
+    match store.get(fence, Consistency::Strong).await? {
+        Some(_) => Err(Error::deleting(what)),
+        None => Ok(()),
+    }
+}
+
+/// The name index of a resource being replaced: how its display-name keys are built, the
+/// resource's noun with its article ("a catalog") and its old and new display names.
+pub struct NameChange<'a> {
+    pub key: fn(&str, &str) -> Key,
+    pub what: &'a str,
+    pub old: &'a str,
+    pub new: &'a str,
+}
+
+/// Commits `tx` (a resource's version-conditioned replacement), moving its display-name index
+/// entry in the same transaction when the name changed. `Ok(true)`: committed; `Ok(false)`:
+/// the attempt lost a race or met a transient failure and has backed off, so the caller
+/// retries; `ALREADY_EXISTS` when the new name is held by another resource.
+pub async fn commit_renamable(
+    store: &dyn Metastore,
+    mut tx: Transaction,
+    account: &str,
+    id: &str,
+    name: NameChange<'_>,
+    attempt: usize,
+) -> Result<bool> {
+    let renamed = name.new != name.old;
+    let new_key = (name.key)(account, name.new);
+    if renamed {
+        let old_key = (name.key)(account, name.old);
+        for op in rename_ops(old_key, new_key.clone(), id)? {
+            tx.push(op);
+        }
+    }
+    match store.transact(tx).await {
+        Ok(()) => Ok(true),
+        Err(e) if is_condition_failure(&e) => {
+            if renamed && let Some(taken) = name_taken(store, new_key, name.what, name.new).await? {
+                return Err(taken);
+            }
+            backoff(attempt).await;
+            Ok(false)
+        }
+        Err(e) if e.is_retryable() => {
+            backoff(attempt).await;
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}

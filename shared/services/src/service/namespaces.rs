@@ -320,18 +320,16 @@ pub async fn list(
     if let Some(p) = parent {
         require_from(&reads, catalog_id, p)?;
     }
-    let (items, next) = super::list_page(
+    super::list_records(
         store,
         &keys::catalog_pk(catalog_id),
         &keys::namespace_children_prefix(parent),
         "namespaces",
-        Consistency::Eventual,
         page_size,
         token,
-        |item| Ok(Some(super::decode::<NamespaceRecord>(item)?.to_api())),
+        NamespaceRecord::to_api,
     )
-    .await?;
-    Ok(super::page_body(items, next))
+    .await
 }
 
 pub async fn patch(

@@ -379,13 +379,7 @@ pub async fn patch(
     for attempt in 0..MAX_ATTEMPTS {
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
-        if store
-            .get(&keys::overlay_fence(account, id), Consistency::Strong)
-            .await?
-            .is_some()
-        {
-            return Err(Error::deleting("the overlay"));
-        }
+        super::refuse_if_fenced(store, &keys::overlay_fence(account, id), "the overlay").await?;
         let mut next = cur.value.clone();
         if let Some(n) = &req.display_name {
             next.display_name = n.clone();
@@ -421,32 +415,19 @@ pub async fn patch(
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let mut tx = Transaction::new().with(Op::replace(
+        let tx = Transaction::new().with(Op::replace(
             keys::overlay(account, id),
             cur.version,
             to_body(&next)?,
         ));
-        let renamed = next.display_name != cur.value.display_name;
-        let new_name = keys::overlay_name(account, &next.display_name);
-        if renamed {
-            let old_name = keys::overlay_name(account, &cur.value.display_name);
-            for op in super::rename_ops(old_name, new_name.clone(), id)? {
-                tx.push(op);
-            }
-        }
-        match store.transact(tx).await {
-            Ok(()) => return to_api(store, account, &next).await,
-            Err(e) if super::is_condition_failure(&e) => {
-                if renamed
-                    && let Some(taken) =
-                        super::name_taken(store, new_name, "an overlay", &next.display_name).await?
-                {
-                    return Err(taken);
-                }
-                backoff(attempt).await;
-            }
-            Err(e) if e.is_retryable() => backoff(attempt).await,
-            Err(e) => return Err(e.into()),
+        let name = super::NameChange {
+            key: keys::overlay_name,
+            what: "an overlay",
+            old: &cur.value.display_name,
+            new: &next.display_name,
+        };
+        if super::commit_renamable(store, tx, account, id, name, attempt).await? {
+            return to_api(store, account, &next).await;
         }
     }
     Err(Error::unavailable("overlay update did not converge"))

@@ -24,15 +24,7 @@ pub async fn patch(
     }
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
-        let cur = load(store, account, id).await?;
-        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
-        if store
-            .get(&keys::integration_fence(account, id), Consistency::Strong)
-            .await?
-            .is_some()
-        {
-            return Err(Error::deleting("the integration"));
-        }
+        let cur = load_for_update(store, account, id, if_match).await?;
         let mut next = cur.value.clone();
         if let Some(n) = &req.display_name {
             next.display_name = n.clone();
@@ -64,40 +56,37 @@ pub async fn patch(
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let mut tx = Transaction::new().with(Op::replace(
+        let tx = Transaction::new().with(Op::replace(
             keys::integration(account, id),
             cur.version,
             to_body(&next)?,
         ));
-        let renamed = next.display_name != cur.value.display_name;
-        let new_name = keys::integration_name(account, &next.display_name);
-        if renamed {
-            let old_name = keys::integration_name(account, &cur.value.display_name);
-            for op in crate::service::rename_ops(old_name, new_name.clone(), id)? {
-                tx.push(op);
-            }
-        }
-        match store.transact(tx).await {
-            Ok(()) => return Ok(next.to_api()),
-            Err(e) if crate::service::is_condition_failure(&e) => {
-                if renamed
-                    && let Some(taken) = crate::service::name_taken(
-                        store,
-                        new_name,
-                        "an integration",
-                        &next.display_name,
-                    )
-                    .await?
-                {
-                    return Err(taken);
-                }
-                backoff(attempt).await;
-            }
-            Err(e) if e.is_retryable() => backoff(attempt).await,
-            Err(e) => return Err(e.into()),
+        let name = crate::service::NameChange {
+            key: keys::integration_name,
+            what: "an integration",
+            old: &cur.value.display_name,
+            new: &next.display_name,
+        };
+        if crate::service::commit_renamable(store, tx, account, id, name, attempt).await? {
+            return Ok(next.to_api());
         }
     }
     Err(Error::unavailable("integration update did not converge"))
+}
+
+/// The integration as it stands, for an update: its etag must match `if_match` and it must
+/// not be being deleted (its fence absent).
+async fn load_for_update(
+    store: &dyn Metastore,
+    account: &str,
+    id: &str,
+    if_match: Option<&str>,
+) -> Result<Versioned<IntegrationRecord>> {
+    let cur = load(store, account, id).await?;
+    check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+    let fence = keys::integration_fence(account, id);
+    crate::service::refuse_if_fenced(store, &fence, "the integration").await?;
+    Ok(cur)
 }
 
 /// `PUT .../authentication`: new authentication configuration and/or credentials, published
@@ -114,15 +103,7 @@ pub async fn rotate(
     }
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
-        let cur = load(store, account, id).await?;
-        check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
-        if store
-            .get(&keys::integration_fence(account, id), Consistency::Strong)
-            .await?
-            .is_some()
-        {
-            return Err(Error::deleting("the integration"));
-        }
+        let cur = load_for_update(store, account, id, if_match).await?;
         let auth = req
             .authentication
             .clone()
