@@ -3,6 +3,8 @@
 //! construction of [`flotilla_services::AppState`] from configuration, once per process.
 
 pub mod aws;
+#[cfg(feature = "local")]
 pub mod local;
+#[cfg(feature = "queue")]
 pub mod queue;
 pub mod telemetry;

@@ -66,6 +66,7 @@ pub struct AppState {
     /// Object stores of ParqDB index catalog warehouses, cached per warehouse. The
     /// host chooses endpoints and credentials once
     /// ([`crate::service::index_catalogs::warehouse_stores_from_env`]); tests inject faults.
+    #[cfg(feature = "index-catalogs")]
     pub index_stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,
     /// Catalog-access providers by protocol (`crate::access` connects integrations through
     /// it); tests swap in decorated providers with [`AppState::with_catalog_access`].
@@ -86,10 +87,13 @@ impl AppState {
         config: Config,
     ) -> Self {
         let directory = Arc::new(flotilla_directory::DirectoryCache::new());
+        #[cfg_attr(not(feature = "index-catalogs"), allow(unused_mut))]
+        let mut account_cleanups: Vec<Arc<dyn AccountCleanup>> = Vec::new();
         // Index catalogs live in partitions of their own, which account delete must find.
-        let index_catalogs: Arc<dyn AccountCleanup> = Arc::new(
+        #[cfg(feature = "index-catalogs")]
+        account_cleanups.push(Arc::new(
             crate::service::index_catalogs::IndexCatalogCleanup::new(store.clone()),
-        );
+        ));
         Self {
             store,
             clock,
@@ -101,9 +105,10 @@ impl AppState {
                 directory.clone() as MetricSource,
                 Arc::new(flotilla_telemetry::Global),
             ],
-            account_cleanups: vec![index_catalogs],
+            account_cleanups,
             credentials: Arc::new(NoCredentialStore::NotConfigured),
             directory,
+            #[cfg(feature = "index-catalogs")]
             index_stores: Arc::new(flotilla_parqdb::store::DefaultWarehouseStores::new()),
             catalog_access: Arc::new(
                 flotilla_catalog_access::CatalogClientFactory::with_builtin_providers(),
@@ -130,6 +135,7 @@ impl AppState {
         self
     }
 
+    #[cfg(feature = "index-catalogs")]
     pub fn with_index_stores(
         mut self,
         stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,
