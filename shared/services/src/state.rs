@@ -88,6 +88,7 @@ impl AppState {
     ) -> Self {
         let directory = Arc::new(flotilla_directory::DirectoryCache::new());
         #[cfg_attr(not(feature = "index-catalogs"), allow(unused_mut))]
+        #[allow(clippy::vec_init_then_push)] // the push depends on a feature
         let mut account_cleanups: Vec<Arc<dyn AccountCleanup>> = Vec::new();
         // Index catalogs live in partitions of their own, which account delete must find.
         #[cfg(feature = "index-catalogs")]
