@@ -2,8 +2,10 @@
 //! Flotilla's core as one facade: it re-exports the crates the service stack is split into
 //! (`flotilla-base`, `-directory`, `-services`, `-reconcile`, `-http`) under the module
 //! names they had when they were one crate, and holds the fuzzing entry points, which reach
-//! into all of them. New code depends on the specific crate it uses (docs/architecture.md).
+//! into all of them (feature `fuzzing`: the cargo-fuzz targets and the fuzz smoke tests).
+//! New code depends on the specific crate it uses (docs/architecture.md).
 
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 
 pub use flotilla_base::{clock, error};

@@ -10,16 +10,16 @@ use axum::extract::{FromRequestParts, Query, State};
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use flotilla_core::auth::Principal;
-use flotilla_core::error::ErrorKind;
-use flotilla_core::http::extract::Auth;
-use flotilla_core::service::{catalogs, read};
-use flotilla_core::state::AppState;
+use flotilla_base::error::ErrorKind;
 use flotilla_domain::keys;
 use flotilla_domain::model::{CatalogRecord, NameIndexRecord};
 use flotilla_domain::names::NamespacePath;
+use flotilla_http::extract::Auth;
 use flotilla_metastore::Consistency;
 use flotilla_parqdb::location::Warehouse;
+use flotilla_services::auth::Principal;
+use flotilla_services::service::{catalogs, read};
+use flotilla_services::state::AppState;
 use object_store::ObjectStore;
 use serde::Deserialize;
 use serde_json::json;
@@ -293,7 +293,7 @@ impl PageParams {
                     IcebergError::bad_request("pageSize must be a positive integer")
                 })?),
             };
-        flotilla_core::service::page_size(requested)
+        flotilla_services::service::page_size(requested)
             .map_err(|e| IcebergError::from_api(e, Missing::Catalog))
     }
 

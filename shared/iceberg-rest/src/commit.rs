@@ -7,13 +7,13 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use flotilla_core::service::namespaces::child_guards;
-use flotilla_core::service::relations::{self, directory_bump};
-use flotilla_core::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, to_body};
 use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord};
 use flotilla_domain::names::{NamespacePath, new_id};
 use flotilla_metastore::{Op, Transaction};
+use flotilla_services::service::namespaces::child_guards;
+use flotilla_services::service::relations::{self, directory_bump};
+use flotilla_services::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, to_body};
 use iceberg::spec::{
     FormatVersion, Schema, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
 };
@@ -45,7 +45,7 @@ pub struct Committed {
     pub metadata: TableMetadata,
 }
 
-fn api(e: flotilla_core::error::Error) -> IcebergError {
+fn api(e: flotilla_base::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::Table)
 }
 
@@ -73,7 +73,7 @@ pub async fn require_table(
         Some(r) => r,
         None => {
             // Distinguish a missing namespace, as engines expect.
-            flotilla_core::service::namespaces::require(
+            flotilla_services::service::namespaces::require(
                 ctx.state.store.as_ref(),
                 ctx.catalog_id(),
                 ns,

@@ -4,7 +4,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use flotilla_core::error::{Error, ErrorKind};
+use flotilla_base::error::{Error, ErrorKind};
 use serde_json::json;
 
 /// What a `404` from a shared service is about, when its message does not say.
@@ -108,10 +108,10 @@ impl IcebergError {
 
     /// Maps an error of the shared services; `missing` names what a bare `404` is about.
     pub fn from_api(e: Error, missing: Missing) -> Self {
-        let status = flotilla_core::http::error::status_of(e.kind);
+        let status = flotilla_http::error::status_of(e.kind);
         if status.is_server_error() {
             // `to_parts` logs the detail under a fresh id and answers only that id.
-            let (_, body) = flotilla_core::http::error::to_parts(&e);
+            let (_, body) = flotilla_http::error::to_parts(&e);
             let id = body["error"]["details"]["error_id"]
                 .as_str()
                 .unwrap_or_default()

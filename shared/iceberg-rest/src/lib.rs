@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::{get, post};
-use flotilla_core::state::AppState;
+use flotilla_services::state::AppState;
 
 pub use catalog::IcebergConfig;
 pub use error::{IcebergError, IcebergResult};
@@ -56,7 +56,7 @@ pub const ENDPOINTS: &[&str] = &[
     "POST /v1/{prefix}/views/rename",
 ];
 
-/// The Iceberg routes, to merge into the one router (`flotilla_core::http::router_with`).
+/// The Iceberg routes, to merge into the one router (`flotilla_http::router_with`).
 pub fn routes(config: IcebergConfig) -> Router<AppState> {
     let config = Arc::new(config);
     let ns = "/iceberg/v1/{prefix}/namespaces";
@@ -124,11 +124,11 @@ pub fn routes(config: IcebergConfig) -> Router<AppState> {
 
 /// The whole API with the Iceberg endpoint: what both hosts serve.
 pub fn router(state: AppState, config: IcebergConfig) -> axum::Router {
-    flotilla_core::http::router_with(state, routes(config))
+    flotilla_http::router_with(state, routes(config))
 }
 
 /// The Iceberg endpoint alone, under the API's layers (fallbacks, limits, metrics, tracing):
 /// what the `iceberg` Lambda function serves, so that it links none of the `/v1` routes.
 pub fn iceberg_router(state: AppState, config: IcebergConfig) -> axum::Router {
-    flotilla_core::http::layered(state, routes(config))
+    flotilla_http::layered(state, routes(config))
 }

@@ -7,23 +7,23 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use flotilla_core::http::extract::parse_json;
-use flotilla_core::service::OnConflict;
-use flotilla_core::service::namespaces::{self, CreateNamespace, PatchNamespace};
-use flotilla_core::state::AppState;
+use flotilla_http::extract::parse_json;
+use flotilla_services::service::OnConflict;
+use flotilla_services::service::namespaces::{self, CreateNamespace, PatchNamespace};
+use flotilla_services::state::AppState;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_parts, ns_from_segment};
 use crate::error::{IcebergError, IcebergResult, Missing};
 
-fn api(e: flotilla_core::error::Error) -> IcebergError {
+fn api(e: flotilla_base::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::Namespace)
 }
 
 /// Parses a JSON request body, answering the Iceberg error shape.
 pub fn body<T: serde::de::DeserializeOwned>(bytes: &axum::body::Bytes) -> IcebergResult<T> {
-    if bytes.len() > flotilla_core::http::extract::MAX_BODY_BYTES {
+    if bytes.len() > flotilla_http::extract::MAX_BODY_BYTES {
         return Err(IcebergError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "BadRequestException",
@@ -185,7 +185,7 @@ pub async fn update_properties(
     }
     // Read-modify-write guarded by the etag: a concurrent change is retried from a fresh
     // read, never overwritten.
-    for _ in 0..flotilla_core::service::MAX_ATTEMPTS {
+    for _ in 0..flotilla_services::service::MAX_ATTEMPTS {
         let cur = namespaces::get(&state, &ctx.account, ctx.catalog_id(), &path)
             .await
             .map_err(api)?;
@@ -222,7 +222,7 @@ pub async fn update_properties(
                 }))
                 .into_response());
             }
-            Err(e) if e.kind == flotilla_core::error::ErrorKind::PreconditionFailed => continue,
+            Err(e) if e.kind == flotilla_base::error::ErrorKind::PreconditionFailed => continue,
             Err(e) => return Err(api(e)),
         }
     }

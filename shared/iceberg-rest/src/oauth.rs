@@ -24,7 +24,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
-use flotilla_core::state::AppState;
+use flotilla_services::state::AppState;
 use serde_json::{Value, json};
 
 use crate::catalog::IcebergConfig;

@@ -8,11 +8,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use flotilla_core::service::OnConflict;
-use flotilla_core::service::relations::{self, CreateTable, PatchRelation};
-use flotilla_core::state::AppState;
 use flotilla_domain::model::RelationKind;
 use flotilla_domain::names::NamespacePath;
+use flotilla_services::service::OnConflict;
+use flotilla_services::service::relations::{self, CreateTable, PatchRelation};
+use flotilla_services::state::AppState;
 use iceberg::spec::{Schema, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec};
 use iceberg::{TableCreation, TableRequirement, TableUpdate};
 use object_store::ObjectStoreExt;
@@ -25,7 +25,7 @@ use crate::error::{IcebergError, IcebergResult, Missing};
 use crate::namespaces::body;
 use crate::vending;
 
-fn api(e: flotilla_core::error::Error) -> IcebergError {
+fn api(e: flotilla_base::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::Table)
 }
 
@@ -181,17 +181,17 @@ async fn list_from_directory(
 ) -> IcebergResult<Option<Value>> {
     if !continuing
         && !state.directory.authority_seen()
-        && !flotilla_core::directory::authority_enabled(state.store.as_ref())
+        && !flotilla_directory::authority_enabled(state.store.as_ref())
             .await
             .map_err(IcebergError::unavailable)?
     {
         return Ok(None);
     }
-    let view = flotilla_core::service::directory::get_view(state, account, catalog_id)
+    let view = flotilla_services::service::directory::get_view(state, account, catalog_id)
         .await
         .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
-    let fresh = !view.health.stale
-        && view.health.mode == flotilla_core::directory::ReplicaMode::Authoritative;
+    let fresh =
+        !view.health.stale && view.health.mode == flotilla_directory::ReplicaMode::Authoritative;
     if !continuing && !fresh {
         return Ok(None);
     }
@@ -221,7 +221,7 @@ async fn list_from_directory(
     }
     if !in_namespace {
         // Nothing of this namespace in the directory: it may still exist, empty.
-        flotilla_core::service::namespaces::require(state.store.as_ref(), catalog_id, path)
+        flotilla_services::service::namespaces::require(state.store.as_ref(), catalog_id, path)
             .await
             .map_err(|e| IcebergError::from_api(e, Missing::Namespace))?;
     }
@@ -271,7 +271,7 @@ pub async fn create_table(
     flotilla_domain::names::validate_segment("table name", &req.name)
         .map_err(|e| IcebergError::bad_request(e.0))?;
     // The namespace must exist and the name be free before anything is written.
-    flotilla_core::service::namespaces::require(state.store.as_ref(), ctx.catalog_id(), &path)
+    flotilla_services::service::namespaces::require(state.store.as_ref(), ctx.catalog_id(), &path)
         .await
         .map_err(|e| IcebergError::from_api(e, Missing::Namespace))?;
     if relations::load(state.store.as_ref(), ctx.catalog_id(), &path, &req.name)
@@ -550,7 +550,7 @@ pub async fn rename_relation(
     let from = ns_from_parts(req.source.namespace)?;
     let to = ns_from_parts(req.destination.namespace)?;
     // The destination namespace must exist (404 NoSuchNamespaceException otherwise).
-    flotilla_core::service::namespaces::require(state.store.as_ref(), ctx.catalog_id(), &to)
+    flotilla_services::service::namespaces::require(state.store.as_ref(), ctx.catalog_id(), &to)
         .await
         .map_err(|e| IcebergError::from_api(e, Missing::Namespace))?;
     relations::patch(

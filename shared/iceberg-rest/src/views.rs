@@ -10,14 +10,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
-use flotilla_core::service::namespaces::child_guards;
-use flotilla_core::service::relations::{self, directory_bump};
-use flotilla_core::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, to_body};
-use flotilla_core::state::AppState;
 use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord, ViewDefinition};
 use flotilla_domain::names::{NamespacePath, new_id};
 use flotilla_metastore::{Op, Transaction};
+use flotilla_services::service::namespaces::child_guards;
+use flotilla_services::service::relations::{self, directory_bump};
+use flotilla_services::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, to_body};
+use flotilla_services::state::AppState;
 use iceberg::ViewUpdate;
 use iceberg::spec::{
     Schema, ViewFormatVersion, ViewMetadata, ViewMetadataBuilder, ViewRepresentation, ViewVersion,
@@ -30,7 +30,7 @@ use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_segment};
 use crate::error::{IcebergError, IcebergResult, Missing};
 use crate::namespaces::body;
 
-fn api(e: flotilla_core::error::Error) -> IcebergError {
+fn api(e: flotilla_base::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::View)
 }
 
@@ -79,7 +79,7 @@ async fn load_view_record(
     match rec {
         Some(r) if r.value.kind == RelationKind::View => Ok(r),
         _ => {
-            flotilla_core::service::namespaces::require(
+            flotilla_services::service::namespaces::require(
                 ctx.state.store.as_ref(),
                 ctx.catalog_id(),
                 ns,

@@ -8,9 +8,10 @@
 //! explicitly, because a read whose *absence* is load-bearing (dependency checks, cascades,
 //! fences, generation items) must never be served from a lagging replica.
 //!
-//! Backends: [`redb_store::RedbMetastore`] (embedded, `flotilla serve`) and
-//! [`dynamo::DynamoMetastore`] (AWS). Decorator: [`metrics::CountingMetastore`] (request and
-//! item counters).
+//! Backends, each behind a feature of its own so a host compiles only the one it runs:
+//! `redb_store::RedbMetastore` (embedded, `flotilla serve`, feature `redb`) and
+//! `dynamo::DynamoMetastore` (AWS, feature `dynamodb`). Decorator:
+//! [`metrics::CountingMetastore`] (request and item counters).
 //!
 //! Test doubles, compiled only with the `testing` feature (which dev-dependencies enable, so
 //! no release binary carries them): `fault::FaultInjectingMetastore` (injected failures and
@@ -20,14 +21,18 @@
 
 #[cfg(any(test, feature = "testing"))]
 pub mod contract;
+#[cfg(feature = "dynamodb")]
 pub mod dynamo;
 #[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod metrics;
+#[cfg(feature = "redb")]
 pub mod redb_store;
 #[cfg(any(test, feature = "testing"))]
 pub mod stale;
 
+// The validation and condition helpers the backends share.
+#[cfg_attr(not(any(feature = "redb", feature = "dynamodb")), allow(dead_code))]
 mod codec;
 mod error_kind;
 

@@ -5,6 +5,8 @@
 #[cfg(feature = "lambda-http")]
 pub mod apigw;
 pub mod aws;
+#[cfg(feature = "local")]
 pub mod local;
+#[cfg(feature = "queue")]
 pub mod queue;
 pub mod telemetry;

@@ -9,8 +9,10 @@
 //! on: a store keyed by [`SecretRef`] (`account`, `integration`, `credential_generation`) whose
 //! writes never overwrite an existing generation.
 //!
-//! Backends: [`aws::SecretsManagerStore`] (AWS Secrets Manager) and
-//! [`local::LocalEncryptedStore`] (files sealed with ChaCha20-Poly1305, for `flotilla serve`).
+//! Backends, each behind a feature of its own so a host compiles only the one it runs:
+//! `aws::SecretsManagerStore` (AWS Secrets Manager, feature `secrets-manager`) and
+//! `local::LocalEncryptedStore` (files sealed with ChaCha20-Poly1305, for `flotilla serve`,
+//! feature `local`).
 //! Test doubles, compiled only with the `testing` feature (dev-dependencies enable it):
 //! `fault::FaultInjectingCredentialStore` and `contract`, the one suite both backends must
 //! pass.
@@ -19,11 +21,13 @@
 //! and are read back by the catalog-access adapter. [`SecretBytes`] never prints its content
 //! and does not implement `Serialize`; no error of this crate carries secret bytes.
 
+#[cfg(feature = "secrets-manager")]
 pub mod aws;
 #[cfg(any(test, feature = "testing"))]
 pub mod contract;
 #[cfg(any(test, feature = "testing"))]
 pub mod fault;
+#[cfg(feature = "local")]
 pub mod local;
 mod none;
 pub use none::NoCredentialStore;
@@ -39,6 +43,7 @@ pub const MAX_ID_LEN: usize = 128;
 /// The largest secret payload accepted (Secrets Manager's `SecretString` limit is 64 KiB).
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;
 /// Longest backend message kept in an error, so an upstream cannot flood logs.
+#[cfg_attr(not(feature = "secrets-manager"), allow(dead_code))]
 const MAX_ERROR_MESSAGE: usize = 300;
 
 /// Names one immutable credential generation of one integration.
@@ -196,6 +201,7 @@ impl SecretBytes {
     /// Replaces every occurrence of this secret's text (and of each string field of at least
     /// four characters) in `message` with `***`. Backends run foreign error text through this
     /// before it becomes part of an error.
+    #[cfg_attr(not(feature = "secrets-manager"), allow(dead_code))]
     pub(crate) fn redact(&self, message: &str) -> String {
         let mut out = message.to_owned();
         if let Ok(text) = std::str::from_utf8(&self.0)
@@ -216,6 +222,7 @@ impl SecretBytes {
     }
 }
 
+#[cfg_attr(not(feature = "secrets-manager"), allow(dead_code))]
 fn collect_strings(value: &serde_json::Value, f: &mut impl FnMut(&str)) {
     match value {
         serde_json::Value::String(s) => f(s),
@@ -307,6 +314,7 @@ impl SecretStoreError {
 }
 
 /// Bounds foreign text that goes into an error.
+#[cfg_attr(not(feature = "secrets-manager"), allow(dead_code))]
 pub(crate) fn bound_message(message: &str) -> String {
     if message.len() <= MAX_ERROR_MESSAGE {
         return message.to_owned();

@@ -78,6 +78,7 @@ pub struct AppState {
     /// Object stores of ParqDB index catalog warehouses, cached per warehouse. The
     /// host chooses endpoints and credentials once
     /// (`service::index_catalogs::warehouse_stores_from_env`); tests inject faults.
+    #[cfg(feature = "index-catalogs")]
     pub index_stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,
     /// Catalog-access providers by protocol (the `access` module connects integrations through
     /// it); tests swap in decorated providers with [`AppState::with_catalog_access`].
@@ -112,6 +113,7 @@ impl AppState {
             account_cleanups: Vec::new(),
             credentials: Arc::new(NoCredentialStore::NotConfigured),
             directory,
+            #[cfg(feature = "index-catalogs")]
             index_stores: Arc::new(flotilla_parqdb::store::DefaultWarehouseStores::new()),
             catalog_access: Arc::new(
                 flotilla_catalog_access::CatalogClientFactory::with_builtin_providers(),
@@ -138,6 +140,7 @@ impl AppState {
         self
     }
 
+    #[cfg(feature = "index-catalogs")]
     pub fn with_index_stores(
         mut self,
         stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,

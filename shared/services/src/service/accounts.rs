@@ -206,6 +206,8 @@ async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>
                 crate::service::integrations::purge_credentials(state, id, integration_id).await?;
             }
             // Index catalogs live in partitions of their own, which only their record names.
+            // Hosts without the feature serve no account delete (only the api function does).
+            #[cfg(feature = "index-catalogs")]
             super::index_catalogs::cleanup_account_item(store, id, item).await?;
             for c in cleanups {
                 c.cleanup_item(id, item).await?;

@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod catalogs;
 pub mod directory;
 pub mod idempotency;
+#[cfg(feature = "index-catalogs")]
 pub mod index_catalogs;
 pub mod integrations;
 pub mod namespaces;
