@@ -211,12 +211,23 @@ pub(super) async fn cascade_delete(
             removed = true;
             break;
         };
-        let tx = Transaction::new()
+        let mut tx = Transaction::new()
             .with(Op::delete_at(keys::integration(account, id), cur.version))
             .with(Op::delete(keys::integration_name(
                 account,
                 &cur.value.display_name,
             )));
+        // The scheduler state and its due entry go with the record (every overlay, and so
+        // every demand, is gone by now).
+        if let Some(sched) = crate::service::schedule::load(store, account, id).await? {
+            tx.push(Op::delete_at(
+                keys::scheduler_state(account, id),
+                sched.version,
+            ));
+            if let Some(due) = sched.value.due_ms {
+                tx.push(Op::delete(keys::due_entry(account, id, due)));
+            }
+        }
         match store.transact(tx).await {
             Ok(()) => {
                 removed = true;

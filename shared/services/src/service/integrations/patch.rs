@@ -69,6 +69,20 @@ pub async fn patch(
             cur.version,
             to_body(&next)?,
         ));
+        // The plan: a new connection or a resume needs a run; a pause stops all new work.
+        let reconnects = next.uri != cur.value.uri || next.properties != cur.value.properties;
+        let resumed = cur.value.paused && !next.paused;
+        let paused = next.paused;
+        tx.ops.extend(
+            crate::service::schedule::update_ops(store, account, id, state.clock.now_ms(), |s| {
+                s.integration_paused = paused;
+                crate::service::schedule::Effect {
+                    bump: fences_work,
+                    run_now: !paused && (reconnects || resumed),
+                }
+            })
+            .await?,
+        );
         let renamed = next.display_name != cur.value.display_name;
         let new_name = keys::integration_name(account, &next.display_name);
         if renamed {
@@ -153,6 +167,17 @@ pub async fn rotate(
         if let Some(g) = new_generation {
             tx.push(publish_record_op(account, id, g));
         }
+        // New credentials fence the older plan and need a run.
+        let paused = next.paused;
+        tx.ops.extend(
+            crate::service::schedule::update_ops(store, account, id, state.clock.now_ms(), |_| {
+                crate::service::schedule::Effect {
+                    bump: true,
+                    run_now: !paused,
+                }
+            })
+            .await?,
+        );
         if old_generation > 0 {
             tx.ops
                 .extend(retiring_ops(state, account, id, &[old_generation])?);
