@@ -140,8 +140,8 @@ pub struct TickReport {
     pub more: bool,
 }
 
-/// Where the next tick resumes: the shard it starts with and, per shard, the last entry a
-/// tick took when it stopped at its bound.
+/// Where the next tick resumes: the shard it starts with and, per shard, the page token
+/// after the last entry a tick took when it stopped at its bound.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct TickCursor {
     next_shard: u32,
@@ -166,12 +166,18 @@ pub async fn tick(store: &dyn Metastore, now_ms: i64, max_due: usize) -> ApiResu
             break;
         }
         let mut after = cursor.after.remove(&shard);
+        // Pages start at one entry and double while every entry is due, so a shard with
+        // nothing due costs one item, and one with `d` due entries at most about `2d`.
+        let mut size = 1;
         loop {
             let q = Query::new(keys::due_pk(shard), "", Consistency::Eventual)
-                .limit(INDEX_PAGE.min(left.max(1)))
+                .limit(size.min(left).max(1))
                 .after(after.clone().map(PageToken));
+            size = (size * 2).min(INDEX_PAGE);
             let page = store.query(&q).await?;
             let mut boundary = false;
+            // A page never holds more entries than are left to take, so when the bound is
+            // reached it is reached at the page's end and the page's token resumes after it.
             for item in &page.items {
                 let Some((due, account, integration)) = keys::parse_due_sk(&item.key.sk) else {
                     continue;
@@ -180,14 +186,11 @@ pub async fn tick(store: &dyn Metastore, now_ms: i64, max_due: usize) -> ApiResu
                     boundary = true;
                     break;
                 }
-                if left == 0 {
-                    break;
-                }
                 visit(store, &mut report, due, &account, &integration).await?;
-                left -= 1;
-                after = Some(item.key.sk.clone());
+                left = left.saturating_sub(1);
             }
-            if boundary || page.next.is_none() {
+            after = page.next.as_ref().map(|t| t.0.clone());
+            if boundary || after.is_none() {
                 after = None;
                 break;
             }
@@ -532,8 +535,8 @@ async fn settle(
     ))
 }
 
-/// Takes the lease: answers the leased state, or why the message is not run.
-async fn lease(
+/// Takes the lease for `m`'s job: answers the leased state, or why the message is not run.
+pub async fn lease(
     store: &dyn Metastore,
     m: &PlanMessage,
     now_ms: i64,

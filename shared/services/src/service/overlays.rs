@@ -596,8 +596,15 @@ pub async fn delete(
     retire_contributions(state, o, |_| false).await?;
     prune_recorded(state, &o.catalog_id, &f.prune).await?;
     for attempt in 0..MAX_ATTEMPTS {
+        // Read again on every attempt: a rename that committed meanwhile moved the name.
+        let Some(now) =
+            read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong).await?
+        else {
+            return Ok(());
+        };
+        let o = &now.value;
         let mut tx = Transaction::new()
-            .with(Op::delete(keys::overlay(account, id)))
+            .with(Op::delete_at(keys::overlay(account, id), now.version))
             .with(Op::delete(keys::integration_dependency(
                 account,
                 &o.integration_id,

@@ -83,6 +83,17 @@ pub async fn delete(
             Err(e) => return Err(e),
         };
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        // The scheduler state (no demand is left once no overlay depends) and any entry.
+        let mut extra = vec![Op::delete(keys::integration_name(
+            account,
+            &cur.value.display_name,
+        ))];
+        if let Some(sched) = crate::service::schedule::load(store, account, id).await? {
+            extra.push(Op::delete(keys::scheduler_state(account, id)));
+            if let Some(due) = sched.value.due_ms {
+                extra.push(Op::delete(keys::due_entry(account, id, due)));
+            }
+        }
         let outcome = guarded_delete(
             state,
             keys::integration_fence(account, id),
@@ -105,10 +116,7 @@ pub async fn delete(
                     .with_detail("overlays", deps)
                 }))
             },
-            vec![Op::delete(keys::integration_name(
-                account,
-                &cur.value.display_name,
-            ))],
+            extra,
         )
         .await?;
         match outcome {
