@@ -18,7 +18,7 @@ use flotilla_core::reconcile::{AdapterConnector, Connector, ReconcileError};
 use flotilla_core::service::schedule as sched;
 use flotilla_domain::keys;
 use flotilla_domain::model::{IntegrationRecord, SchedulerState};
-use flotilla_metastore::{Consistency, Metastore, Op, Query, Transaction, query_all};
+use flotilla_metastore::{Consistency, Op, Query, Transaction, query_all};
 use overlay_env::*;
 use serde_json::json;
 use support::*;

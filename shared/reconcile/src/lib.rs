@@ -720,7 +720,7 @@ pub(crate) async fn materialize(
     let at = |stage: Stage| move |e: ReconcileError| (stage, e);
     let overlay = &observed.overlay;
     summary.dropped = discovered.dropped;
-    let desired = preflight::preflight(&discovered, &target, overlay);
+    let desired = preflight::preflight(discovered, target, overlay);
     if !desired.conflicts.is_empty() {
         let mut list = desired.conflicts;
         list.sort_by(|a, b| a.path.cmp(&b.path));
@@ -731,24 +731,24 @@ pub(crate) async fn materialize(
         integration: &observed.integration,
         now: state.clock.now_rfc3339(),
     };
-    preflight::check_storable(&desired, &discovered, &ctx).map_err(at(Stage::Preflight))?;
+    preflight::check_storable(&desired, discovered, &ctx).map_err(at(Stage::Preflight))?;
     budget
         .check_time()
         .map_err(|e| (Stage::Preflight, ReconcileError::Exceeded(e)))?;
     let publisher = publish::Publisher::new(state, overlay, &observed.integration, fence, opts);
     publisher
-        .publish_namespaces(&desired, &discovered, &target, summary)
+        .publish_namespaces(&desired, discovered, target, summary)
         .await
         .map_err(at(Stage::Publication))?;
     let failed = publisher
-        .publish_relations(&desired, &target, summary)
+        .publish_relations(&desired, target, summary)
         .await
         .map_err(at(Stage::Publication))?;
     if failed > 0 {
         return Err((Stage::Publication, ReconcileError::Incomplete { failed }));
     }
     publisher
-        .retire(&desired, &target, summary)
+        .retire(&desired, target, summary)
         .await
         .map_err(at(Stage::Retirement))?;
     Ok(())

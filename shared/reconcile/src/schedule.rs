@@ -268,7 +268,7 @@ async fn visit(
     };
     match outcome {
         // A mutation moved the state meanwhile: the next tick sees what it did.
-        Err(e) if matches!(e, MetastoreError::ConditionFailed { .. }) => Ok(()),
+        Err(MetastoreError::ConditionFailed { .. }) => Ok(()),
         other => other.map_err(Into::into),
     }
 }
