@@ -1,7 +1,7 @@
 #![forbid(unsafe_code)]
 //! The reconciler Lambda's handler: one SQS batch of reconcile messages.
 //!
-//! Each record is handled on its own ([`handle_message`]): a message for an overlay that is
+//! Each record is handled on its own ([`handle_work`]): a plan message or a message for an overlay that is
 //! gone, paused or at another generation is acknowledged without a run (superseded work);
 //! a reconciliation that fails for a retryable reason ([`MessageOutcome::redeliver`]: the
 //! error kind decides, `UNAVAILABLE` is retried, `INTERNAL` and client errors are not), and
@@ -18,7 +18,7 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use flotilla_reconcile::Connector;
-use flotilla_reconcile::work::{ReconcileMessage, handle_message};
+use flotilla_reconcile::schedule::{WorkMessage, handle_work};
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry, in_record};
 use flotilla_services::AppState;
 use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
@@ -52,7 +52,7 @@ pub async fn handle_batch(
         };
         let trace_header = record.attributes.get("AWSTraceHeader").cloned();
         let redeliver = in_record(&id, trace_header.as_deref(), async {
-            let parsed = record.body.as_deref().map(ReconcileMessage::parse);
+            let parsed = record.body.as_deref().map(WorkMessage::parse);
             let message = match parsed {
                 Some(Ok(m)) => m,
                 Some(Err(reason)) => {
@@ -66,7 +66,7 @@ pub async fn handle_batch(
                     return true;
                 }
             };
-            let outcome = handle_message(state, connector, &message).await;
+            let outcome = handle_work(state, connector, &message).await;
             tracing::info!(outcome = outcome.label(), "reconcile message handled");
             outcome.redeliver()
         })

@@ -1,4 +1,5 @@
 #![forbid(unsafe_code)]
+#![recursion_limit = "256"]
 //! The reconciler Lambda: SQS batches of reconcile messages (partial batch failures).
 
 use aws_lambda_events::event::sqs::SqsEvent;

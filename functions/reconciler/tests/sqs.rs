@@ -477,7 +477,7 @@ async fn local_worker_redelivers_failures_and_dead_letters_after_max_receives() 
         overlay_id: env.overlay.clone(),
         observed_generation: 1,
     };
-    flotilla_runtime::queue::ReconcileQueue::send(&queue, &[current])
+    flotilla_runtime::queue::ReconcileQueue::send(&queue, &[current.into()])
         .await
         .expect("send");
     let d = rx.recv().await.expect("delivery");

@@ -42,7 +42,7 @@ struct Recording(std::sync::Mutex<Vec<(usize, Option<String>)>>);
 impl flotilla_runtime::queue::ReconcileQueue for Recording {
     async fn send(
         &self,
-        msgs: &[flotilla_core::reconcile::work::ReconcileMessage],
+        msgs: &[flotilla_core::reconcile::schedule::WorkMessage],
     ) -> Result<(), flotilla_runtime::queue::QueueError> {
         self.0
             .lock()

@@ -171,6 +171,66 @@ pub fn catalog_dependency_prefix(catalog_id: &str) -> String {
     format!("CATDEP#{catalog_id}#")
 }
 
+/// The scheduler's state of one integration: the effective plan's demand (one entry per
+/// overlay), the plan generation, the due time it is indexed at, the lease and attempts.
+/// Operational state, kept apart from the integration and overlay resources.
+pub fn scheduler_state(account: &str, integration_id: &str) -> Key {
+    Key::new(account_pk(account), format!("SCHED#{integration_id}"))
+}
+pub const SCHEDULER_STATE_PREFIX: &str = "SCHED#";
+
+// ---- due-time index --------------------------------------------------------------------
+
+/// Partitions of the due-time index. An integration always lands in the same one, so a
+/// tick's reads spread over this many partitions instead of one hot one.
+pub const DUE_SHARDS: u32 = 16;
+
+/// The index partition of one shard (`DUE#{shard:02}`).
+pub fn due_pk(shard: u32) -> String {
+    format!("DUE#{shard:02}")
+}
+
+/// The shard of an integration: a stable hash of account and integration.
+pub fn due_shard(account: &str, integration_id: &str) -> u32 {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(format!("{account}#{integration_id}").as_bytes());
+    u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % DUE_SHARDS
+}
+
+/// Width of the zero-padded due time, so sort-key order is due-time order.
+const DUE_MS_WIDTH: usize = 15;
+
+/// The due entry of an integration: `DUE#{shard}` / `{due_ms:015}#{account}#{integration}`.
+/// Accounts and resource ids never contain `#`, so the sort key splits unambiguously.
+pub fn due_entry(account: &str, integration_id: &str, due_ms: i64) -> Key {
+    Key::new(
+        due_pk(due_shard(account, integration_id)),
+        format!(
+            "{:0width$}#{account}#{integration_id}",
+            due_ms.max(0),
+            width = DUE_MS_WIDTH
+        ),
+    )
+}
+
+/// Decodes a due entry's sort key into (due time, account, integration).
+pub fn parse_due_sk(sk: &str) -> Option<(i64, String, String)> {
+    let mut parts = sk.splitn(3, '#');
+    let due = parts.next()?.parse().ok()?;
+    Some((due, parts.next()?.to_owned(), parts.next()?.to_owned()))
+}
+
+/// Where the next scheduler tick resumes in the due index (the shard it starts with, and
+/// where a tick stopped at its bound).
+pub fn due_tick_cursor() -> Key {
+    Key::new(SYSTEM_PK, "DUECURSOR")
+}
+
+/// Where the bounded backfill of the due index resumes (integrations that predate it).
+pub fn due_backfill_cursor() -> Key {
+    Key::new(SYSTEM_PK, "DUEBACKFILL")
+}
+
 // ---- catalog partition -----------------------------------------------------------------
 
 pub fn catalog_pk(catalog_id: &str) -> String {
@@ -414,6 +474,18 @@ mod tests {
         assert_eq!(account_fence("acme"), k("ACCT#acme", "FENCE#DELETE"));
         assert_eq!(account_listing("acme"), k("SYSTEM", "ACCOUNT#acme"));
         assert_eq!(credential_sweep_cursor(), k("SYSTEM", "SWEEPCURSOR"));
+        assert_eq!(due_backfill_cursor(), k("SYSTEM", "DUEBACKFILL"));
+        assert_eq!(scheduler_state("acme", "i1"), k("ACCT#acme", "SCHED#i1"));
+        let shard = due_shard("acme", "i1");
+        assert!(shard < DUE_SHARDS);
+        assert_eq!(
+            due_entry("acme", "i1", 1_700_000_000_000),
+            k(&format!("DUE#{shard:02}"), "001700000000000#acme#i1")
+        );
+        assert_eq!(
+            parse_due_sk("001700000000000#acme#i1"),
+            Some((1_700_000_000_000, "acme".into(), "i1".into()))
+        );
         assert_eq!(catalog("acme", "c1"), k("ACCT#acme", "CAT#c1"));
         assert_eq!(
             catalog_name("acme", "sales"),

@@ -453,6 +453,64 @@ pub struct OverlayStatus {
     pub last_success_time: Option<String>,
 }
 
+/// One overlay's demand on its integration's effective plan.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OverlayDemand {
+    /// The refresh interval the overlay asks for.
+    pub interval_secs: u64,
+    /// A paused overlay contributes no demand.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// The scheduler's state of one integration (`SCHED#{integration}`): the demand of its
+/// overlays, the plan generation that fences scheduled work, where the due-time index holds
+/// it, and the lease and attempts of the current job. Operational state only: it is never
+/// part of the integration or overlay resources the API shows.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct SchedulerState {
+    pub integration_id: String,
+    /// Bumped by every change that invalidates scheduled work: an overlay created, deleted,
+    /// replaced, paused, resumed or given another selection; the integration's URI,
+    /// properties, credentials or pause changed.
+    pub plan_generation: u64,
+    #[serde(default)]
+    pub integration_paused: bool,
+    /// Overlay id -> its demand.
+    #[serde(default)]
+    pub demand: BTreeMap<String, OverlayDemand>,
+    /// The due time of the one index entry that exists for this integration (`None`: no
+    /// entry, because there is no demand).
+    #[serde(default)]
+    pub due_ms: Option<i64>,
+    /// Until when the job the last tick enqueued holds the integration.
+    #[serde(default)]
+    pub lease_until_ms: Option<i64>,
+    /// Jobs enqueued since the last completed one.
+    #[serde(default)]
+    pub attempts: u64,
+    #[serde(default)]
+    pub last_enqueued_ms: Option<i64>,
+    #[serde(default)]
+    pub last_completed_ms: Option<i64>,
+}
+
+impl SchedulerState {
+    /// The overlays whose demand counts: none when the integration is paused.
+    pub fn active_overlays(&self) -> impl Iterator<Item = (&String, &OverlayDemand)> {
+        let paused = self.integration_paused;
+        self.demand
+            .iter()
+            .filter(move |(_, d)| !paused && !d.paused)
+    }
+
+    /// The effective refresh interval: the shortest any active overlay asks for, `None` when
+    /// nothing is demanded.
+    pub fn effective_interval_secs(&self) -> Option<u64> {
+        self.active_overlays().map(|(_, d)| d.interval_secs).min()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,14 +32,14 @@ use super::{Conflict, Holder, ReconcileError, RunOptions};
 const PAGE_SIZE: u32 = 1000;
 
 /// An upstream table as discovery saw it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct UpTable {
     pub namespace: NamespacePath,
     pub name: String,
     pub load: TableLoad,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum TableLoad {
     /// The upstream confirmed the stored ETag is current: the stored definition stands.
     NotModified,
@@ -50,7 +50,7 @@ pub enum TableLoad {
 }
 
 /// An upstream view as discovery saw it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct UpView {
     pub namespace: NamespacePath,
     pub name: String,
@@ -66,7 +66,7 @@ pub struct Dropped {
 }
 
 /// The complete inventory of one walk.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Discovered {
     /// Selected namespaces that were listed, in breadth-first order.
     pub namespaces: Vec<NamespacePath>,
@@ -178,6 +178,60 @@ fn view_weight(m: &ViewMetadata) -> usize {
     schema + props + sql
 }
 
+/// What a walk selects: one overlay's [`Selection`], or the union of several overlays'
+/// selections on one integration (a shared discovery pass).
+pub trait Scope: Sync {
+    fn selects(&self, path: &NamespacePath) -> bool;
+    fn may_select_below(&self, path: &NamespacePath) -> bool;
+}
+
+impl Scope for Selection {
+    fn selects(&self, path: &NamespacePath) -> bool {
+        Selection::selects(self, path)
+    }
+    fn may_select_below(&self, path: &NamespacePath) -> bool {
+        Selection::may_select_below(self, path)
+    }
+}
+
+impl Scope for Vec<Selection> {
+    fn selects(&self, path: &NamespacePath) -> bool {
+        self.iter().any(|s| s.selects(path))
+    }
+    fn may_select_below(&self, path: &NamespacePath) -> bool {
+        self.iter().any(|s| s.may_select_below(path))
+    }
+}
+
+/// What the destinations already hold, as discovery needs it.
+pub trait Hints: Sync {
+    /// The ETag to send as `If-None-Match` for the table at `(ns, name)`, if any.
+    fn etag(&self, ns: &NamespacePath, name: &str) -> Option<String>;
+    /// Whether the upstream properties of `ns` are needed (a destination creates, or
+    /// created, the namespace).
+    fn wants_properties(&self, ns: &NamespacePath) -> bool;
+}
+
+/// One overlay's destination.
+pub struct OverlayHints<'a> {
+    pub target: &'a TargetState,
+    pub overlay_id: &'a str,
+}
+
+impl Hints for OverlayHints<'_> {
+    fn etag(&self, ns: &NamespacePath, name: &str) -> Option<String> {
+        self.target
+            .conditional_etag(ns, name, self.overlay_id)
+            .map(str::to_owned)
+    }
+    fn wants_properties(&self, ns: &NamespacePath) -> bool {
+        self.target
+            .namespaces
+            .get(ns)
+            .is_none_or(|n| n.value.created_by_overlay)
+    }
+}
+
 /// Walks the selection. `target` supplies stored ETags for conditional loads of tables this
 /// overlay already manages at the same path, and tells which namespaces the overlay creates.
 pub async fn discover(
@@ -185,6 +239,18 @@ pub async fn discover(
     selection: &Selection,
     target: &TargetState,
     overlay_id: &str,
+    opts: &RunOptions,
+    budget: &Budget,
+) -> Result<Discovered, ReconcileError> {
+    let hints = OverlayHints { target, overlay_id };
+    discover_with(client, selection, &hints, opts, budget).await
+}
+
+/// Walks `scope`, with `hints` for conditional loads and namespace properties.
+pub async fn discover_with(
+    client: &dyn CatalogClient,
+    selection: &dyn Scope,
+    hints: &dyn Hints,
     opts: &RunOptions,
     budget: &Budget,
 ) -> Result<Discovered, ReconcileError> {
@@ -269,12 +335,7 @@ pub async fn discover(
     let wanted: Vec<NamespacePath> = out
         .namespaces
         .iter()
-        .filter(|ns| {
-            target
-                .namespaces
-                .get(*ns)
-                .is_none_or(|n| n.value.created_by_overlay)
-        })
+        .filter(|ns| hints.wants_properties(ns))
         .cloned()
         .collect();
     let props: Vec<Option<(NamespacePath, BTreeMap<String, String>)>> = stream::iter(wanted)
@@ -370,9 +431,7 @@ pub async fn discover(
                 out.both.push((ns.clone(), name.clone()));
                 continue;
             }
-            let etag = target
-                .conditional_etag(&ns, name, overlay_id)
-                .map(str::to_owned);
+            let etag = hints.etag(&ns, name);
             table_jobs.push((ns.clone(), name.clone(), etag));
         }
         for name in views.into_iter().filter(|v| !tables.contains(v)) {

@@ -41,6 +41,7 @@ pub mod plan;
 pub mod preflight;
 pub mod publish;
 pub mod retire;
+pub mod schedule;
 pub mod status;
 pub mod target;
 pub mod work;
@@ -191,7 +192,7 @@ impl ReconcileSummary {
 }
 
 /// Why a run did not complete.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ReconcileError {
     /// The overlay does not exist (deleted, or never existed).
     #[error("overlay not found")]
@@ -557,12 +558,7 @@ async fn run_observed(
 ) -> Result<ReconcileSummary, ReconcileError> {
     let started = Instant::now();
     let started_ms = state.clock.now_ms();
-    let mut summary = ReconcileSummary {
-        observed_generation: observed.overlay.generation,
-        integration_generation: observed.integration.generation,
-        started_at: flotilla_base::clock::rfc3339_from_ms(started_ms),
-        ..ReconcileSummary::default()
-    };
+    let mut summary = new_summary(&observed, started_ms);
     let result = attempt(
         state,
         account,
@@ -573,9 +569,40 @@ async fn run_observed(
         &mut summary,
     )
     .await;
+    finish(
+        state,
+        account,
+        &observed.overlay.id,
+        summary,
+        started,
+        started_ms,
+        result,
+    )
+    .await
+}
+
+/// The summary a run of `observed` starts with.
+pub(crate) fn new_summary(observed: &ObservedRecords, started_ms: i64) -> ReconcileSummary {
+    ReconcileSummary {
+        observed_generation: observed.overlay.generation,
+        integration_generation: observed.integration.generation,
+        started_at: flotilla_base::clock::rfc3339_from_ms(started_ms),
+        ..ReconcileSummary::default()
+    }
+}
+
+/// Completes a run's summary and records it in the overlay's status, whatever the outcome.
+pub(crate) async fn finish(
+    state: &AppState,
+    account: &str,
+    overlay_id: &str,
+    mut summary: ReconcileSummary,
+    started: Instant,
+    started_ms: i64,
+    result: Result<(), (Stage, ReconcileError)>,
+) -> Result<ReconcileSummary, ReconcileError> {
     summary.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     summary.finished_at = state.clock.now_rfc3339();
-    let overlay_id = observed.overlay.id.as_str();
     match result {
         Ok(()) => {
             summary.outcome = Outcome::Succeeded;
@@ -619,6 +646,15 @@ async fn run_observed(
     }
 }
 
+/// The overlay's normalized selection.
+pub(crate) fn selection_of(overlay: &OverlayRecord) -> Result<Selection, (Stage, ReconcileError)> {
+    Selection::normalize(
+        overlay.include_namespaces.clone(),
+        overlay.exclude_namespaces.clone(),
+    )
+    .map_err(|e| (Stage::Connect, ReconcileError::Api(Error::from(e))))
+}
+
 /// The run itself; a failure names the stage it happened in.
 async fn attempt(
     state: &AppState,
@@ -631,11 +667,7 @@ async fn attempt(
 ) -> Result<(), (Stage, ReconcileError)> {
     let at = |stage: Stage| move |e: ReconcileError| (stage, e);
     let overlay = &observed.overlay;
-    let selection = Selection::normalize(
-        overlay.include_namespaces.clone(),
-        overlay.exclude_namespaces.clone(),
-    )
-    .map_err(|e| (Stage::Connect, ReconcileError::Api(Error::from(e))))?;
+    let selection = selection_of(overlay)?;
     let fence = publish::Fence::establish(state, account, observed)
         .await
         .map_err(at(Stage::Connect))?;
@@ -662,8 +694,35 @@ async fn attempt(
     let discovered = discover::discover(client, &selection, &target, &overlay.id, opts, &budget)
         .await
         .map_err(at(Stage::Discovery))?;
+    materialize(
+        state,
+        observed,
+        fence,
+        &target,
+        &discovered,
+        &budget,
+        opts,
+        summary,
+    )
+    .await
+}
+
+/// Everything after a complete discovery: preflight, publication under `fence`, retirement.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn materialize(
+    state: &AppState,
+    observed: &ObservedRecords,
+    fence: publish::Fence,
+    target: &target::TargetState,
+    discovered: &discover::Discovered,
+    budget: &bounds::Budget,
+    opts: &RunOptions,
+    summary: &mut ReconcileSummary,
+) -> Result<(), (Stage, ReconcileError)> {
+    let at = |stage: Stage| move |e: ReconcileError| (stage, e);
+    let overlay = &observed.overlay;
     summary.dropped = discovered.dropped;
-    let desired = preflight::preflight(&discovered, &target, overlay);
+    let desired = preflight::preflight(discovered, target, overlay);
     if !desired.conflicts.is_empty() {
         let mut list = desired.conflicts;
         list.sort_by(|a, b| a.path.cmp(&b.path));
@@ -674,24 +733,24 @@ async fn attempt(
         integration: &observed.integration,
         now: state.clock.now_rfc3339(),
     };
-    preflight::check_storable(&desired, &discovered, &ctx).map_err(at(Stage::Preflight))?;
+    preflight::check_storable(&desired, discovered, &ctx).map_err(at(Stage::Preflight))?;
     budget
         .check_time()
         .map_err(|e| (Stage::Preflight, ReconcileError::Exceeded(e)))?;
     let publisher = publish::Publisher::new(state, overlay, &observed.integration, fence, opts);
     publisher
-        .publish_namespaces(&desired, &discovered, &target, summary)
+        .publish_namespaces(&desired, discovered, target, summary)
         .await
         .map_err(at(Stage::Publication))?;
     let failed = publisher
-        .publish_relations(&desired, &target, summary)
+        .publish_relations(&desired, target, summary)
         .await
         .map_err(at(Stage::Publication))?;
     if failed > 0 {
         return Err((Stage::Publication, ReconcileError::Incomplete { failed }));
     }
     publisher
-        .retire(&desired, &target, summary)
+        .retire(&desired, target, summary)
         .await
         .map_err(at(Stage::Retirement))?;
     Ok(())

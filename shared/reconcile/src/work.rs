@@ -54,6 +54,12 @@ impl ReconcileMessage {
 #[derive(Debug)]
 pub enum MessageOutcome {
     Reconciled(Box<ReconcileSummary>),
+    /// A scheduled plan job ran: this many overlays published their share (none failed).
+    Planned {
+        reconciled: usize,
+    },
+    /// Another delivery of the same plan holds the integration's lease.
+    Duplicate,
     /// The overlay is at another generation than the message observed.
     Superseded {
         current: u64,
@@ -87,7 +93,8 @@ impl MessageOutcome {
 
     pub fn label(&self) -> &'static str {
         match self {
-            MessageOutcome::Reconciled(_) => "reconciled",
+            MessageOutcome::Reconciled(_) | MessageOutcome::Planned { .. } => "reconciled",
+            MessageOutcome::Duplicate => "superseded",
             MessageOutcome::Superseded { .. } => "superseded",
             MessageOutcome::Gone => "gone",
             MessageOutcome::Paused => "paused",
@@ -112,7 +119,7 @@ async fn current_generation(state: &AppState, m: &ReconcileMessage) -> Result<Op
 }
 
 /// The `reason` label of a failed run.
-fn failure_kind(e: &ReconcileError) -> &'static str {
+pub(crate) fn failure_kind(e: &ReconcileError) -> &'static str {
     match e {
         ReconcileError::Upstream { .. } | ReconcileError::Unstorable { .. } => "upstream",
         ReconcileError::UpstreamChanged { .. } => "incomplete",

@@ -447,8 +447,21 @@ pub async fn connect_integration(
     let record = crate::service::integrations::load(state.store.as_ref(), account, id)
         .await?
         .value;
+    refuse_paused(&record)?;
     let client = connect(state, &record).await?;
     Ok((record, client))
+}
+
+/// A paused integration starts no new upstream work: listings and validation are refused
+/// (`409 FAILED_PRECONDITION`) before anything connects.
+pub fn refuse_paused(record: &IntegrationRecord) -> Result<(), Error> {
+    if record.paused {
+        return Err(Error::new(
+            crate::error::ErrorKind::FailedPrecondition,
+            "the integration is paused; unpause it to reach its upstream",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_reconcile::work::{ReconcileMessage, due_overlays, handle_message};
+use flotilla_reconcile::schedule::{WorkMessage, handle_work};
 use flotilla_reconcile::{Connector, DynConnector};
 use flotilla_services::AppState;
 use tokio::sync::mpsc;
@@ -39,13 +39,13 @@ pub enum QueueError {
 /// Where reconcile messages go.
 #[async_trait]
 pub trait ReconcileQueue: Send + Sync {
-    async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError>;
+    async fn send(&self, msgs: &[WorkMessage]) -> Result<(), QueueError>;
 }
 
 /// One in-process delivery: the message and how often it was received.
 #[derive(Clone, Debug)]
 pub struct Delivery {
-    pub message: ReconcileMessage,
+    pub message: WorkMessage,
     pub receives: u32,
 }
 
@@ -58,12 +58,8 @@ pub struct ChannelQueue {
     queued: Arc<Mutex<HashSet<(String, String, u64)>>>,
 }
 
-fn ident(m: &ReconcileMessage) -> (String, String, u64) {
-    (
-        m.account_id.clone(),
-        m.overlay_id.clone(),
-        m.observed_generation,
-    )
+fn ident(m: &WorkMessage) -> (String, String, u64) {
+    m.ident()
 }
 
 impl ChannelQueue {
@@ -93,7 +89,7 @@ impl ChannelQueue {
 
 #[async_trait]
 impl ReconcileQueue for ChannelQueue {
-    async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError> {
+    async fn send(&self, msgs: &[WorkMessage]) -> Result<(), QueueError> {
         for m in msgs {
             if !self.queued().insert(ident(m)) {
                 continue;
@@ -146,7 +142,7 @@ pub async fn handle_delivery(
     opts: &WorkerOptions,
 ) -> DeliveryResult {
     d.receives += 1;
-    let outcome = handle_message(state, connector, &d.message).await;
+    let outcome = handle_work(state, connector, &d.message).await;
     if outcome.redeliver() && d.receives < opts.max_receives {
         let q = queue.clone();
         let delay = opts.retry_delay;
@@ -158,9 +154,10 @@ pub async fn handle_delivery(
     }
     queue.queued().remove(&ident(&d.message));
     if outcome.redeliver() {
+        let (account_id, subject, _) = d.message.ident();
         tracing::error!(
-            account_id = %d.message.account_id,
-            overlay_id = %d.message.overlay_id,
+            account_id = %account_id,
+            subject = %subject,
             receives = d.receives,
             "reconcile message dead-lettered after repeated failures"
         );
@@ -182,14 +179,26 @@ pub async fn run_channel_worker(
     }
 }
 
-/// One scheduler pass: every due overlay becomes one message. Answers how many were sent.
+/// One scheduler pass: a bounded step of the due-index backfill (integrations that predate
+/// the index), then one tick of the due-time index (`flotilla_reconcile::schedule::tick`):
+/// every due integration becomes one plan message. Answers how many were sent.
 pub async fn schedule_once(
     state: &AppState,
     queue: &dyn ReconcileQueue,
 ) -> Result<usize, QueueError> {
-    let due = due_overlays(state.store.as_ref(), state.clock.now_ms())
+    use flotilla_reconcile::schedule::{BACKFILL_ACCOUNTS, MAX_DUE_PER_TICK, backfill, tick};
+    let store = state.store.as_ref();
+    let now = state.clock.now_ms();
+    if let Err(e) = backfill(store, now, BACKFILL_ACCOUNTS).await {
+        tracing::warn!(error = %e, "due-index backfill pass failed");
+    }
+    let report = tick(store, now, MAX_DUE_PER_TICK)
         .await
         .map_err(|e| QueueError::Unavailable(e.to_string()))?;
+    if report.more {
+        tracing::info!("more integrations are due than one tick takes; the next tick continues");
+    }
+    let due: Vec<WorkMessage> = report.messages.into_iter().map(WorkMessage::from).collect();
     queue.send(&due).await?;
     flotilla_telemetry::catalog::RECONCILE_ENQUEUED.add(&[], due.len() as u64);
     Ok(due.len())

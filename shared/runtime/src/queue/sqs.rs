@@ -2,7 +2,7 @@
 //! reconcile messages).
 
 use async_trait::async_trait;
-use flotilla_reconcile::work::ReconcileMessage;
+use flotilla_reconcile::schedule::WorkMessage;
 
 use super::{QueueError, ReconcileQueue};
 
@@ -24,7 +24,7 @@ impl SqsQueue {
 
 #[async_trait]
 impl ReconcileQueue for SqsQueue {
-    async fn send(&self, msgs: &[ReconcileMessage]) -> Result<(), QueueError> {
+    async fn send(&self, msgs: &[WorkMessage]) -> Result<(), QueueError> {
         let mut failed = 0;
         let trace = trace_attribute()?;
         for group in msgs.chunks(10) {

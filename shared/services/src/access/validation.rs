@@ -191,6 +191,7 @@ pub async fn validate(
     let record = crate::service::integrations::load(state.store.as_ref(), account, id)
         .await?
         .value;
+    super::refuse_paused(&record)?;
     let mut checks = Checks::new();
     let client = match connect(state, &record).await {
         Ok(c) => c,

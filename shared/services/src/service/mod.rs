@@ -11,6 +11,7 @@ pub mod integrations;
 pub mod namespaces;
 pub mod overlays;
 pub mod relations;
+pub mod schedule;
 
 use flotilla_metastore::{Condition, Consistency, Item, Key, Metastore, Op};
 use serde::Deserialize;

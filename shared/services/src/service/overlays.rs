@@ -328,6 +328,20 @@ pub async fn create(
                 update_time: ts,
             };
             ops.push(Op::create(keys::overlay(account, &id), to_body(&rec)?));
+            // The new overlay's demand, in the same transaction (a replaced overlay's demand
+            // stays until its own delete removes it; it is fenced meanwhile).
+            let demand = super::schedule::demand(interval, req.paused);
+            ops.extend(
+                super::schedule::update_ops(store, account, &req.integration_id, now, |s| {
+                    s.demand.insert(id.clone(), demand);
+                    s.integration_paused = integration.value.paused;
+                    super::schedule::Effect {
+                        bump: true,
+                        run_now: !req.paused,
+                    }
+                })
+                .await?,
+            );
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api(None)),
@@ -415,11 +429,32 @@ pub async fn patch(
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let tx = Transaction::new().with(Op::replace(
+        let mut tx = Transaction::new().with(Op::replace(
             keys::overlay(account, id),
             cur.version,
             to_body(&next)?,
         ));
+        // Demand and plan generation move with the overlay, in its transaction.
+        let selection_changed = next.include_namespaces != cur.value.include_namespaces
+            || next.exclude_namespaces != cur.value.exclude_namespaces;
+        let resumed = cur.value.paused && !next.paused;
+        let demand = super::schedule::demand(next.refresh_interval_secs, next.paused);
+        tx.ops.extend(
+            super::schedule::update_ops(
+                store,
+                account,
+                &cur.value.integration_id,
+                state.clock.now_ms(),
+                |s| {
+                    s.demand.insert(id.to_owned(), demand);
+                    super::schedule::Effect {
+                        bump: next.generation != cur.value.generation,
+                        run_now: !next.paused && (selection_changed || resumed),
+                    }
+                },
+            )
+            .await?,
+        );
         let name = super::NameChange {
             key: keys::overlay_name,
             what: "an overlay",
@@ -541,43 +576,74 @@ pub async fn delete(
     }
     retire_contributions(state, o, |_| false).await?;
     prune_recorded(state, &o.catalog_id, &f.prune).await?;
-    let mut tx = Transaction::new()
-        .with(Op::delete(keys::overlay(account, id)))
-        .with(Op::delete(keys::integration_dependency(
-            account,
-            &o.integration_id,
-            id,
-        )))
-        .with(Op::delete(keys::catalog_dependency(
-            account,
-            &o.catalog_id,
-            id,
-        )))
-        .with(Op::delete(keys::overlay_status(account, id)));
-    let name_key = keys::overlay_name(account, &o.display_name);
-    if let Some(idx) = read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?
-        && idx.value.id == id
-    {
-        tx.push(Op::delete_at(name_key, idx.version));
-    }
-    // The fence goes with the record: once the record is gone nothing is left to fence, and
-    // a cascade that resumes finds no dependency record leading it back to this overlay.
-    tx.push(Op::delete(fence_key));
-    match store.transact(tx).await {
-        Ok(()) => Ok(()),
-        // Two deletes of one overlay (two cascades, or a cascade and a direct delete) ran
-        // under the same fence and the other one finished first: the overlay is gone, which
-        // is what this delete was asked for.
-        Err(e) if super::is_condition_failure(&e) => {
-            match read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong)
-                .await?
-            {
-                None => Ok(()),
-                Some(_) => Err(concurrent_delete(e)),
-            }
+    for attempt in 0..MAX_ATTEMPTS {
+        // Read again on every attempt: a rename that committed meanwhile moved the name.
+        let Some(now) =
+            read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong).await?
+        else {
+            return Ok(());
+        };
+        let o = &now.value;
+        let mut tx = Transaction::new()
+            .with(Op::delete_at(keys::overlay(account, id), now.version))
+            .with(Op::delete(keys::integration_dependency(
+                account,
+                &o.integration_id,
+                id,
+            )))
+            .with(Op::delete(keys::catalog_dependency(
+                account,
+                &o.catalog_id,
+                id,
+            )))
+            .with(Op::delete(keys::overlay_status(account, id)));
+        let name_key = keys::overlay_name(account, &o.display_name);
+        if let Some(idx) =
+            read::<NameIndexRecord>(store, name_key.clone(), Consistency::Strong).await?
+            && idx.value.id == id
+        {
+            tx.push(Op::delete_at(name_key, idx.version));
         }
-        Err(e) => Err(e.into()),
+        // The overlay's demand leaves its integration's plan with it.
+        tx.ops.extend(
+            super::schedule::update_ops(
+                store,
+                account,
+                &o.integration_id,
+                state.clock.now_ms(),
+                |s| {
+                    let had = s.demand.remove(id).is_some();
+                    super::schedule::Effect {
+                        bump: had,
+                        run_now: false,
+                    }
+                },
+            )
+            .await?,
+        );
+        // The fence goes with the record: once the record is gone nothing is left to fence,
+        // and a cascade that resumes finds no dependency record leading it back to this
+        // overlay.
+        tx.push(Op::delete(fence_key.clone()));
+        match store.transact(tx).await {
+            Ok(()) => return Ok(()),
+            // Two deletes of one overlay (two cascades, or a cascade and a direct delete) ran
+            // under the same fence and the other one finished first: the overlay is gone,
+            // which is what this delete was asked for. Otherwise the scheduler state moved
+            // (a tick leased the integration): decide again.
+            Err(e) if super::is_condition_failure(&e) => {
+                match read::<OverlayRecord>(store, keys::overlay(account, id), Consistency::Strong)
+                    .await?
+                {
+                    None => return Ok(()),
+                    Some(_) if attempt + 1 < MAX_ATTEMPTS => backoff(attempt).await,
+                    Some(_) => return Err(concurrent_delete(e)),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
+    Err(Error::unavailable("overlay delete did not converge"))
 }
 
 /// A lost race with a concurrent delete of the same overlay: retryable (`503`), and a retry

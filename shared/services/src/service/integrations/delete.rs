@@ -83,6 +83,17 @@ pub async fn delete(
             Err(e) => return Err(e),
         };
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        // The scheduler state (no demand is left once no overlay depends) and any entry.
+        let mut extra = vec![Op::delete(keys::integration_name(
+            account,
+            &cur.value.display_name,
+        ))];
+        if let Some(sched) = crate::service::schedule::load(store, account, id).await? {
+            extra.push(Op::delete(keys::scheduler_state(account, id)));
+            if let Some(due) = sched.value.due_ms {
+                extra.push(Op::delete(keys::due_entry(account, id, due)));
+            }
+        }
         let outcome = guarded_delete(
             state,
             keys::integration_fence(account, id),
@@ -105,10 +116,7 @@ pub async fn delete(
                     .with_detail("overlays", deps)
                 }))
             },
-            vec![Op::delete(keys::integration_name(
-                account,
-                &cur.value.display_name,
-            ))],
+            extra,
         )
         .await?;
         match outcome {
@@ -211,12 +219,23 @@ pub(super) async fn cascade_delete(
             removed = true;
             break;
         };
-        let tx = Transaction::new()
+        let mut tx = Transaction::new()
             .with(Op::delete_at(keys::integration(account, id), cur.version))
             .with(Op::delete(keys::integration_name(
                 account,
                 &cur.value.display_name,
             )));
+        // The scheduler state and its due entry go with the record (every overlay, and so
+        // every demand, is gone by now).
+        if let Some(sched) = crate::service::schedule::load(store, account, id).await? {
+            tx.push(Op::delete_at(
+                keys::scheduler_state(account, id),
+                sched.version,
+            ));
+            if let Some(due) = sched.value.due_ms {
+                tx.push(Op::delete(keys::due_entry(account, id, due)));
+            }
+        }
         match store.transact(tx).await {
             Ok(()) => {
                 removed = true;

@@ -56,11 +56,25 @@ pub async fn patch(
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let tx = Transaction::new().with(Op::replace(
+        let mut tx = Transaction::new().with(Op::replace(
             keys::integration(account, id),
             cur.version,
             to_body(&next)?,
         ));
+        // The plan: a new connection or a resume needs a run; a pause stops all new work.
+        let reconnects = next.uri != cur.value.uri || next.properties != cur.value.properties;
+        let resumed = cur.value.paused && !next.paused;
+        let paused = next.paused;
+        tx.ops.extend(
+            crate::service::schedule::update_ops(store, account, id, state.clock.now_ms(), |s| {
+                s.integration_paused = paused;
+                crate::service::schedule::Effect {
+                    bump: fences_work,
+                    run_now: !paused && (reconnects || resumed),
+                }
+            })
+            .await?,
+        );
         let name = crate::service::NameChange {
             key: keys::integration_name,
             what: "an integration",
@@ -134,6 +148,17 @@ pub async fn rotate(
         if let Some(g) = new_generation {
             tx.push(publish_record_op(account, id, g));
         }
+        // New credentials fence the older plan and need a run.
+        let paused = next.paused;
+        tx.ops.extend(
+            crate::service::schedule::update_ops(store, account, id, state.clock.now_ms(), |_| {
+                crate::service::schedule::Effect {
+                    bump: true,
+                    run_now: !paused,
+                }
+            })
+            .await?,
+        );
         if old_generation > 0 {
             tx.ops
                 .extend(retiring_ops(state, account, id, &[old_generation])?);

@@ -1,0 +1,857 @@
+//! Integration-owned scheduling (`docs/reconciliation.md`, "Scheduling").
+//!
+//! - The **tick** ([`tick`]) reads only the due part of the sharded due-time index: per
+//!   shard, the entries whose due time is at most now, in due order, at most `max_due` per
+//!   tick (it resumes after the last one it took on the next tick). Each due entry costs one
+//!   strong point read of the integration's scheduler state; a tick writes nothing but stale
+//!   or idle entries' removal and its resume cursor. It answers one [`PlanMessage`] per due
+//!   integration.
+//! - The **plan job** ([`handle_plan`]) leases the integration in its scheduler state (the
+//!   due entry moves to the lease's expiry, so a crashed job is taken again), computes the
+//!   effective plan from the demand (active overlays; none when the integration is paused),
+//!   connects once, discovers the union of the active overlays' selections once, and has
+//!   every overlay publish its own share under its own fence, recording its own status.
+//!   Completion moves the due entry to completion + the shortest requested interval.
+//! - The **backfill** ([`backfill`]) gives integrations that predate the index their
+//!   scheduler state, a bounded number of accounts per tick, until it has visited them all.
+//!
+//! Fencing: a message carries the plan generation it was enqueued under; the job refuses a
+//! message of an older generation, re-reads it before each overlay's publication, and every
+//! publication transaction asserts the overlay's and the integration's item versions, which
+//! move in the same transactions that bump the plan generation.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use flotilla_base::error::Result;
+use flotilla_base::store::{MAX_ATTEMPTS, Versioned, backoff, read, to_body};
+use flotilla_domain::keys;
+use flotilla_domain::model::{IntegrationRecord, OverlayRecord, SchedulerState};
+use flotilla_domain::names::NamespacePath;
+use flotilla_domain::selection::Selection;
+use flotilla_metastore::{
+    Condition, Consistency, Metastore, MetastoreError, Op, PageToken, Query, Transaction, query_all,
+};
+use flotilla_services::service::schedule as sched;
+use flotilla_services::state::AppState;
+use serde::{Deserialize, Serialize};
+
+use super::discover::{Discovered, Hints, discover_with};
+use super::target::TargetState;
+use super::work::{MessageOutcome, ReconcileMessage};
+use super::{
+    Connector, ObservedRecords, ReconcileError, RunOptions, Stage, bounds, finish, materialize,
+    new_summary, observe, publish, selection_of,
+};
+
+/// How long a plan job holds its integration before a tick may take it again.
+pub const LEASE_MS: i64 = 15 * 60_000;
+/// When a job that failed for a transient reason is due again (the queue usually redelivers
+/// it before then).
+pub const RETRY_MS: i64 = 5 * 60_000;
+/// Due integrations one tick takes at most; the rest wait for the next tick.
+pub const MAX_DUE_PER_TICK: usize = 500;
+/// Accounts the backfill visits per tick.
+pub const BACKFILL_ACCOUNTS: usize = 16;
+/// Due entries read per index query.
+const INDEX_PAGE: usize = 100;
+
+/// A scheduled reconciliation of one integration's effective plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanMessage {
+    pub account_id: String,
+    pub integration_id: String,
+    pub plan_generation: u64,
+}
+
+/// A queue message: a scheduled plan, or one overlay (a direct request).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkMessage {
+    Overlay(ReconcileMessage),
+    Plan(PlanMessage),
+}
+
+impl From<ReconcileMessage> for WorkMessage {
+    fn from(m: ReconcileMessage) -> Self {
+        WorkMessage::Overlay(m)
+    }
+}
+
+impl From<PlanMessage> for WorkMessage {
+    fn from(m: PlanMessage) -> Self {
+        WorkMessage::Plan(m)
+    }
+}
+
+impl WorkMessage {
+    /// Parses a body: a plan message names an `integration_id`, an overlay message an
+    /// `overlay_id`; anything else is a poison message.
+    pub fn parse(body: &str) -> Result<Self, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(body).map_err(|e| format!("malformed reconcile message: {e}"))?;
+        if v.get("integration_id").is_none() {
+            return ReconcileMessage::parse(body).map(WorkMessage::Overlay);
+        }
+        let m: PlanMessage =
+            serde_json::from_value(v).map_err(|e| format!("malformed plan message: {e}"))?;
+        flotilla_domain::names::validate_account_id(&m.account_id)
+            .map_err(|e| format!("malformed account_id: {e}"))?;
+        flotilla_domain::names::validate_resource_id(&m.integration_id)
+            .map_err(|e| format!("malformed integration_id: {e}"))?;
+        Ok(WorkMessage::Plan(m))
+    }
+
+    pub fn to_body(&self) -> String {
+        match self {
+            WorkMessage::Overlay(m) => m.to_body(),
+            WorkMessage::Plan(m) => serde_json::to_string(m).unwrap_or_default(),
+        }
+    }
+
+    /// What identifies a queued message (a second one with the same identity is a duplicate).
+    pub fn ident(&self) -> (String, String, u64) {
+        match self {
+            WorkMessage::Overlay(m) => (
+                m.account_id.clone(),
+                format!("OVL#{}", m.overlay_id),
+                m.observed_generation,
+            ),
+            WorkMessage::Plan(m) => (
+                m.account_id.clone(),
+                format!("INT#{}", m.integration_id),
+                m.plan_generation,
+            ),
+        }
+    }
+}
+
+/// What one tick did.
+#[derive(Debug, Default, Serialize)]
+pub struct TickReport {
+    /// One message per due integration.
+    #[serde(skip)]
+    pub messages: Vec<PlanMessage>,
+    /// Entries whose scheduler state had moved on or was gone (removed).
+    pub stale: usize,
+    /// Entries of integrations with no demand left (removed).
+    pub idle: usize,
+    /// Whether the tick stopped at `max_due` with more due entries left.
+    pub more: bool,
+}
+
+/// Where the next tick resumes: the shard it starts with and, per shard, the page token
+/// after the last entry a tick took when it stopped at its bound.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct TickCursor {
+    next_shard: u32,
+    #[serde(default)]
+    after: BTreeMap<u32, String>,
+}
+
+/// One tick: the due integrations, at most `max_due` of them.
+pub async fn tick(store: &dyn Metastore, now_ms: i64, max_due: usize) -> Result<TickReport> {
+    let cursor_key = keys::due_tick_cursor();
+    let stored = read::<TickCursor>(store, cursor_key.clone(), Consistency::Eventual).await?;
+    let before = stored.as_ref().map(|c| c.value.clone()).unwrap_or_default();
+    let mut cursor = before.clone();
+    let mut report = TickReport::default();
+    let mut left = max_due;
+    let first = cursor.next_shard % keys::DUE_SHARDS;
+    for i in 0..keys::DUE_SHARDS {
+        let shard = (first + i) % keys::DUE_SHARDS;
+        if left == 0 {
+            report.more = true;
+            cursor.next_shard = shard;
+            break;
+        }
+        let mut after = cursor.after.remove(&shard);
+        // Pages start at one entry and double while every entry is due, so a shard with
+        // nothing due costs one item, and one with `d` due entries at most about `2d`.
+        let mut size = 1;
+        loop {
+            let q = Query::new(keys::due_pk(shard), "", Consistency::Eventual)
+                .limit(size.min(left).max(1))
+                .after(after.clone().map(PageToken));
+            size = (size * 2).min(INDEX_PAGE);
+            let page = store.query(&q).await?;
+            let mut boundary = false;
+            // A page never holds more entries than are left to take, so when the bound is
+            // reached it is reached at the page's end and the page's token resumes after it.
+            for item in &page.items {
+                let Some((due, account, integration)) = keys::parse_due_sk(&item.key.sk) else {
+                    continue;
+                };
+                if due > now_ms {
+                    boundary = true;
+                    break;
+                }
+                visit(store, &mut report, due, &account, &integration).await?;
+                left = left.saturating_sub(1);
+            }
+            after = page.next.as_ref().map(|t| t.0.clone());
+            if boundary || after.is_none() {
+                after = None;
+                break;
+            }
+            if left == 0 {
+                report.more = true;
+                break;
+            }
+        }
+        if let Some(a) = after {
+            cursor.after.insert(shard, a);
+        }
+        if i + 1 == keys::DUE_SHARDS {
+            cursor.next_shard = (first + 1) % keys::DUE_SHARDS;
+        }
+    }
+    if cursor != before {
+        store
+            .transact(Transaction::new().with(Op::put(cursor_key, to_body(&cursor)?)))
+            .await?;
+    }
+    Ok(report)
+}
+
+/// One due entry: a message, or the entry's removal when it is stale or idle.
+async fn visit(
+    store: &dyn Metastore,
+    report: &mut TickReport,
+    due: i64,
+    account: &str,
+    integration: &str,
+) -> Result<()> {
+    let entry = keys::due_entry(account, integration, due);
+    let state = sched::load(store, account, integration).await?;
+    let remove = |check: Option<Op>| {
+        let mut tx = Transaction::new();
+        if let Some(c) = check {
+            tx.push(c);
+        }
+        tx.with(Op::delete(entry.clone()))
+    };
+    let state_key = keys::scheduler_state(account, integration);
+    let outcome = match state {
+        None => {
+            report.stale += 1;
+            store
+                .transact(remove(Some(Op::check(state_key, Condition::Absent))))
+                .await
+        }
+        Some(s) if s.value.due_ms != Some(due) => {
+            report.stale += 1;
+            store
+                .transact(remove(Some(Op::check(
+                    state_key,
+                    Condition::Version(s.version),
+                ))))
+                .await
+        }
+        Some(s) if s.value.effective_interval_secs().is_none() => {
+            report.idle += 1;
+            let mut next = s.value.clone();
+            next.due_ms = None;
+            let tx = Transaction {
+                ops: sched::write_ops(account, integration, Some(&s), &next)?,
+            };
+            store.transact(tx).await
+        }
+        Some(s) => {
+            report.messages.push(PlanMessage {
+                account_id: account.to_owned(),
+                integration_id: integration.to_owned(),
+                plan_generation: s.value.plan_generation,
+            });
+            Ok(())
+        }
+    };
+    match outcome {
+        // A mutation moved the state meanwhile: the next tick sees what it did.
+        Err(MetastoreError::ConditionFailed { .. }) => Ok(()),
+        other => other.map_err(Into::into),
+    }
+}
+
+/// Where the backfill resumes.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct BackfillCursor {
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    done: bool,
+}
+
+/// One bounded pass of the migration backfill: for up to `max_accounts` accounts (after the
+/// last one the previous pass visited), every integration whose overlays have no scheduler
+/// state, or whose state lacks some of its overlays' demand, gets it (due now when it had
+/// none). Once it has gone through every account it records that it is done and costs one
+/// point read per tick from then on. Answers the integrations it indexed.
+pub async fn backfill(store: &dyn Metastore, now_ms: i64, max_accounts: usize) -> Result<usize> {
+    let key = keys::due_backfill_cursor();
+    let stored = read::<BackfillCursor>(store, key.clone(), Consistency::Eventual).await?;
+    let cursor = stored.map(|c| c.value).unwrap_or_default();
+    if cursor.done || max_accounts == 0 {
+        return Ok(0);
+    }
+    let q = Query::new(
+        keys::SYSTEM_PK,
+        keys::ACCOUNT_LISTING_PREFIX,
+        Consistency::Eventual,
+    )
+    .limit(max_accounts)
+    .after(cursor.after.clone().map(PageToken));
+    let page = store.query(&q).await?;
+    let mut indexed = 0;
+    let mut last = cursor.after.clone();
+    for item in &page.items {
+        last = Some(item.key.sk.clone());
+        let Some(account) = item.key.sk.strip_prefix(keys::ACCOUNT_LISTING_PREFIX) else {
+            continue;
+        };
+        indexed += backfill_account(store, account, now_ms).await?;
+    }
+    let next = BackfillCursor {
+        done: page.next.is_none(),
+        after: if page.next.is_none() { None } else { last },
+    };
+    store
+        .transact(Transaction::new().with(Op::put(key, to_body(&next)?)))
+        .await?;
+    Ok(indexed)
+}
+
+async fn backfill_account(store: &dyn Metastore, account: &str, now_ms: i64) -> Result<usize> {
+    let pk = keys::account_pk(account);
+    let mut by_integration: BTreeMap<String, Vec<OverlayRecord>> = BTreeMap::new();
+    for item in query_all(
+        store,
+        Query::new(pk.clone(), keys::OVERLAY_PREFIX, Consistency::Strong),
+    )
+    .await?
+    {
+        let o: OverlayRecord = item.json()?;
+        by_integration
+            .entry(o.integration_id.clone())
+            .or_default()
+            .push(o);
+    }
+    let mut indexed = 0;
+    for (integration, overlays) in by_integration {
+        let Some(int) = read::<IntegrationRecord>(
+            store,
+            keys::integration(account, &integration),
+            Consistency::Strong,
+        )
+        .await?
+        else {
+            continue;
+        };
+        let current = sched::load(store, account, &integration).await?;
+        let mut next = current
+            .as_ref()
+            .map(|c| c.value.clone())
+            .unwrap_or_else(|| SchedulerState {
+                integration_id: integration.clone(),
+                plan_generation: 1,
+                ..SchedulerState::default()
+            });
+        let mut added = false;
+        for o in &overlays {
+            if !next.demand.contains_key(&o.id) {
+                next.demand.insert(
+                    o.id.clone(),
+                    sched::demand(o.refresh_interval_secs, o.paused),
+                );
+                added = true;
+            }
+        }
+        if !added {
+            continue;
+        }
+        next.integration_paused = int.value.paused;
+        let previous = current.as_ref().and_then(|c| c.value.due_ms);
+        next.due_ms = sched::next_due(&next, previous, true, now_ms);
+        let mut tx = Transaction {
+            ops: sched::write_ops(account, &integration, current.as_ref(), &next)?,
+        };
+        tx.push(Op::check(
+            keys::integration(account, &integration),
+            Condition::Version(int.version),
+        ));
+        match store.transact(tx).await {
+            Ok(()) => indexed += 1,
+            // A mutation wrote the state meanwhile; a later pass never needs to redo it,
+            // since every mutation after the upgrade maintains the state itself. The
+            // overlays it did not know about are added by the job that runs the plan.
+            Err(MetastoreError::ConditionFailed { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(indexed)
+}
+
+/// What the destinations of a shared pass hold: a table is loaded conditionally only when
+/// every overlay that selects it holds it under the same upstream ETag, and a namespace's
+/// properties are loaded when any overlay that selects it creates (or created) it.
+struct SharedHints<'a> {
+    members: Vec<(&'a Selection, &'a TargetState, &'a str)>,
+}
+
+impl Hints for SharedHints<'_> {
+    fn etag(&self, ns: &NamespacePath, name: &str) -> Option<String> {
+        let mut tag: Option<&str> = None;
+        for (sel, target, overlay) in &self.members {
+            if !sel.selects(ns) {
+                continue;
+            }
+            let t = target.conditional_etag(ns, name, overlay)?;
+            if tag.is_some_and(|x| x != t) {
+                return None;
+            }
+            tag = Some(t);
+        }
+        tag.map(str::to_owned)
+    }
+
+    fn wants_properties(&self, ns: &NamespacePath) -> bool {
+        self.members.iter().any(|(sel, target, _)| {
+            sel.selects(ns)
+                && target
+                    .namespaces
+                    .get(ns)
+                    .is_none_or(|n| n.value.created_by_overlay)
+        })
+    }
+}
+
+/// One overlay's share of a shared discovery pass: exactly what a walk of its own selection
+/// would have found (the counts of dropped entries are the pass's).
+pub fn share(d: &Discovered, sel: &Selection) -> Discovered {
+    let visible_parent = |levels: &[String]| {
+        levels.len() <= 1
+            || NamespacePath::new(levels[..levels.len() - 1].to_vec())
+                .is_ok_and(|p| sel.may_select_below(&p))
+    };
+    Discovered {
+        namespaces: d
+            .namespaces
+            .iter()
+            .filter(|n| sel.selects(n))
+            .cloned()
+            .collect(),
+        namespace_properties: d
+            .namespace_properties
+            .iter()
+            .filter(|(n, _)| sel.selects(n))
+            .map(|(n, p)| (n.clone(), p.clone()))
+            .collect(),
+        tables: d
+            .tables
+            .iter()
+            .filter(|t| sel.selects(&t.namespace))
+            .cloned()
+            .collect(),
+        views: d
+            .views
+            .iter()
+            .filter(|v| sel.selects(&v.namespace))
+            .cloned()
+            .collect(),
+        both: d
+            .both
+            .iter()
+            .filter(|(n, _)| sel.selects(n))
+            .cloned()
+            .collect(),
+        invalid: d
+            .invalid
+            .iter()
+            .filter(|c| visible_parent(&c.path))
+            .cloned()
+            .collect(),
+        dropped: d.dropped,
+        stable_ids: d.stable_ids,
+    }
+}
+
+/// How a job leaves its integration's schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settle {
+    /// Done (succeeded, or failed for a reason a retry does not fix): due again after the
+    /// effective interval.
+    Complete,
+    /// Failed for a transient reason: due again after [`RETRY_MS`].
+    Retry,
+}
+
+async fn settle(
+    store: &dyn Metastore,
+    m: &PlanMessage,
+    now_ms: i64,
+    how: Settle,
+    gone: &[String],
+) -> Result<()> {
+    for attempt in 0..MAX_ATTEMPTS {
+        let Some(cur) = sched::load(store, &m.account_id, &m.integration_id).await? else {
+            return Ok(());
+        };
+        let mut next = cur.value.clone();
+        for g in gone {
+            next.demand.remove(g);
+        }
+        next.lease_until_ms = None;
+        let by = match how {
+            Settle::Complete => {
+                next.attempts = 0;
+                next.last_completed_ms = Some(now_ms);
+                next.effective_interval_secs().map(|i| {
+                    now_ms.saturating_add(i64::try_from(i).unwrap_or(i64::MAX / 1000) * 1000)
+                })
+            }
+            Settle::Retry => next
+                .effective_interval_secs()
+                .map(|_| now_ms.saturating_add(RETRY_MS)),
+        };
+        next.due_ms = match (by, cur.value.due_ms) {
+            (None, _) => None,
+            // A change since the job started set its own due time (often now): keep the
+            // earlier one.
+            (Some(b), Some(d)) if cur.value.plan_generation != m.plan_generation => Some(b.min(d)),
+            (Some(b), _) => Some(b),
+        };
+        let tx = Transaction {
+            ops: sched::write_ops(&m.account_id, &m.integration_id, Some(&cur), &next)?,
+        };
+        match store.transact(tx).await {
+            Ok(()) => return Ok(()),
+            Err(MetastoreError::ConditionFailed { .. }) => backoff(attempt).await,
+            Err(e) if e.is_retryable() || e.is_outcome_unknown() => backoff(attempt).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(flotilla_base::error::Error::unavailable(
+        "scheduler state update did not converge",
+    ))
+}
+
+/// Takes the lease for `m`'s job: answers the leased state, or why the message is not run.
+pub async fn lease(
+    store: &dyn Metastore,
+    m: &PlanMessage,
+    now_ms: i64,
+) -> Result<Versioned<SchedulerState>, MessageOutcome> {
+    let failed = |e: flotilla_base::error::Error| MessageOutcome::Failed {
+        retryable: true,
+        code: e.kind.as_str(),
+        reason: e.to_string(),
+        kind: "metastore",
+    };
+    for attempt in 0..MAX_ATTEMPTS {
+        let cur = match sched::load(store, &m.account_id, &m.integration_id).await {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err(MessageOutcome::Gone),
+            Err(e) => return Err(failed(e)),
+        };
+        if cur.value.plan_generation != m.plan_generation {
+            return Err(MessageOutcome::Superseded {
+                current: cur.value.plan_generation,
+            });
+        }
+        if cur.value.lease_until_ms.is_some_and(|l| l > now_ms) {
+            return Err(MessageOutcome::Duplicate);
+        }
+        let mut next = cur.value.clone();
+        next.lease_until_ms = Some(now_ms.saturating_add(LEASE_MS));
+        next.attempts = next.attempts.saturating_add(1);
+        next.last_enqueued_ms = Some(now_ms);
+        if next.due_ms.is_some() || next.effective_interval_secs().is_some() {
+            next.due_ms = next.lease_until_ms;
+        }
+        let ops = match sched::write_ops(&m.account_id, &m.integration_id, Some(&cur), &next) {
+            Ok(o) => o,
+            Err(e) => return Err(failed(e)),
+        };
+        match store.transact(Transaction { ops }).await {
+            Ok(()) => {
+                return Ok(Versioned {
+                    value: next,
+                    version: cur.version + 1,
+                });
+            }
+            Err(MetastoreError::ConditionFailed { .. }) => backoff(attempt).await,
+            Err(e) if e.is_retryable() || e.is_outcome_unknown() => backoff(attempt).await,
+            Err(e) => return Err(failed(e.into())),
+        }
+    }
+    Err(failed(flotilla_base::error::Error::unavailable(
+        "the scheduler lease did not converge",
+    )))
+}
+
+/// What a plan job did, overlay by overlay.
+#[derive(Debug, Default)]
+pub struct PlanReport {
+    /// Overlays that published their share (successful runs).
+    pub reconciled: usize,
+    /// Runs that failed, with whether a retry may succeed.
+    pub failures: Vec<(String, ReconcileError)>,
+    /// Discovery passes (0 or 1: one per job, however many overlays share it).
+    pub discoveries: usize,
+}
+
+/// Runs one scheduled plan job (see the module documentation).
+pub async fn handle_plan(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &PlanMessage,
+) -> MessageOutcome {
+    let span =
+        tracing::info_span!("plan", account_id = %m.account_id, integration_id = %m.integration_id);
+    let _enter = span.enter();
+    match run_plan(state, connector, m, &RunOptions::default()).await {
+        Ok(report) => report_outcome(report),
+        Err(outcome) => outcome,
+    }
+}
+
+fn report_outcome(report: PlanReport) -> MessageOutcome {
+    let retry = report.failures.iter().find(|(_, e)| e.is_retryable());
+    let any = retry.or(report.failures.first());
+    match any {
+        None => MessageOutcome::Planned {
+            reconciled: report.reconciled,
+        },
+        Some((overlay, e)) => MessageOutcome::Failed {
+            retryable: retry.is_some(),
+            code: e.code(),
+            reason: format!("overlay {overlay}: {}", e.cause()),
+            kind: super::work::failure_kind(e),
+        },
+    }
+}
+
+/// The plan job, answering what each overlay did; a message that is not run answers its
+/// outcome as the error.
+pub async fn run_plan(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &PlanMessage,
+    opts: &RunOptions,
+) -> Result<PlanReport, MessageOutcome> {
+    let store = state.store.as_ref();
+    let now = state.clock.now_ms();
+    let metastore = |e: flotilla_base::error::Error| MessageOutcome::Failed {
+        retryable: true,
+        code: e.kind.as_str(),
+        reason: e.to_string(),
+        kind: "metastore",
+    };
+    // A paused or missing integration starts no upstream work.
+    let integration = read::<IntegrationRecord>(
+        store,
+        keys::integration(&m.account_id, &m.integration_id),
+        Consistency::Strong,
+    )
+    .await
+    .map_err(metastore)?;
+    let leased = lease(store, m, now).await?;
+    if integration.is_none_or(|i| i.value.paused) {
+        settle(store, m, now, Settle::Complete, &[])
+            .await
+            .map_err(metastore)?;
+        return Err(MessageOutcome::Paused);
+    }
+    let mut report = PlanReport::default();
+    let mut gone = Vec::new();
+    let mut observed: Vec<ObservedRecords> = Vec::new();
+    let ids: Vec<String> = leased
+        .value
+        .active_overlays()
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in ids {
+        match observe(state, &m.account_id, &id).await {
+            Ok(o) if o.overlay.integration_id == m.integration_id => observed.push(o),
+            Ok(_) | Err(ReconcileError::NotFound) => gone.push(id),
+            // Paused or being deleted since the state was read: no demand.
+            Err(ReconcileError::Paused(_) | ReconcileError::Deleting(_)) => {}
+            Err(e) => report.failures.push((id, e)),
+        }
+    }
+    if observed.is_empty() {
+        let how = if report.failures.iter().any(|(_, e)| e.is_retryable()) {
+            Settle::Retry
+        } else {
+            Settle::Complete
+        };
+        settle(store, m, state.clock.now_ms(), how, &gone)
+            .await
+            .map_err(metastore)?;
+        return Ok(report);
+    }
+    Box::pin(shared_pass(
+        state,
+        connector,
+        m,
+        &observed,
+        opts,
+        &mut report,
+    ))
+    .await;
+    let how = if report.failures.iter().any(|(_, e)| e.is_retryable()) {
+        Settle::Retry
+    } else {
+        Settle::Complete
+    };
+    settle(store, m, state.clock.now_ms(), how, &gone)
+        .await
+        .map_err(metastore)?;
+    Ok(report)
+}
+
+/// Per overlay: what it needs before discovery (its selection, fence and target).
+struct Member {
+    selection: Selection,
+    fence: publish::Fence,
+    target: TargetState,
+}
+
+/// One discovery for every observed overlay, then each overlay's own publication.
+async fn shared_pass(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &PlanMessage,
+    observed: &[ObservedRecords],
+    opts: &RunOptions,
+    report: &mut PlanReport,
+) {
+    let started = Instant::now();
+    let started_ms = state.clock.now_ms();
+    let mut results: HashMap<usize, Result<(), (Stage, ReconcileError)>> = HashMap::new();
+    let mut members: Vec<(usize, Member)> = Vec::new();
+    for (i, o) in observed.iter().enumerate() {
+        let prepared = async {
+            let selection = selection_of(&o.overlay)?;
+            let fence = publish::Fence::establish(state, &m.account_id, o)
+                .await
+                .map_err(|e| (Stage::Connect, e))?;
+            let target = TargetState::load(state.store.as_ref(), &o.overlay)
+                .await
+                .map_err(|e| (Stage::Discovery, ReconcileError::Api(e)))?;
+            Ok::<_, (Stage, ReconcileError)>(Member {
+                selection,
+                fence,
+                target,
+            })
+        }
+        .await;
+        match prepared {
+            Ok(member) => members.push((i, member)),
+            Err(e) => {
+                results.insert(i, Err(e));
+            }
+        }
+    }
+    let mut summaries: Vec<_> = observed
+        .iter()
+        .map(|o| new_summary(o, started_ms))
+        .collect();
+    if !members.is_empty() {
+        let budget = bounds::Budget::new(
+            state.clock.clone(),
+            started_ms,
+            state.config.reconcile.clone(),
+        );
+        let integration = &observed[members[0].0].integration;
+        let discovered = match connector.connect(state, integration).await {
+            Err(e) => Err((Stage::Connect, e)),
+            Ok(client) => {
+                let scope: Vec<Selection> =
+                    members.iter().map(|(_, x)| x.selection.clone()).collect();
+                let hints = SharedHints {
+                    members: members
+                        .iter()
+                        .map(|(i, x)| (&x.selection, &x.target, observed[*i].overlay.id.as_str()))
+                        .collect(),
+                };
+                report.discoveries += 1;
+                discover_with(client.as_ref(), &scope, &hints, opts, &budget)
+                    .await
+                    .map_err(|e| (Stage::Discovery, e))
+            }
+        };
+        for (i, member) in members {
+            let result = match &discovered {
+                Err(e) => Err(e.clone()),
+                Ok(d) => {
+                    // The plan may have changed since the job started: stop before
+                    // publishing anything of an older plan.
+                    match sched::load(state.store.as_ref(), &m.account_id, &m.integration_id).await
+                    {
+                        Ok(Some(s)) if s.value.plan_generation == m.plan_generation => {
+                            let mine = share(d, &member.selection);
+                            materialize(
+                                state,
+                                &observed[i],
+                                member.fence,
+                                &member.target,
+                                &mine,
+                                &budget,
+                                opts,
+                                &mut summaries[i],
+                            )
+                            .await
+                        }
+                        Ok(_) => Err((Stage::Publication, ReconcileError::FenceLost)),
+                        Err(e) => Err((Stage::Publication, ReconcileError::Api(e))),
+                    }
+                }
+            };
+            results.insert(i, result);
+        }
+    }
+    for (i, (o, summary)) in observed.iter().zip(summaries).enumerate() {
+        let result = results
+            .remove(&i)
+            .unwrap_or(Err((Stage::Connect, ReconcileError::FenceLost)));
+        match finish(
+            state,
+            &m.account_id,
+            &o.overlay.id,
+            summary,
+            started,
+            started_ms,
+            result,
+        )
+        .await
+        {
+            Ok(_) => report.reconciled += 1,
+            Err(e) => report.failures.push((o.overlay.id.clone(), e)),
+        }
+    }
+}
+
+/// Handles any queue message (a plan or one overlay), counting the outcome.
+pub async fn handle_work(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &WorkMessage,
+) -> MessageOutcome {
+    match m {
+        WorkMessage::Overlay(m) => super::work::handle_message(state, connector, m).await,
+        WorkMessage::Plan(m) => {
+            use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
+            // Boxed and erased: the job's future is deep, and hosts nest it in their own.
+            let job: std::pin::Pin<
+                Box<dyn std::future::Future<Output = MessageOutcome> + Send + '_>,
+            > = Box::pin(handle_plan(state, connector, m));
+            let outcome = job.await;
+            RECONCILE_RUNS.inc(&[outcome.label()]);
+            if let MessageOutcome::Failed { kind, .. } = &outcome {
+                RECONCILE_FAILURES.inc(&[kind]);
+            }
+            outcome
+        }
+    }
+}
