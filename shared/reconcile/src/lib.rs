@@ -35,6 +35,7 @@
 //! ETag is still current cost one conditional load answered `304`.
 
 pub mod bounds;
+pub mod capture;
 pub mod discover;
 pub mod metrics;
 pub mod plan;
