@@ -370,6 +370,24 @@ pub async fn execute(
     Ok(summary)
 }
 
+/// Checks one data file: `Ok(Some(message))` is a validation error, `Err` a transient
+/// storage failure.
+async fn check_file(
+    upstream: &UpstreamFiles,
+    schema: &::iceberg::spec::Schema,
+    f: &CapturedFile,
+) -> Result<Option<String>, String> {
+    let at = match upstream.locate(&f.path) {
+        Ok(at) => at,
+        Err(e) => return Ok(Some(e.to_string())),
+    };
+    match validate::read_footer(at.store.as_ref(), &at.path, f.size).await {
+        Ok(meta) => Ok(validate::check(&meta, schema, f).err()),
+        Err(validate::FooterError::Transient(m)) => Err(m),
+        Err(validate::FooterError::Invalid(m)) => Ok(Some(m)),
+    }
+}
+
 enum TableError {
     Fence,
     Failed { retryable: bool, reason: String },
@@ -684,22 +702,15 @@ impl Job<'_> {
         schema: &::iceberg::spec::Schema,
         files: &[CapturedFile],
     ) -> Result<(u64, Vec<(String, String)>), TableError> {
-        let results: Vec<Result<Option<String>, String>> =
-            futures::stream::iter(files.iter().filter(|f| f.format == "PARQUET"))
-                .map(|f| async move {
-                    let at = match upstream.locate(&f.path) {
-                        Ok(at) => at,
-                        Err(e) => return Ok(Some(e.to_string())),
-                    };
-                    match validate::read_footer(at.store.as_ref(), &at.path, f.size).await {
-                        Ok(meta) => Ok(validate::check(&meta, schema, f).err()),
-                        Err(validate::FooterError::Transient(m)) => Err(m),
-                        Err(validate::FooterError::Invalid(m)) => Ok(Some(m)),
-                    }
-                })
-                .buffered(self.opts.file_concurrency.max(1))
-                .collect()
-                .await;
+        let checks: Vec<_> = files
+            .iter()
+            .filter(|f| f.format == "PARQUET")
+            .map(|f| check_file(upstream, schema, f))
+            .collect();
+        let results: Vec<Result<Option<String>, String>> = futures::stream::iter(checks)
+            .buffered(self.opts.file_concurrency.max(1))
+            .collect()
+            .await;
         let mut errors = Vec::new();
         let mut checked = 0;
         for (f, r) in files
