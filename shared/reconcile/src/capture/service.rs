@@ -206,3 +206,44 @@ pub async fn set_override(
     }
     Err(Error::unavailable("the visibility override did not converge"))
 }
+
+/// Revalidates every overlay of an integration (describing it with `revalidate=true`): one
+/// capture job per overlay with every table validated again. Answers one entry per overlay:
+/// its job's summary, or the reason it did not run.
+pub async fn revalidate_integration(
+    state: &AppState,
+    connector: &dyn crate::Connector,
+    account: &str,
+    integration_id: &str,
+) -> ApiResult<Value> {
+    let deps = query_all(
+        state.store.as_ref(),
+        Query::new(
+            keys::account_pk(account),
+            keys::integration_dependency_prefix(integration_id),
+            Consistency::Strong,
+        ),
+    )
+    .await?;
+    let prefix = keys::integration_dependency_prefix(integration_id);
+    let opts = super::CaptureOptions {
+        revalidate: true,
+        ..super::CaptureOptions::default()
+    };
+    let mut out = Vec::new();
+    for item in deps {
+        let Some(overlay_id) = item.key.sk.strip_prefix(prefix.as_str()) else {
+            continue;
+        };
+        let entry = match super::capture(state, connector, account, overlay_id, &opts).await {
+            Ok(s) => {
+                let mut v = serde_json::to_value(&s).unwrap_or(Value::Null);
+                v["overlay_id"] = json!(overlay_id);
+                v
+            }
+            Err(e) => json!({"overlay_id": overlay_id, "error": {"code": e.code(), "message": e.cause()}}),
+        };
+        out.push(entry);
+    }
+    Ok(Value::Array(out))
+}
