@@ -423,13 +423,24 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
         let t: capture::record::CapturedTable = serde_json::from_slice(&got).unwrap();
         t.files[0].path.clone()
     };
-    let url = format!("{}/{bucket}/{}", env.moto, s3_key(&data_file, bucket));
-    let original = env.http.get(&url).send().await.unwrap().bytes().await.unwrap();
+    // The suite's own moto keys reach the bucket directly (as a writer of the upstream would).
+    use object_store::ObjectStoreExt;
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(bucket)
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_region("us-east-1")
+        .with_endpoint(&env.moto)
+        .with_allow_http(true)
+        .build()
+        .unwrap();
+    let key = object_store::path::Path::parse(s3_key(&data_file, bucket)).unwrap();
+    let original = s3.get(&key).await.unwrap().bytes().await.unwrap();
     assert!(original.len() > 12);
     let mut bad = original.to_vec();
     let n = bad.len();
     bad[n - 4..].copy_from_slice(b"XXXX"); // no longer ends with the PAR1 magic
-    assert!(env.http.put(&url).body(bad).send().await.unwrap().status().is_success());
+    s3.put(&key, bad.into()).await.unwrap();
     let revalidate = CaptureOptions {
         revalidate: true,
         ..CaptureOptions::default()
@@ -478,7 +489,7 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     assert_eq!(v["items"].as_array().unwrap().len(), 1, "{v}");
 
     // The repaired file: the next validation retires the errors.
-    assert!(env.http.put(&url).body(original).send().await.unwrap().status().is_success());
+    s3.put(&key, original.into()).await.unwrap();
     env.call(reqwest::Method::PUT, &visibility, Some(json!({"override": false})))
         .await;
     // Describing the integration with `revalidate=true` requests the revalidation.
