@@ -135,6 +135,12 @@ impl Env {
 }
 
 async fn setup(moto: &str, bucket: &str, tenant: &str) -> Env {
+    setup_with(Some((moto, bucket, tenant)), true).await
+}
+
+/// The host: on moto S3 (`s3`: endpoint, bucket, tenant prefix) with STS vending for its
+/// native catalogs `source` and `lake`, or on the host's `file://` warehouse (`lake` only).
+async fn setup_with(s3: Option<(&str, &str, &str)>, allow_insecure: bool) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.json");
     std::fs::write(
@@ -145,25 +151,35 @@ async fn setup(moto: &str, bucket: &str, tenant: &str) -> Env {
     let opts = flotilla_runtime::local::LocalOptions {
         data_dir: dir.path().join("data"),
         // The fixture upstream listens on loopback.
-        allow_insecure_upstreams: true,
+        allow_insecure_upstreams: allow_insecure,
         bootstrap_token: Some(OPERATOR.to_owned()),
         tokens_file: Some(tokens),
         warehouse_root: None,
     };
     let stack = flotilla_runtime::local::build(&opts).expect("local stack");
     let root = opts.warehouse_root().canonicalize().unwrap();
-    let policy = flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(&root).unwrap();
-    let stores = flotilla_parqdb::store::DefaultWarehouseStores::new()
-        .with_s3_endpoint(moto.to_owned())
-        .with_policy(policy);
-    let vending: Arc<dyn Vending> =
-        Arc::new(StsVending::new(ROLE, 3600, Some(moto.to_owned())).expect("vending"));
-    let state = stack.state.with_index_stores(Arc::new(stores));
+    let (state, vending, moto) = match s3 {
+        Some((moto, _, _)) => {
+            let policy =
+                flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(&root).unwrap();
+            let stores = flotilla_parqdb::store::DefaultWarehouseStores::new()
+                .with_s3_endpoint(moto.to_owned())
+                .with_policy(policy);
+            let vending: Arc<dyn Vending> =
+                Arc::new(StsVending::new(ROLE, 3600, Some(moto.to_owned())).expect("vending"));
+            (
+                stack.state.with_index_stores(Arc::new(stores)),
+                Some(vending),
+                moto.to_owned(),
+            )
+        }
+        None => (stack.state, None, String::new()),
+    };
     let app = flotilla_iceberg_rest::router(
         state.clone(),
         IcebergConfig {
             local_warehouse_root: Some(root),
-            vending: Some(vending),
+            vending,
             ..Default::default()
         },
     );
@@ -176,7 +192,7 @@ async fn setup(moto: &str, bucket: &str, tenant: &str) -> Env {
         state,
         endpoint: format!("http://{addr}"),
         http: reqwest::Client::new(),
-        moto: moto.to_owned(),
+        moto,
         _dir: dir,
     };
     let r = env
@@ -189,13 +205,16 @@ async fn setup(moto: &str, bucket: &str, tenant: &str) -> Env {
         .unwrap();
     assert_eq!(r.status(), 201);
     for name in ["source", "lake"] {
+        let mut body = json!({"display_name": name});
+        match s3 {
+            Some((_, bucket, tenant)) => {
+                body["properties"] = json!({"warehouse": format!("s3://{bucket}/{tenant}/{name}")});
+            }
+            None if name == "source" => continue,
+            None => {}
+        }
         let (s, v) = env
-            .call(
-                reqwest::Method::POST,
-                "/v1/accounts/acme/catalogs",
-                Some(json!({"display_name": name,
-                    "properties": {"warehouse": format!("s3://{bucket}/{tenant}/{name}")}})),
-            )
+            .call(reqwest::Method::POST, "/v1/accounts/acme/catalogs", Some(body))
             .await;
         assert_eq!(s, 201, "{v}");
     }
@@ -514,4 +533,180 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
         .await;
     assert_eq!(v["items"], json!([]), "{v}");
     env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"]).await;
+}
+
+/// The lake catalog's id and Iceberg prefix, and a new integration and overlay of `sales`.
+async fn overlay_of(env: &Env, upstream: &IcebergFixture) -> (String, String, String, String) {
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/integrations",
+            Some(json!({"display_name": "up", "type": "ICEBERG_REST", "uri": upstream.uri(),
+                "authentication": {"type": "BEARER"}, "credentials": {"token": "upstream-token"}})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let integration = v["id"].as_str().unwrap().to_owned();
+    let (_, cats) = env
+        .call(reqwest::Method::GET, "/v1/accounts/acme/catalogs", None)
+        .await;
+    let lake = cats["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["display_name"] == "lake")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/overlays",
+            Some(json!({"display_name": "imp", "integration_id": integration,
+                "catalog_id": lake, "include_namespaces": [["sales"]]})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let overlay = v["id"].as_str().unwrap().to_owned();
+    let (_, cfg) = env
+        .call(reqwest::Method::GET, "/iceberg/v1/config?warehouse=acme/lake", None)
+        .await;
+    let prefix = cfg["overrides"]["prefix"].as_str().unwrap().to_owned();
+    (integration, overlay, lake, prefix)
+}
+
+async fn pointer_count(env: &Env, catalog: &str) -> usize {
+    flotilla_metastore::query_all(
+        env.state.store.as_ref(),
+        Query::new(
+            flotilla_domain::keys::catalog_pk(catalog),
+            flotilla_domain::keys::CAPTURE_PREFIX,
+            Consistency::Strong,
+        ),
+    )
+    .await
+    .unwrap()
+    .len()
+}
+
+/// A job planned before a change of the integration publishes nothing after it; an unchanged
+/// table's capture writes nothing and asks the upstream nothing; an upstream whose warehouse
+/// is a local `file://` path is read only with `--allow-insecure-upstreams`, and otherwise
+/// reported as not readable, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_is_fenced_costs_nothing_unchanged_and_reads_file_warehouses_only_when_allowed() {
+    let env = setup_with(None, true).await;
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.add_table(&["sales"], "orders");
+    let fixture_location = upstream.table_metadata_location(&["sales"], "orders").unwrap();
+    let (integration, overlay, lake, prefix) = overlay_of(&env, &upstream).await;
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/accounts/acme/overlays/{overlay}/reconcile"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+
+    // Planned, then the integration changes: the job publishes nothing.
+    let plan = capture::plan(&env.state, "acme", &overlay, &CaptureOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(plan.tables.len(), 1);
+    let (s, v) = env
+        .call(
+            reqwest::Method::PATCH,
+            &format!("/v1/accounts/acme/integrations/{integration}"),
+            Some(json!({"display_name": "up-renamed"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let client = flotilla_core::access::connect(&env.state, &plan.observed.integration)
+        .await
+        .unwrap();
+    let r = capture::execute(&env.state, &plan, Some(client.as_ref()), &CaptureOptions::default())
+        .await;
+    assert!(
+        matches!(r, Err(flotilla_core::reconcile::ReconcileError::FenceLost)),
+        "{:?}",
+        r.map(|s| s.captured)
+    );
+    assert_eq!(pointer_count(&env, &lake).await, 0, "nothing published");
+
+    // A current job captures it (a table without snapshots: no files, valid).
+    let s = capture::capture(&env.state, &AdapterConnector, "acme", &overlay, &CaptureOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((s.captured, s.invalid, s.not_readable), (1, 0, 0), "{s:?}");
+    let load = format!("/iceberg/v1/{prefix}/namespaces/sales/tables/orders");
+    let (st, v) = env.call(reqwest::Method::GET, &load, None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["metadata-location"], json!(fixture_location), "the upstream's own location");
+    assert_eq!(v["metadata"]["location"].as_str().unwrap(), upstream.table_location(&["sales"], "orders").unwrap());
+    let (_, v) = env
+        .call(reqwest::Method::GET, &format!("/iceberg/v1/{prefix}/namespaces/sales/tables"), None)
+        .await;
+    assert_eq!(v["identifiers"], json!([{"namespace": ["sales"], "name": "orders"}]), "{v}");
+
+    // Unchanged: reads only, no upstream request.
+    let counting = CountingMetastore::new(Shared(env.state.store.clone()));
+    let counters = counting.counters();
+    let mut counted = env.state.clone();
+    counted.store = Arc::new(counting);
+    let before = upstream.log().len();
+    let s = capture::capture(&counted, &AdapterConnector, "acme", &overlay, &CaptureOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((s.captured, s.unchanged), (0, 1), "{s:?}");
+    let snap = counters.snapshot();
+    assert_eq!((snap.transact, snap.items_written), (0, 0), "{snap:?}");
+    assert_eq!(upstream.log().len(), before, "no upstream request");
+
+    // Without --allow-insecure-upstreams the same table is not readable, with the reason.
+    let mut strict = env.state.clone();
+    strict.config.allow_insecure_upstreams = false;
+    let s = capture::capture(
+        &strict,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions {
+            revalidate: true,
+            ..CaptureOptions::default()
+        },
+    )
+    .await;
+    // The loopback upstream itself is refused without the flag: nothing changes.
+    assert!(s.is_err() || s.as_ref().is_ok_and(|s| s.captured <= 1), "{:?}", s.map(|s| s.captured));
+    let app = flotilla_iceberg_rest::router(
+        strict.clone(),
+        IcebergConfig {
+            local_warehouse_root: Some(env._dir.path().join("data/warehouses").canonicalize().unwrap()),
+            ..Default::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let r = env
+        .http
+        .get(format!("http://{addr}{load}"))
+        .bearer_auth(ACME)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    let msg = v["error"]["message"].as_str().unwrap();
+    let m = msg.to_lowercase();
+    assert!(
+        (m.contains("not readable") || m.contains("not_readable"))
+            && m.contains("--allow-insecure-upstreams"),
+        "{v}"
+    );
 }
