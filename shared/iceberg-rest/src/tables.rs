@@ -202,6 +202,15 @@ async fn list_from_directory(
         return Ok(None);
     }
     let segments = path.segments();
+    if !continuing
+        && view.snapshot.entries.iter().any(|e| {
+            e.managed && e.kind == RelationKind::Table && e.namespace.as_slice() == segments
+        })
+    {
+        // Overlay tables are listed by their capture's visibility, which the metastore path
+        // decides: such a namespace is not listed from the replica.
+        return Ok(None);
+    }
     let after = token.and_then(|t| t.strip_prefix(DIRECTORY_TOKEN));
     let mut in_namespace = false;
     let mut names: Vec<&str> = Vec::new();
@@ -215,10 +224,11 @@ async fn list_from_directory(
         if e.kind != RelationKind::Table || e.format.as_deref() != Some(ICEBERG) {
             continue;
         }
-        if e.managed && !continuing {
-            // Overlay tables are listed by their capture's visibility: the metastore path
-            // decides it (an overlay catalog's first page is not answered from here).
-            return Ok(None);
+        if e.managed {
+            // Only reached when paging on from a first page served here, and the namespace
+            // gained overlay tables since: their visibility is not known here, so they are
+            // not listed.
+            continue;
         }
         let name = e.name.as_str();
         if after.is_some_and(|a| name <= a) {

@@ -33,7 +33,7 @@ fn storage_error(e: object_store::Error) -> FooterError {
             FooterError::Invalid("the file does not exist".into())
         }
         // A range past the end: the file is shorter than stated.
-        object_store::Error::Generic { .. } if e.to_string().contains("Range") => {
+        object_store::Error::Generic { .. } if e.to_string().to_lowercase().contains("range") => {
             FooterError::Invalid("the file is shorter than the manifest states".into())
         }
         other => FooterError::Transient(short(&other.to_string())),
@@ -184,5 +184,111 @@ fn compatible(t: &PrimitiveType, col: &ColumnDescriptor) -> Result<(), String> {
             Some(l) => format!("{phys} ({l:?})"),
             None => phys.to_string(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+    use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::schema::parser::parse_message_type;
+
+    use super::*;
+    use crate::capture::record::CapturedFile;
+
+    fn parquet_bytes(rows: i64) -> Vec<u8> {
+        let schema = Arc::new(
+            parse_message_type(
+                "message t { required int64 id = 1; optional binary name (STRING) = 2; }",
+            )
+            .unwrap(),
+        );
+        let mut buf = Vec::new();
+        let mut w = SerializedFileWriter::new(&mut buf, schema, Arc::new(WriterProperties::builder().build()))
+            .unwrap();
+        let mut rg = w.next_row_group().unwrap();
+        let ids: Vec<i64> = (0..rows).collect();
+        let mut c = rg.next_column().unwrap().unwrap();
+        c.typed::<Int64Type>().write_batch(&ids, None, None).unwrap();
+        c.close().unwrap();
+        let mut c = rg.next_column().unwrap().unwrap();
+        let names: Vec<ByteArray> = ids.iter().map(|i| ByteArray::from(i.to_string().as_str())).collect();
+        c.typed::<ByteArrayType>()
+            .write_batch(&names, Some(&vec![1; names.len()]), None)
+            .unwrap();
+        c.close().unwrap();
+        rg.close().unwrap();
+        w.close().unwrap();
+        buf
+    }
+
+    fn schema(id: PrimitiveType, extra_required: bool) -> Schema {
+        let mut fields = vec![
+            NestedField::required(1, "id", Type::Primitive(id)).into(),
+            NestedField::optional(2, "name", Type::Primitive(PrimitiveType::String)).into(),
+        ];
+        if extra_required {
+            fields.push(NestedField::required(3, "extra", Type::Primitive(PrimitiveType::Int)).into());
+        }
+        Schema::builder().with_fields(fields).build().unwrap()
+    }
+
+    fn file(bytes: &[u8], records: u64) -> CapturedFile {
+        CapturedFile {
+            path: "mem:///f.parquet".into(),
+            format: "PARQUET".into(),
+            size: bytes.len() as u64,
+            record_count: records,
+            partition: vec![],
+            stats: Default::default(),
+        }
+    }
+
+    async fn footer(bytes: Vec<u8>) -> Result<ParquetMetaData, FooterError> {
+        let store = InMemory::new();
+        let p = Path::from("f.parquet");
+        let size = bytes.len() as u64;
+        store.put(&p, PutPayload::from(bytes)).await.unwrap();
+        read_footer(&store as &dyn ObjectStore, &p, size).await
+    }
+
+    #[tokio::test]
+    async fn a_consistent_file_passes_and_each_inconsistency_is_named() {
+        let bytes = parquet_bytes(5);
+        let meta = footer(bytes.clone()).await.unwrap();
+        let ok = schema(PrimitiveType::Long, false);
+        assert_eq!(check(&meta, &ok, &file(&bytes, 5)), Ok(()));
+        let e = check(&meta, &ok, &file(&bytes, 6)).unwrap_err();
+        assert!(e.contains("5 rows") && e.contains("6"), "{e}");
+        let e = check(&meta, &schema(PrimitiveType::String, false), &file(&bytes, 5)).unwrap_err();
+        assert!(e.contains("column id") && e.contains("INT64"), "{e}");
+        let e = check(&meta, &schema(PrimitiveType::Long, true), &file(&bytes, 5)).unwrap_err();
+        assert!(e.contains("required column extra"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn unreadable_footers_are_validation_errors() {
+        let mut bytes = parquet_bytes(3);
+        let n = bytes.len();
+        bytes[n - 4..].copy_from_slice(b"XXXX");
+        assert!(matches!(footer(bytes).await, Err(FooterError::Invalid(_))));
+        assert!(matches!(footer(b"PAR1".to_vec()).await, Err(FooterError::Invalid(_))));
+        // A file shorter than stated.
+        let bytes = parquet_bytes(3);
+        let store = InMemory::new();
+        let p = Path::from("f.parquet");
+        let size = bytes.len() as u64 + 100;
+        store.put(&p, PutPayload::from(bytes)).await.unwrap();
+        assert!(matches!(
+            read_footer(&store as &dyn ObjectStore, &p, size).await,
+            Err(FooterError::Invalid(_))
+        ));
     }
 }
