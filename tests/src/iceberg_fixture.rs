@@ -696,7 +696,10 @@ impl IcebergFixture {
         let mut c = lock(&self.inner.catalog);
         let version = c.tables.get(&key).map_or(0, |t| t.version) + 1;
         let entry = TableEntry {
-            uuid: metadata["table-uuid"].as_str().unwrap_or_default().to_owned(),
+            uuid: metadata["table-uuid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
             location: metadata["location"].as_str().unwrap_or_default().to_owned(),
             version,
             metadata_location: metadata_location.to_owned(),

@@ -54,9 +54,14 @@ async fn get_validation(
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, c, ns, name)): P<(String, String, String, String)>,
 ) -> HttpResult<Response> {
-    Ok(ok(
-        service::get_table(&state, &a, &c, &ns_path(&ns)?, &name).await?
-    ))
+    Ok(ok(service::get_table(
+        &state,
+        &a,
+        &c,
+        &ns_path(&ns)?,
+        &name,
+    )
+    .await?))
 }
 
 #[derive(Debug, Deserialize)]

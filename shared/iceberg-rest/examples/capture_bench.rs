@@ -125,13 +125,23 @@ async fn main() {
     )
     .await;
     let overlay = overlay["id"].as_str().unwrap().to_owned();
-    post(format!("/v1/accounts/acme/overlays/{overlay}/reconcile"), json!({})).await;
+    post(
+        format!("/v1/accounts/acme/overlays/{overlay}/reconcile"),
+        json!({}),
+    )
+    .await;
 
     // First capture of every table.
     let t = Instant::now();
-    let first = capture::capture(&state, &AdapterConnector, "acme", &overlay, &CaptureOptions::default())
-        .await
-        .expect("capture");
+    let first = capture::capture(
+        &state,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .expect("capture");
     let first_time = t.elapsed();
     assert_eq!(first.captured as usize, tables, "{first:?}");
     assert_eq!(first.file_errors, 0);
@@ -143,9 +153,15 @@ async fn main() {
     counted.store = Arc::new(counting);
     let before = upstream.log().len();
     let t = Instant::now();
-    let again = capture::capture(&counted, &AdapterConnector, "acme", &overlay, &CaptureOptions::default())
-        .await
-        .expect("capture");
+    let again = capture::capture(
+        &counted,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .expect("capture");
     let again_time = t.elapsed();
     let upstream_requests = upstream.log().len() - before;
     let snap = counters.snapshot();

@@ -210,9 +210,16 @@ async fn connect(
 }
 
 /// Reads the captured state object a pointer names.
-async fn captured(ctx: &Ctx, rec: &RelationRecord, p: &CapturePointer) -> IcebergResult<CapturedTable> {
+async fn captured(
+    ctx: &Ctx,
+    rec: &RelationRecord,
+    p: &CapturePointer,
+) -> IcebergResult<CapturedTable> {
     let Some(object) = p.object.as_deref() else {
-        return Err(not_readable(rec, "its capture recorded no readable snapshot"));
+        return Err(not_readable(
+            rec,
+            "its capture recorded no readable snapshot",
+        ));
     };
     let files = CatalogFiles::open(&ctx.state, &ctx.catalog).map_err(IcebergError::unavailable)?;
     let path = object_store::path::Path::parse(object).map_err(IcebergError::unavailable)?;
@@ -229,11 +236,12 @@ async fn captured(ctx: &Ctx, rec: &RelationRecord, p: &CapturePointer) -> Iceber
 pub async fn load(ctx: &Ctx, headers: &HeaderMap, rec: &RelationRecord) -> IcebergResult<Value> {
     let p = visible_pointer(ctx, rec).await?;
     let table = captured(ctx, rec, &p).await?;
-    let vended = if vending::wants_vended(headers) || !UpstreamFiles::needs_credentials(&table.location) {
-        upstream_credentials(ctx, rec, &table.location).await?
-    } else {
-        None
-    };
+    let vended =
+        if vending::wants_vended(headers) || !UpstreamFiles::needs_credentials(&table.location) {
+            upstream_credentials(ctx, rec, &table.location).await?
+        } else {
+            None
+        };
     let (config, creds) = vending::render(&BTreeMap::new(), vended.as_ref());
     let mut v = json!({
         "metadata-location": p.metadata_location,

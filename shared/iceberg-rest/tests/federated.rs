@@ -78,7 +78,10 @@ impl Env {
         let r = r.send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     async fn script(&self, script: &str, warehouse: &str, args: &[&str]) {
@@ -214,7 +217,11 @@ async fn setup_with(s3: Option<(&str, &str, &str)>, allow_insecure: bool) -> Env
             None => {}
         }
         let (s, v) = env
-            .call(reqwest::Method::POST, "/v1/accounts/acme/catalogs", Some(body))
+            .call(
+                reqwest::Method::POST,
+                "/v1/accounts/acme/catalogs",
+                Some(body),
+            )
             .await;
         assert_eq!(s, 201, "{v}");
     }
@@ -267,11 +274,15 @@ fn s3_key(path: &str, bucket: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
-    let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT")
-        .expect("FLOTILLA_MOTO_ENDPOINT is not set: the federated test needs moto (scripts/test.sh)");
+    let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT").expect(
+        "FLOTILLA_MOTO_ENDPOINT is not set: the federated test needs moto (scripts/test.sh)",
+    );
     let sts = std::env::var("AWS_ENDPOINT_URL_STS")
         .expect("AWS_ENDPOINT_URL_STS is not set: vending in tests must reach moto's STS");
-    assert!(sts.starts_with("http://127.0.0.1"), "STS endpoint {sts} is not local");
+    assert!(
+        sts.starts_with("http://127.0.0.1"),
+        "STS endpoint {sts} is not local"
+    );
     let bucket = "flotilla-federated";
     let r = reqwest::Client::new()
         .put(format!("{moto}/{bucket}"))
@@ -283,7 +294,8 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let env = setup(&moto, bucket, &tenant).await;
 
     // The upstream's data: real Parquet files written by pyiceberg to moto S3.
-    env.script("federated_source.py", "acme/source", &["create"]).await;
+    env.script("federated_source.py", "acme/source", &["create"])
+        .await;
     let (location, metadata, vended) = source_table(&env).await;
     assert!(vended.contains_key("s3.session-token"), "{vended:?}");
     let upstream = IcebergFixture::start().await;
@@ -295,8 +307,10 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
         .call(
             reqwest::Method::POST,
             "/v1/accounts/acme/integrations",
-            Some(json!({"display_name": "up", "type": "ICEBERG_REST", "uri": upstream.uri(),
-                "authentication": {"type": "BEARER"}, "credentials": {"token": "upstream-token"}})),
+            Some(
+                json!({"display_name": "up", "type": "ICEBERG_REST", "uri": upstream.uri(),
+                "authentication": {"type": "BEARER"}, "credentials": {"token": "upstream-token"}}),
+            ),
         )
         .await;
     assert_eq!(s, 201, "{v}");
@@ -323,11 +337,16 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
         .await;
     assert_eq!(s, 201, "{v}");
     let overlay = v["id"].as_str().unwrap().to_owned();
-    let validation = format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/orders/validation");
+    let validation =
+        format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/orders/validation");
 
     // Before any capture the materialized table is not query-visible.
     let (_, cfg) = env
-        .call(reqwest::Method::GET, "/iceberg/v1/config?warehouse=acme/lake", None)
+        .call(
+            reqwest::Method::GET,
+            "/iceberg/v1/config?warehouse=acme/lake",
+            None,
+        )
         .await;
     let lake_prefix = cfg["overrides"]["prefix"].as_str().unwrap().to_owned();
     let load = format!("/iceberg/v1/{lake_prefix}/namespaces/sales/tables/orders");
@@ -340,7 +359,13 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     .await;
     let (s, v) = env.call(reqwest::Method::GET, &load, None).await;
     assert_eq!(s, 404, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("NOT_CAPTURED"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("NOT_CAPTURED"),
+        "{v}"
+    );
     let (_, v) = env.call(reqwest::Method::GET, &list, None).await;
     assert_eq!(v["identifiers"], json!([]), "{v}");
 
@@ -352,7 +377,8 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     assert_eq!(v["visible"], true);
     assert_eq!(v["records"], 3);
     assert_eq!(v["metadata_location"], json!(location));
-    env.script("federated_read.py", "acme/lake", &["1,2,3"]).await;
+    env.script("federated_read.py", "acme/lake", &["1,2,3"])
+        .await;
     // The load serves the upstream's own metadata location and the upstream's vended keys.
     let r = env
         .http
@@ -364,7 +390,10 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
         .unwrap();
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["metadata-location"], json!(location));
-    assert!(v["storage-credentials"][0]["config"]["s3.session-token"].is_string(), "{v}");
+    assert!(
+        v["storage-credentials"][0]["config"]["s3.session-token"].is_string(),
+        "{v}"
+    );
 
     // Unchanged: a capture costs reads only.
     let counting = CountingMetastore::new(Shared(env.state.store.clone()));
@@ -372,9 +401,15 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let mut counted = env.state.clone();
     counted.store = Arc::new(counting);
     let before = upstream.log().len();
-    let s = capture::capture(&counted, &AdapterConnector, "acme", &overlay, &CaptureOptions::default())
-        .await
-        .unwrap();
+    let s = capture::capture(
+        &counted,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!((s.captured, s.unchanged), (0, 1), "{s:?}");
     let snap = counters.snapshot();
     assert_eq!(snap.transact, 0, "{snap:?}");
@@ -382,14 +417,16 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     assert_eq!(upstream.log().len(), before, "no upstream request");
 
     // An upstream append is read after the next capture.
-    env.script("federated_source.py", "acme/source", &["append"]).await;
+    env.script("federated_source.py", "acme/source", &["append"])
+        .await;
     let (location2, metadata2, _) = source_table(&env).await;
     assert_ne!(location2, location);
     upstream.register_table(&["sales"], "orders", &location2, metadata2);
     env.run_queue(&overlay).await;
     let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(v["records"], 5, "{v}");
-    env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"]).await;
+    env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"])
+        .await;
 
     // A corrupted data file: revalidation makes the table invisible, with one error.
     let object = {
@@ -415,10 +452,7 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
         p.value
     };
     assert_eq!(object.files, 2);
-    let files = env
-        .call(reqwest::Method::GET, &validation, None)
-        .await
-        .1;
+    let files = env.call(reqwest::Method::GET, &validation, None).await.1;
     assert_eq!(files["files"], 2);
     let data_file = {
         // The first data file of the captured state.
@@ -471,10 +505,17 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(v["state"], "INVALID", "{v}");
     assert_eq!(v["visible"], false);
-    assert_eq!(v["validation_errors"][0]["file_path"], json!(data_file), "{v}");
+    assert_eq!(
+        v["validation_errors"][0]["file_path"],
+        json!(data_file),
+        "{v}"
+    );
     let (s, v) = env.call(reqwest::Method::GET, &load, None).await;
     assert_eq!(s, 404, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("INVALID"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("INVALID"),
+        "{v}"
+    );
     let (_, v) = env.call(reqwest::Method::GET, &list, None).await;
     assert_eq!(v["identifiers"], json!([]), "{v}");
     let (s, v) = env
@@ -490,9 +531,14 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     assert_eq!(v["items"][0]["format"], "ICEBERG");
 
     // The override makes it visible; the error stays listed.
-    let visibility = format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/orders/visibility");
+    let visibility =
+        format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/orders/visibility");
     let (s, v) = env
-        .call(reqwest::Method::PUT, &visibility, Some(json!({"override": true})))
+        .call(
+            reqwest::Method::PUT,
+            &visibility,
+            Some(json!({"override": true})),
+        )
         .await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["visible"], true, "{v}");
@@ -509,8 +555,12 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
 
     // The repaired file: the next validation retires the errors.
     s3.put(&key, original.into()).await.unwrap();
-    env.call(reqwest::Method::PUT, &visibility, Some(json!({"override": false})))
-        .await;
+    env.call(
+        reqwest::Method::PUT,
+        &visibility,
+        Some(json!({"override": false})),
+    )
+    .await;
     // Describing the integration with `revalidate=true` requests the revalidation.
     let (s, v) = env
         .call(
@@ -532,7 +582,8 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
         )
         .await;
     assert_eq!(v["items"], json!([]), "{v}");
-    env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"]).await;
+    env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"])
+        .await;
 }
 
 /// The lake catalog's id and Iceberg prefix, and a new integration and overlay of `sales`.
@@ -541,8 +592,10 @@ async fn overlay_of(env: &Env, upstream: &IcebergFixture) -> (String, String, St
         .call(
             reqwest::Method::POST,
             "/v1/accounts/acme/integrations",
-            Some(json!({"display_name": "up", "type": "ICEBERG_REST", "uri": upstream.uri(),
-                "authentication": {"type": "BEARER"}, "credentials": {"token": "upstream-token"}})),
+            Some(
+                json!({"display_name": "up", "type": "ICEBERG_REST", "uri": upstream.uri(),
+                "authentication": {"type": "BEARER"}, "credentials": {"token": "upstream-token"}}),
+            ),
         )
         .await;
     assert_eq!(s, 201, "{v}");
@@ -570,7 +623,11 @@ async fn overlay_of(env: &Env, upstream: &IcebergFixture) -> (String, String, St
     assert_eq!(s, 201, "{v}");
     let overlay = v["id"].as_str().unwrap().to_owned();
     let (_, cfg) = env
-        .call(reqwest::Method::GET, "/iceberg/v1/config?warehouse=acme/lake", None)
+        .call(
+            reqwest::Method::GET,
+            "/iceberg/v1/config?warehouse=acme/lake",
+            None,
+        )
         .await;
     let prefix = cfg["overrides"]["prefix"].as_str().unwrap().to_owned();
     (integration, overlay, lake, prefix)
@@ -600,7 +657,9 @@ async fn capture_is_fenced_costs_nothing_unchanged_and_reads_file_warehouses_onl
     let upstream = IcebergFixture::start().await;
     upstream.add_namespace(&["sales"]);
     upstream.add_table(&["sales"], "orders");
-    let fixture_location = upstream.table_metadata_location(&["sales"], "orders").unwrap();
+    let fixture_location = upstream
+        .table_metadata_location(&["sales"], "orders")
+        .unwrap();
     let (integration, overlay, lake, prefix) = overlay_of(&env, &upstream).await;
     let (s, v) = env
         .call(
@@ -627,8 +686,13 @@ async fn capture_is_fenced_costs_nothing_unchanged_and_reads_file_warehouses_onl
     let client = flotilla_core::access::connect(&env.state, &plan.observed.integration)
         .await
         .unwrap();
-    let r = capture::execute(&env.state, &plan, Some(client.as_ref()), &CaptureOptions::default())
-        .await;
+    let r = capture::execute(
+        &env.state,
+        &plan,
+        Some(client.as_ref()),
+        &CaptureOptions::default(),
+    )
+    .await;
     assert!(
         matches!(r, Err(flotilla_core::reconcile::ReconcileError::FenceLost)),
         "{:?}",
@@ -637,19 +701,40 @@ async fn capture_is_fenced_costs_nothing_unchanged_and_reads_file_warehouses_onl
     assert_eq!(pointer_count(&env, &lake).await, 0, "nothing published");
 
     // A current job captures it (a table without snapshots: no files, valid).
-    let s = capture::capture(&env.state, &AdapterConnector, "acme", &overlay, &CaptureOptions::default())
-        .await
-        .unwrap();
+    let s = capture::capture(
+        &env.state,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!((s.captured, s.invalid, s.not_readable), (1, 0, 0), "{s:?}");
     let load = format!("/iceberg/v1/{prefix}/namespaces/sales/tables/orders");
     let (st, v) = env.call(reqwest::Method::GET, &load, None).await;
     assert_eq!(st, 200, "{v}");
-    assert_eq!(v["metadata-location"], json!(fixture_location), "the upstream's own location");
-    assert_eq!(v["metadata"]["location"].as_str().unwrap(), upstream.table_location(&["sales"], "orders").unwrap());
+    assert_eq!(
+        v["metadata-location"],
+        json!(fixture_location),
+        "the upstream's own location"
+    );
+    assert_eq!(
+        v["metadata"]["location"].as_str().unwrap(),
+        upstream.table_location(&["sales"], "orders").unwrap()
+    );
     let (_, v) = env
-        .call(reqwest::Method::GET, &format!("/iceberg/v1/{prefix}/namespaces/sales/tables"), None)
+        .call(
+            reqwest::Method::GET,
+            &format!("/iceberg/v1/{prefix}/namespaces/sales/tables"),
+            None,
+        )
         .await;
-    assert_eq!(v["identifiers"], json!([{"namespace": ["sales"], "name": "orders"}]), "{v}");
+    assert_eq!(
+        v["identifiers"],
+        json!([{"namespace": ["sales"], "name": "orders"}]),
+        "{v}"
+    );
 
     // Unchanged: reads only, no upstream request.
     let counting = CountingMetastore::new(Shared(env.state.store.clone()));
@@ -657,9 +742,15 @@ async fn capture_is_fenced_costs_nothing_unchanged_and_reads_file_warehouses_onl
     let mut counted = env.state.clone();
     counted.store = Arc::new(counting);
     let before = upstream.log().len();
-    let s = capture::capture(&counted, &AdapterConnector, "acme", &overlay, &CaptureOptions::default())
-        .await
-        .unwrap();
+    let s = capture::capture(
+        &counted,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!((s.captured, s.unchanged), (0, 1), "{s:?}");
     let snap = counters.snapshot();
     assert_eq!((snap.transact, snap.items_written), (0, 0), "{snap:?}");
@@ -680,11 +771,21 @@ async fn capture_is_fenced_costs_nothing_unchanged_and_reads_file_warehouses_onl
     )
     .await;
     // The loopback upstream itself is refused without the flag: nothing changes.
-    assert!(s.is_err() || s.as_ref().is_ok_and(|s| s.captured <= 1), "{:?}", s.map(|s| s.captured));
+    assert!(
+        s.is_err() || s.as_ref().is_ok_and(|s| s.captured <= 1),
+        "{:?}",
+        s.map(|s| s.captured)
+    );
     let app = flotilla_iceberg_rest::router(
         strict.clone(),
         IcebergConfig {
-            local_warehouse_root: Some(env._dir.path().join("data/warehouses").canonicalize().unwrap()),
+            local_warehouse_root: Some(
+                env._dir
+                    .path()
+                    .join("data/warehouses")
+                    .canonicalize()
+                    .unwrap(),
+            ),
             ..Default::default()
         },
     );

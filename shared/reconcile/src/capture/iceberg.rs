@@ -74,8 +74,12 @@ pub async fn read_snapshot(
     let bytes = read_object(files, metadata_location).await?;
     let raw: Value = serde_json::from_slice(&bytes)
         .map_err(|e| corrupt(metadata_location, format!("not JSON: {e}")))?;
-    let metadata: TableMetadata = serde_json::from_value(raw.clone())
-        .map_err(|e| corrupt(metadata_location, format!("not Iceberg table metadata: {e}")))?;
+    let metadata: TableMetadata = serde_json::from_value(raw.clone()).map_err(|e| {
+        corrupt(
+            metadata_location,
+            format!("not Iceberg table metadata: {e}"),
+        )
+    })?;
     let mut out = SnapshotFiles {
         metadata,
         raw,
@@ -139,7 +143,11 @@ pub async fn read_snapshot(
             let stats = FileStats {
                 column_sizes: f.column_sizes().iter().map(|(k, v)| (*k, *v)).collect(),
                 value_counts: f.value_counts().iter().map(|(k, v)| (*k, *v)).collect(),
-                null_value_counts: f.null_value_counts().iter().map(|(k, v)| (*k, *v)).collect(),
+                null_value_counts: f
+                    .null_value_counts()
+                    .iter()
+                    .map(|(k, v)| (*k, *v))
+                    .collect(),
                 nan_value_counts: f.nan_value_counts().iter().map(|(k, v)| (*k, *v)).collect(),
                 lower_bounds: f
                     .lower_bounds()

@@ -42,9 +42,7 @@ use serde::Serialize;
 use crate::publish::Fence;
 use crate::{Connector, ObservedRecords, ReconcileError, observe};
 use flotilla_services::state::AppState;
-use record::{
-    CapturePointer, CapturedFile, CapturedTable, ValidationErrorRecord, ValidationState,
-};
+use record::{CapturePointer, CapturedFile, CapturedTable, ValidationErrorRecord, ValidationState};
 use storage::{CatalogFiles, StorageError, UpstreamFiles};
 
 /// Tunables of one capture job.
@@ -671,8 +669,7 @@ impl Job<'_> {
                 return match other {
                     Ok(_) => Err(TableError::Failed {
                         retryable: true,
-                        reason: "the table changed during capture; the next run captures it"
-                            .into(),
+                        reason: "the table changed during capture; the next run captures it".into(),
                     }),
                     Err(e) => Err(e),
                 };
@@ -680,7 +677,10 @@ impl Job<'_> {
         }
         // Retire the previous generation's records and object (readers already ignore them).
         self.retire_records(&rel.id, Some(&validation_id)).await;
-        if let Some(old) = table.pointer.as_ref().and_then(|p| p.value.object.as_deref())
+        if let Some(old) = table
+            .pointer
+            .as_ref()
+            .and_then(|p| p.value.object.as_deref())
             && let Ok(p) = object_store::path::Path::parse(old)
         {
             let _ = files.store.delete(&p).await;
@@ -713,11 +713,7 @@ impl Job<'_> {
             .await;
         let mut errors = Vec::new();
         let mut checked = 0;
-        for (f, r) in files
-            .iter()
-            .filter(|f| f.format == "PARQUET")
-            .zip(results)
-        {
+        for (f, r) in files.iter().filter(|f| f.format == "PARQUET").zip(results) {
             checked += 1;
             match r {
                 Ok(None) => {}
@@ -786,18 +782,30 @@ impl Job<'_> {
         let keep = keep.map(|k| format!("{}{k}#", keys::validation_errors_prefix(relation_id)));
         let stale: Vec<Op> = items
             .iter()
-            .filter(|i| keep.as_ref().is_none_or(|k| !i.key.sk.starts_with(k.as_str())))
+            .filter(|i| {
+                keep.as_ref()
+                    .is_none_or(|k| !i.key.sk.starts_with(k.as_str()))
+            })
             .map(|i| Op::delete(i.key.clone()))
             .collect();
         for chunk in stale.chunks(OPS_PER_TX) {
-            let _ = self.state.store.transact(Transaction { ops: chunk.to_vec() }).await;
+            let _ = self
+                .state
+                .store
+                .transact(Transaction {
+                    ops: chunk.to_vec(),
+                })
+                .await;
         }
     }
 
     /// Removes the pointer of a relation that no longer exists, then its records.
     async fn retire(&self, orphan: &Versioned<CapturePointer>) -> Result<(), TableError> {
         let key = keys::capture_pointer(self.catalog_id(), &orphan.value.relation_id);
-        if self.commit(vec![Op::delete_at(key, orphan.version)]).await? {
+        if self
+            .commit(vec![Op::delete_at(key, orphan.version)])
+            .await?
+        {
             self.retire_records(&orphan.value.relation_id, None).await;
             if let (Some(o), Ok(files)) = (
                 orphan.value.object.as_deref(),

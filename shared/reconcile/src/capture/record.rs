@@ -153,10 +153,9 @@ impl Visibility {
                 visibility_override: p.visibility_override,
                 reason: match p.validation {
                     ValidationState::NotReadable => p.reason.clone(),
-                    ValidationState::Invalid if !p.visibility_override => Some(format!(
-                        "{} captured file(s) failed validation",
-                        p.errors
-                    )),
+                    ValidationState::Invalid if !p.visibility_override => {
+                        Some(format!("{} captured file(s) failed validation", p.errors))
+                    }
                     _ => None,
                 },
             },

@@ -19,7 +19,12 @@ pub async fn pointer(
     relation_id: &str,
     consistency: Consistency,
 ) -> ApiResult<Option<Versioned<CapturePointer>>> {
-    read(store, keys::capture_pointer(catalog_id, relation_id), consistency).await
+    read(
+        store,
+        keys::capture_pointer(catalog_id, relation_id),
+        consistency,
+    )
+    .await
 }
 
 /// Every capture pointer of a catalog, by relation id.
@@ -76,10 +81,14 @@ async fn table(
     ns: &NamespacePath,
     name: &str,
 ) -> ApiResult<Versioned<RelationRecord>> {
-    read::<RelationRecord>(store, keys::relation(catalog_id, ns, name), Consistency::Strong)
-        .await?
-        .filter(|r| r.value.kind == RelationKind::Table)
-        .ok_or_else(|| Error::not_found("table"))
+    read::<RelationRecord>(
+        store,
+        keys::relation(catalog_id, ns, name),
+        Consistency::Strong,
+    )
+    .await?
+    .filter(|r| r.value.kind == RelationKind::Table)
+    .ok_or_else(|| Error::not_found("table"))
 }
 
 async fn require_catalog(state: &AppState, account: &str, catalog_id: &str) -> ApiResult<()> {
@@ -204,7 +213,9 @@ pub async fn set_override(
         let errors = current_errors(store, catalog_id, &p.value).await?;
         return Ok(describe(Some(&p.value), &errors));
     }
-    Err(Error::unavailable("the visibility override did not converge"))
+    Err(Error::unavailable(
+        "the visibility override did not converge",
+    ))
 }
 
 /// Revalidates every overlay of an integration (describing it with `revalidate=true`): one
@@ -241,7 +252,9 @@ pub async fn revalidate_integration(
                 v["overlay_id"] = json!(overlay_id);
                 v
             }
-            Err(e) => json!({"overlay_id": overlay_id, "error": {"code": e.code(), "message": e.cause()}}),
+            Err(e) => {
+                json!({"overlay_id": overlay_id, "error": {"code": e.code(), "message": e.cause()}})
+            }
         };
         out.push(entry);
     }

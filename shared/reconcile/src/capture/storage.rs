@@ -206,7 +206,10 @@ impl CatalogFiles {
             },
         };
         let warehouse = Warehouse::parse(&uri).map_err(|e| e.0)?;
-        let store = state.index_stores.open(&warehouse).map_err(|e| e.to_string())?;
+        let store = state
+            .index_stores
+            .open(&warehouse)
+            .map_err(|e| e.to_string())?;
         Ok(Self {
             store,
             warehouse: uri,

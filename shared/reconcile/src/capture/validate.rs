@@ -159,19 +159,24 @@ fn compatible(t: &PrimitiveType, col: &ColumnDescriptor) -> Result<(), String> {
         PrimitiveType::Double => matches!(phys, Physical::DOUBLE | Physical::FLOAT),
         PrimitiveType::Decimal { .. } => matches!(
             phys,
-            Physical::INT32 | Physical::INT64 | Physical::FIXED_LEN_BYTE_ARRAY | Physical::BYTE_ARRAY
+            Physical::INT32
+                | Physical::INT64
+                | Physical::FIXED_LEN_BYTE_ARRAY
+                | Physical::BYTE_ARRAY
         ),
         PrimitiveType::Time
         | PrimitiveType::Timestamp
         | PrimitiveType::Timestamptz
         | PrimitiveType::TimestampNs
         | PrimitiveType::TimestamptzNs => {
-            phys == Physical::INT64 || (phys == Physical::INT96 && !matches!(t, PrimitiveType::Time))
+            phys == Physical::INT64
+                || (phys == Physical::INT96 && !matches!(t, PrimitiveType::Time))
         }
         PrimitiveType::String => phys == Physical::BYTE_ARRAY,
         PrimitiveType::Uuid => phys == Physical::FIXED_LEN_BYTE_ARRAY && col.type_length() == 16,
         PrimitiveType::Fixed(n) => {
-            phys == Physical::FIXED_LEN_BYTE_ARRAY && u64::try_from(col.type_length()).ok() == Some(*n)
+            phys == Physical::FIXED_LEN_BYTE_ARRAY
+                && u64::try_from(col.type_length()).ok() == Some(*n)
         }
         PrimitiveType::Binary => {
             matches!(phys, Physical::BYTE_ARRAY | Physical::FIXED_LEN_BYTE_ARRAY)
@@ -211,15 +216,24 @@ mod tests {
             .unwrap(),
         );
         let mut buf = Vec::new();
-        let mut w = SerializedFileWriter::new(&mut buf, schema, Arc::new(WriterProperties::builder().build()))
-            .unwrap();
+        let mut w = SerializedFileWriter::new(
+            &mut buf,
+            schema,
+            Arc::new(WriterProperties::builder().build()),
+        )
+        .unwrap();
         let mut rg = w.next_row_group().unwrap();
         let ids: Vec<i64> = (0..rows).collect();
         let mut c = rg.next_column().unwrap().unwrap();
-        c.typed::<Int64Type>().write_batch(&ids, None, None).unwrap();
+        c.typed::<Int64Type>()
+            .write_batch(&ids, None, None)
+            .unwrap();
         c.close().unwrap();
         let mut c = rg.next_column().unwrap().unwrap();
-        let names: Vec<ByteArray> = ids.iter().map(|i| ByteArray::from(i.to_string().as_str())).collect();
+        let names: Vec<ByteArray> = ids
+            .iter()
+            .map(|i| ByteArray::from(i.to_string().as_str()))
+            .collect();
         c.typed::<ByteArrayType>()
             .write_batch(&names, Some(&vec![1; names.len()]), None)
             .unwrap();
@@ -235,7 +249,9 @@ mod tests {
             NestedField::optional(2, "name", Type::Primitive(PrimitiveType::String)).into(),
         ];
         if extra_required {
-            fields.push(NestedField::required(3, "extra", Type::Primitive(PrimitiveType::Int)).into());
+            fields.push(
+                NestedField::required(3, "extra", Type::Primitive(PrimitiveType::Int)).into(),
+            );
         }
         Schema::builder().with_fields(fields).build().unwrap()
     }
@@ -267,7 +283,12 @@ mod tests {
         assert_eq!(check(&meta, &ok, &file(&bytes, 5)), Ok(()));
         let e = check(&meta, &ok, &file(&bytes, 6)).unwrap_err();
         assert!(e.contains("5 rows") && e.contains("6"), "{e}");
-        let e = check(&meta, &schema(PrimitiveType::String, false), &file(&bytes, 5)).unwrap_err();
+        let e = check(
+            &meta,
+            &schema(PrimitiveType::String, false),
+            &file(&bytes, 5),
+        )
+        .unwrap_err();
         assert!(e.contains("column id") && e.contains("INT64"), "{e}");
         let e = check(&meta, &schema(PrimitiveType::Long, true), &file(&bytes, 5)).unwrap_err();
         assert!(e.contains("required column extra"), "{e}");
@@ -279,7 +300,10 @@ mod tests {
         let n = bytes.len();
         bytes[n - 4..].copy_from_slice(b"XXXX");
         assert!(matches!(footer(bytes).await, Err(FooterError::Invalid(_))));
-        assert!(matches!(footer(b"PAR1".to_vec()).await, Err(FooterError::Invalid(_))));
+        assert!(matches!(
+            footer(b"PAR1".to_vec()).await,
+            Err(FooterError::Invalid(_))
+        ));
         // A file shorter than stated.
         let bytes = parquet_bytes(3);
         let store = InMemory::new();
