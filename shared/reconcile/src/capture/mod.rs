@@ -602,7 +602,13 @@ impl Job<'_> {
                         .put(&path, PutPayload::from(body))
                         .await
                         .map_err(|e| TableError::Failed {
-                            retryable: true,
+                            // Refused access does not heal by itself; anything else may.
+                            retryable: !matches!(
+                                e,
+                                object_store::Error::PermissionDenied { .. }
+                                    | object_store::Error::Unauthenticated { .. }
+                                    | object_store::Error::NotSupported { .. }
+                            ),
                             reason: format!("writing the captured state failed: {e}"),
                         })?;
                     pointer.object = Some(rel_path);
