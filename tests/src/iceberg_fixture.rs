@@ -88,6 +88,10 @@ pub enum VendingMode {
     RemoteSigning,
     /// An access key without its secret.
     Incomplete,
+    /// The configuration given to [`IcebergFixture::set_vended_static`] (for example
+    /// temporary keys a moto STS issued), in `config` and as the table's
+    /// `storage-credentials` entry.
+    Static,
 }
 
 /// A fault injected into matching requests.
@@ -145,6 +149,7 @@ struct Settings {
     sigv4_revoked: Vec<String>,
     sigv4_sts_lookup: Option<String>,
     vending: VendingMode,
+    vended_static: BTreeMap<String, String>,
     vended_expires_at_ms: Option<i64>,
     camel_case_metadata_location: bool,
     namespaces_as_objects: bool,
@@ -257,6 +262,7 @@ impl IcebergFixture {
                 sigv4_revoked: Vec::new(),
                 sigv4_sts_lookup: None,
                 vending: VendingMode::ConfigAndStorageCredentials,
+                vended_static: BTreeMap::new(),
                 vended_expires_at_ms: Some(now_ms() + 3_600_000),
                 camel_case_metadata_location: false,
                 namespaces_as_objects: false,
@@ -666,6 +672,40 @@ impl IcebergFixture {
         let _ = std::fs::write(&file, metadata.to_string());
         entry.metadata_location = format!("file://{}", file.display());
         entry.metadata = metadata;
+    }
+
+    /// Vends exactly `config` (engine keys such as `s3.access-key-id`, `s3.endpoint`) for
+    /// every table ([`VendingMode::Static`]).
+    pub fn set_vended_static(&self, config: BTreeMap<String, String>) {
+        let mut s = lock(&self.inner.settings);
+        s.vending = VendingMode::Static;
+        s.vended_static = config;
+    }
+
+    /// Serves a table whose metadata was written elsewhere (for example by an engine into
+    /// object storage): `metadata` is the document at `metadata_location`. Registering the
+    /// same name again publishes a new version (a new ETag).
+    pub fn register_table(
+        &self,
+        namespace: &[&str],
+        name: &str,
+        metadata_location: &str,
+        metadata: Value,
+    ) {
+        let key = (owned(namespace), name.to_owned());
+        let mut c = lock(&self.inner.catalog);
+        let version = c.tables.get(&key).map_or(0, |t| t.version) + 1;
+        let entry = TableEntry {
+            uuid: metadata["table-uuid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            location: metadata["location"].as_str().unwrap_or_default().to_owned(),
+            version,
+            metadata_location: metadata_location.to_owned(),
+            metadata,
+        };
+        c.tables.insert(key, entry);
     }
 
     /// Renames a table within its namespace (keeps its uuid).
@@ -1348,6 +1388,15 @@ fn vended(inner: &Inner, location: &str) -> (serde_json::Map<String, Value>, Vec
             config.insert("s3.remote-signing-enabled".into(), json!("true"));
             config.insert("s3.signer.uri".into(), json!("http://127.0.0.1:1/signer"));
             config.insert("s3.signer.endpoint".into(), json!("v1/sign"));
+        }
+        VendingMode::Static => {
+            let fixed: serde_json::Map<String, Value> = s
+                .vended_static
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect();
+            config.extend(fixed.clone());
+            storage.push(json!({"prefix": location, "config": fixed}));
         }
         VendingMode::Incomplete => {
             config.insert("s3.access-key-id".into(), json!(CONFIG_VENDED_KEY));

@@ -5,6 +5,7 @@
 
 pub mod delta_sharing_fixture;
 pub mod fixture;
+pub mod iceberg_files;
 pub mod iceberg_fixture;
 pub mod moto;
 /// The request log, at its historical path (it lives in [`fixture::recorder`]).

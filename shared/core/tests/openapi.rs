@@ -65,6 +65,16 @@ fn router_routes() -> Vec<(String, &'static [&'static str])> {
         ("/overlays", &["GET", "POST"]),
         ("/overlays/{overlay_id}", &["DELETE", "GET", "PATCH"]),
         ("/overlays/{overlay_id}/reconcile", &["POST"]),
+        ("/overlays/{overlay_id}/capture", &["POST"]),
+        ("/catalogs/{catalog_id}/validation-errors", &["GET"]),
+        (
+            "/catalogs/{catalog_id}/namespaces/{ns}/tables/{name}/validation",
+            &["GET"],
+        ),
+        (
+            "/catalogs/{catalog_id}/namespaces/{ns}/tables/{name}/visibility",
+            &["PUT"],
+        ),
         ("/index-catalogs", &["GET", "POST"]),
         ("/index-catalogs/{name}", &["GET"]),
         ("/index-catalogs/{name}/namespaces", &["GET", "POST"]),

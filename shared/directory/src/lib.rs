@@ -167,6 +167,10 @@ pub struct DirectoryEntry {
     /// Views: the namespace unqualified names in the SQL resolve in.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_namespace: Option<Vec<String>>,
+    /// An overlay manages the relation (the Iceberg endpoint lists such tables only when
+    /// their capture made them query-visible). Not part of the directory's answers.
+    #[serde(skip)]
+    pub managed: bool,
 }
 
 impl DirectoryEntry {
@@ -180,6 +184,7 @@ impl DirectoryEntry {
             format: rec.format,
             definitions: rec.definitions,
             default_namespace: rec.default_namespace,
+            managed: rec.managed_by.is_some(),
         }
     }
 }

@@ -298,6 +298,33 @@ pub fn directory_generation(catalog_id: &str) -> Key {
     Key::new(catalog_pk(catalog_id), "DIRGEN")
 }
 
+/// The capture pointer of one table (by relation id): the snapshot and metadata location
+/// last captured, where the captured state object lies, the current validation generation
+/// and the table's visibility override. The captured state itself is in object storage.
+pub fn capture_pointer(catalog_id: &str, relation_id: &str) -> Key {
+    Key::new(catalog_pk(catalog_id), format!("CAPTURE#{relation_id}"))
+}
+pub const CAPTURE_PREFIX: &str = "CAPTURE#";
+
+/// One validation-error record of a table: `VALERR#{relation}#{validation id}#{index:06}`.
+/// Only the records of the validation id the capture pointer names are current.
+pub fn validation_error(
+    catalog_id: &str,
+    relation_id: &str,
+    validation_id: &str,
+    index: usize,
+) -> Key {
+    Key::new(
+        catalog_pk(catalog_id),
+        format!("VALERR#{relation_id}#{validation_id}#{index:06}"),
+    )
+}
+/// Every validation-error record of one table (all generations).
+pub fn validation_errors_prefix(relation_id: &str) -> String {
+    format!("VALERR#{relation_id}#")
+}
+pub const VALIDATION_ERROR_PREFIX: &str = "VALERR#";
+
 /// Decodes the namespace and name of a relation sort key.
 pub fn parse_relation_sk(sk: &str) -> Option<(Vec<String>, String)> {
     let rest = sk.strip_prefix(RELATION_PREFIX)?;
@@ -496,6 +523,11 @@ mod tests {
             k("CAT#c1", "NS#02#a\u{1F}b")
         );
         assert_eq!(relation("c1", &p(&["a"]), "t"), k("CAT#c1", "REL#a\u{1E}t"));
+        assert_eq!(capture_pointer("c1", "r1"), k("CAT#c1", "CAPTURE#r1"));
+        assert_eq!(
+            validation_error("c1", "r1", "v7", 3),
+            k("CAT#c1", "VALERR#r1#v7#000003")
+        );
         assert_eq!(
             credential_generation("acme", "i1", 7),
             k("ACCT#acme", "CREDGEN#i1#00000000000000000007")

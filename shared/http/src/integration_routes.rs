@@ -96,8 +96,21 @@ async fn get_integration(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, id)): P<(String, String)>,
+    Q(q): Q<super::capture_routes::CaptureQuery>,
 ) -> HttpResult<Response> {
-    Ok(ok(integrations::get(&state, &a, &id).await?))
+    let mut v = integrations::get(&state, &a, &id).await?;
+    if q.revalidate {
+        // Describing may request revalidation: every overlay of the integration validates
+        // its tables' captured files again.
+        v["revalidation"] = flotilla_reconcile::capture::service::revalidate_integration(
+            &state,
+            &flotilla_reconcile::AdapterConnector,
+            &a,
+            &id,
+        )
+        .await?;
+    }
+    Ok(ok(v))
 }
 
 async fn patch_integration(

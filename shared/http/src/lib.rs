@@ -2,6 +2,7 @@
 //! The one HTTP router, served by `functions/api` (through `lambda_http`) and by
 //! `flotilla serve` (through `axum::serve`). No route exists in only one host.
 
+mod capture_routes;
 mod directory_routes;
 pub mod error;
 pub mod extract;

@@ -72,6 +72,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
             get(get_account).delete(delete_account),
         )
         .nest("/v1/accounts/{account_id}", account_routes)
+        .merge(super::capture_routes::routes())
         .merge(super::directory_routes::routes())
         .merge(super::index_routes::routes())
         .merge(super::integration_routes::routes())

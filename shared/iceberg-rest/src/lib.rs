@@ -12,6 +12,7 @@
 pub mod catalog;
 pub mod commit;
 pub mod error;
+pub mod federated;
 pub mod namespaces;
 pub mod oauth;
 pub mod tables;

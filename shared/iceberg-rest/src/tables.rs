@@ -150,15 +150,21 @@ pub async fn list_tables(
     )
     .await
     .map_err(|e| IcebergError::from_api(e, Missing::Namespace))?;
-    let identifiers: Vec<Value> = page["items"]
+    let items: Vec<Value> = page["items"]
         .as_array()
         .map(|a| {
             a.iter()
                 .filter(|t| t["format"].as_str() == Some(ICEBERG))
-                .map(|t| json!({"namespace": t["namespace"], "name": t["name"]}))
+                .cloned()
                 .collect()
         })
         .unwrap_or_default();
+    // Overlay tables not query-visible (file errors, not captured, not readable) are absent.
+    let identifiers: Vec<Value> = crate::federated::filter_listing(&ctx, items)
+        .await?
+        .iter()
+        .map(|t| json!({"namespace": t["namespace"], "name": t["name"]}))
+        .collect();
     Ok(
         Json(json!({"identifiers": identifiers, "next-page-token": page["next_page_token"]}))
             .into_response(),
@@ -196,6 +202,15 @@ async fn list_from_directory(
         return Ok(None);
     }
     let segments = path.segments();
+    if !continuing
+        && view.snapshot.entries.iter().any(|e| {
+            e.managed && e.kind == RelationKind::Table && e.namespace.as_slice() == segments
+        })
+    {
+        // Overlay tables are listed by their capture's visibility, which the metastore path
+        // decides: such a namespace is not listed from the replica.
+        return Ok(None);
+    }
     let after = token.and_then(|t| t.strip_prefix(DIRECTORY_TOKEN));
     let mut in_namespace = false;
     let mut names: Vec<&str> = Vec::new();
@@ -207,6 +222,12 @@ async fn list_from_directory(
         }
         in_namespace = true;
         if e.kind != RelationKind::Table || e.format.as_deref() != Some(ICEBERG) {
+            continue;
+        }
+        if e.managed {
+            // Only reached when paging on from a first page served here, and the namespace
+            // gained overlay tables since: their visibility is not known here, so they are
+            // not listed.
             continue;
         }
         let name = e.name.as_str();
@@ -363,6 +384,10 @@ pub async fn load_table(
         return Err(IcebergError::bad_request("snapshots must be all or refs"));
     }
     let (rec, loc) = commit::require_table(&ctx, &path, &table).await?;
+    if crate::federated::is_federated(&ctx, &rec.value) {
+        let v = crate::federated::load(&ctx, &headers, &rec.value).await?;
+        return Ok(Json(v).into_response());
+    }
     let metadata = commit::read_metadata(&ctx, &loc).await?;
     let v = load_result(&ctx, &headers, Some(&loc), &metadata, access_of(&rec.value)).await?;
     Ok(Json(v).into_response())
@@ -376,7 +401,10 @@ pub async fn table_exists(
 ) -> IcebergResult<Response> {
     let ctx = ctx(&state, &config, caller, &prefix).await?;
     let path = ns_from_segment(&ns)?;
-    commit::require_table(&ctx, &path, &table).await?;
+    let (rec, _) = commit::require_table(&ctx, &path, &table).await?;
+    if crate::federated::is_federated(&ctx, &rec.value) {
+        crate::federated::visible_pointer(&ctx, &rec.value).await?;
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -389,6 +417,10 @@ pub async fn load_credentials(
     let ctx = ctx(&state, &config, caller, &prefix).await?;
     let path = ns_from_segment(&ns)?;
     let (rec, loc) = commit::require_table(&ctx, &path, &table).await?;
+    if crate::federated::is_federated(&ctx, &rec.value) {
+        let v = crate::federated::credentials(&ctx, &rec.value).await?;
+        return Ok(Json(v).into_response());
+    }
     let location = match rec.value.location.clone() {
         Some(l) => l,
         None => commit::read_metadata(&ctx, &loc)

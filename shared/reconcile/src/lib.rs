@@ -35,6 +35,8 @@
 //! ETag is still current cost one conditional load answered `304`.
 
 pub mod bounds;
+#[cfg(feature = "capture")]
+pub mod capture;
 pub mod discover;
 pub mod metrics;
 pub mod plan;

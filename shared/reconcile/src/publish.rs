@@ -91,6 +91,11 @@ impl Fence {
         self.ops.len()
     }
 
+    /// The fence's operations, in the order every fenced transaction starts with them.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }

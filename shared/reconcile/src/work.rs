@@ -143,7 +143,14 @@ pub async fn handle_message(
     m: &ReconcileMessage,
 ) -> MessageOutcome {
     use flotilla_telemetry::catalog::{RECONCILE_DURATION, RECONCILE_FAILURES, RECONCILE_RUNS};
-    let outcome = run_message(state, connector, m).await;
+    #[cfg_attr(not(feature = "capture"), allow(unused_mut))]
+    let mut outcome = run_message(state, connector, m).await;
+    #[cfg(feature = "capture")]
+    if matches!(outcome, MessageOutcome::Reconciled(_))
+        && let Some(failed) = crate::capture::after_reconcile(state, connector, m).await
+    {
+        outcome = failed;
+    }
     RECONCILE_RUNS.inc(&[outcome.label()]);
     match &outcome {
         MessageOutcome::Failed { kind, .. } => RECONCILE_FAILURES.inc(&[kind]),

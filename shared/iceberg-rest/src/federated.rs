@@ -1,0 +1,285 @@
+//! Federated reads: overlay tables served from their captured state (`docs/capture.md`).
+//!
+//! An overlay table whose metadata lies in the upstream's storage (not in this catalog's
+//! warehouse) loads from its capture: the upstream's own metadata document at the captured
+//! metadata location (never rewritten), with storage credentials the upstream vends for
+//! that table through its integration (never the integration's secret, never a Flotilla
+//! key). A table whose current validation has file errors (and no override), that was never
+//! captured, or whose storage cannot be read through Flotilla is absent from listings and
+//! answers `404` with its validation state.
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::http::HeaderMap;
+use flotilla_catalog_access::spi::{StorageCredential, VendedCredentials};
+use flotilla_domain::model::{IntegrationRecord, RelationRecord};
+use flotilla_metastore::Consistency;
+use flotilla_reconcile::capture::record::{CapturePointer, CapturedTable, Visibility};
+use flotilla_reconcile::capture::storage::{CatalogFiles, UpstreamFiles};
+use object_store::ObjectStoreExt;
+use serde_json::{Value, json};
+
+use crate::catalog::Ctx;
+use crate::error::{IcebergError, IcebergResult, Missing};
+use crate::vending::{self, Vended};
+
+/// Whether a relation is served from its capture: an overlay table whose metadata lies
+/// outside this catalog's warehouse.
+pub fn is_federated(ctx: &Ctx, rec: &RelationRecord) -> bool {
+    rec.managed_by.is_some()
+        && rec
+            .metadata_location
+            .as_deref()
+            .is_none_or(|l| ctx.object_path(l).is_err())
+}
+
+/// Same, from a `/v1` relation listing entry.
+pub fn is_federated_item(ctx: &Ctx, item: &Value) -> bool {
+    !item["managed_by"].is_null()
+        && item["metadata_location"]
+            .as_str()
+            .is_none_or(|l| ctx.object_path(l).is_err())
+}
+
+fn invisible(ctx: &Ctx, rec: &RelationRecord, v: &Visibility) -> IcebergError {
+    IcebergError::no_such(
+        Missing::Table,
+        format!(
+            "table {}.{} is not query-visible: validation state {}{}{}; see GET /v1/accounts/{}/catalogs/{}/namespaces/{}/tables/{}/validation",
+            rec.namespace,
+            rec.name,
+            v.state,
+            if v.errors > 0 {
+                format!(", {} file error(s)", v.errors)
+            } else {
+                String::new()
+            },
+            v.reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default(),
+            ctx.account,
+            ctx.catalog_id(),
+            rec.namespace.segments().join("%1F"),
+            rec.name,
+        ),
+    )
+}
+
+fn not_readable(rec: &RelationRecord, reason: &str) -> IcebergError {
+    IcebergError::no_such(
+        Missing::Table,
+        format!(
+            "table {}.{} is not readable through Flotilla: {reason}",
+            rec.namespace, rec.name
+        ),
+    )
+}
+
+/// The visible pointer of a federated table, or the `404` explaining why it is not.
+pub async fn visible_pointer(ctx: &Ctx, rec: &RelationRecord) -> IcebergResult<CapturePointer> {
+    let p = flotilla_reconcile::capture::service::pointer(
+        ctx.state.store.as_ref(),
+        ctx.catalog_id(),
+        &rec.id,
+        Consistency::Eventual,
+    )
+    .await
+    .map_err(IcebergError::unavailable)?
+    .map(|p| p.value);
+    let v = Visibility::of(p.as_ref());
+    match p {
+        Some(p) if v.visible => Ok(p),
+        _ => Err(invisible(ctx, rec, &v)),
+    }
+}
+
+/// Upstream credentials in the engine configuration keys the endpoint answers.
+fn as_vended(v: &VendedCredentials, table_location: &str) -> Option<Vended> {
+    let StorageCredential::S3 {
+        access_key_id,
+        secret_access_key,
+        session_token,
+    } = &v.credential
+    else {
+        return None;
+    };
+    let mut config: BTreeMap<String, String> = BTreeMap::new();
+    for key in [
+        "s3.endpoint",
+        "s3.region",
+        "client.region",
+        "s3.path-style-access",
+    ] {
+        if let Some(val) = v.settings.get(key) {
+            config.insert(key.to_owned(), val.clone());
+        }
+    }
+    if !config.contains_key("client.region")
+        && let Some(r) = config.get("s3.region").cloned()
+    {
+        config.insert("client.region".into(), r);
+    }
+    config.insert("s3.access-key-id".into(), access_key_id.expose().to_owned());
+    config.insert(
+        "s3.secret-access-key".into(),
+        secret_access_key.expose().to_owned(),
+    );
+    if let Some(t) = session_token {
+        config.insert("s3.session-token".into(), t.expose().to_owned());
+    }
+    if let Some(at) = v.expires_at
+        && let Ok(d) = at.duration_since(std::time::UNIX_EPOCH)
+    {
+        config.insert(
+            "s3.session-token-expires-at-ms".into(),
+            d.as_millis().to_string(),
+        );
+    }
+    let prefix = v
+        .prefix
+        .clone()
+        .unwrap_or_else(|| table_location.trim_end_matches('/').to_owned());
+    Some(Vended {
+        prefix: format!("{}/", prefix.trim_end_matches('/')),
+        config,
+        expires_at: v.expires_at,
+    })
+}
+
+/// Credentials for a federated table's storage from its upstream's vending.
+async fn upstream_credentials(
+    ctx: &Ctx,
+    rec: &RelationRecord,
+    location: &str,
+) -> IcebergResult<Option<Vended>> {
+    if !UpstreamFiles::needs_credentials(location) {
+        return if ctx.state.config.allow_insecure_upstreams {
+            Ok(None)
+        } else {
+            Err(not_readable(
+                rec,
+                "the upstream's warehouse is a local file:// path, readable only when the server runs with --allow-insecure-upstreams",
+            ))
+        };
+    }
+    let Some(m) = rec.managed_by.as_ref() else {
+        return Ok(None);
+    };
+    let integration = flotilla_services::service::integrations::load(
+        ctx.state.store.as_ref(),
+        &ctx.account,
+        &m.integration_id,
+    )
+    .await
+    .map_err(|e| IcebergError::from_api(e, Missing::Table))?
+    .value;
+    let client = connect(ctx, &integration).await?;
+    let ns =
+        flotilla_catalog_access::spi::UpstreamNamespace::new(m.upstream_namespace.iter().cloned());
+    let vended = client
+        .vend_storage_credentials(&ns, &m.upstream_name)
+        .await
+        .map_err(|e| {
+            if e.is_retryable() {
+                IcebergError::unavailable(e)
+            } else {
+                not_readable(
+                    rec,
+                    &format!("the upstream vends no storage credentials for it ({e})"),
+                )
+            }
+        })?;
+    as_vended(&vended, location).map(Some).ok_or_else(|| {
+        not_readable(
+            rec,
+            &format!(
+                "the upstream vends {} credentials, which the endpoint does not hand out",
+                vended.credential.kind_name()
+            ),
+        )
+    })
+}
+
+async fn connect(
+    ctx: &Ctx,
+    integration: &IntegrationRecord,
+) -> IcebergResult<Box<dyn flotilla_catalog_access::spi::CatalogClient>> {
+    flotilla_services::access::connect(&ctx.state, integration)
+        .await
+        .map_err(|e| IcebergError::unavailable(flotilla_base::error::Error::from(e)))
+}
+
+/// Reads the captured state object a pointer names.
+async fn captured(
+    ctx: &Ctx,
+    rec: &RelationRecord,
+    p: &CapturePointer,
+) -> IcebergResult<CapturedTable> {
+    let Some(object) = p.object.as_deref() else {
+        return Err(not_readable(
+            rec,
+            "its capture recorded no readable snapshot",
+        ));
+    };
+    let files = CatalogFiles::open(&ctx.state, &ctx.catalog).map_err(IcebergError::unavailable)?;
+    let path = object_store::path::Path::parse(object).map_err(IcebergError::unavailable)?;
+    let got = files
+        .store
+        .get(&path)
+        .await
+        .map_err(IcebergError::unavailable)?;
+    let bytes = got.bytes().await.map_err(IcebergError::unavailable)?;
+    serde_json::from_slice(&bytes).map_err(IcebergError::unavailable)
+}
+
+/// `loadTable` of a federated table.
+pub async fn load(ctx: &Ctx, headers: &HeaderMap, rec: &RelationRecord) -> IcebergResult<Value> {
+    let p = visible_pointer(ctx, rec).await?;
+    let table = captured(ctx, rec, &p).await?;
+    let vended =
+        if vending::wants_vended(headers) || !UpstreamFiles::needs_credentials(&table.location) {
+            upstream_credentials(ctx, rec, &table.location).await?
+        } else {
+            None
+        };
+    let (config, creds) = vending::render(&BTreeMap::new(), vended.as_ref());
+    let mut v = json!({
+        "metadata-location": p.metadata_location,
+        "metadata": table.metadata,
+        "config": config,
+    });
+    if vended.is_some() {
+        v["storage-credentials"] = creds;
+    }
+    Ok(v)
+}
+
+/// `GET .../credentials` of a federated table: fresh credentials from the upstream.
+pub async fn credentials(ctx: &Ctx, rec: &RelationRecord) -> IcebergResult<Value> {
+    let p = visible_pointer(ctx, rec).await?;
+    let table = captured(ctx, rec, &p).await?;
+    let vended = upstream_credentials(ctx, rec, &table.location).await?;
+    let (_, creds) = vending::render(&BTreeMap::new(), vended.as_ref());
+    Ok(json!({"storage-credentials": creds}))
+}
+
+/// Removes the federated tables that are not query-visible from a `/v1` listing page.
+pub async fn filter_listing(ctx: &Ctx, items: Vec<Value>) -> IcebergResult<Vec<Value>> {
+    if !items.iter().any(|t| is_federated_item(ctx, t)) {
+        return Ok(items);
+    }
+    let pointers: HashMap<String, CapturePointer> =
+        flotilla_reconcile::capture::service::pointers(ctx.state.store.as_ref(), ctx.catalog_id())
+            .await
+            .map_err(IcebergError::unavailable)?;
+    Ok(items
+        .into_iter()
+        .filter(|t| {
+            !is_federated_item(ctx, t)
+                || t["id"]
+                    .as_str()
+                    .is_some_and(|id| Visibility::of(pointers.get(id)).visible)
+        })
+        .collect())
+}

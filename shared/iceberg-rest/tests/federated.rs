@@ -1,0 +1,813 @@
+//! Federated reads end to end (`docs/capture.md`): an Iceberg REST fixture upstream serves a
+//! table whose metadata, manifests and Parquet files pyiceberg wrote to moto S3, and vends
+//! temporary credentials a moto STS issued for it. An overlay materializes it into a catalog;
+//! the queued reconciliation captures it; pyiceberg and DuckDB attached to Flotilla read the
+//! upstream's rows with nothing but what the endpoint answers. Then: an upstream append is
+//! read after the next capture; a corrupted data file makes the table invisible (absent from
+//! listings, `404` with its validation state, one listed error); the override makes it visible
+//! again; the repaired file clears the errors. An unchanged table's capture writes nothing.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use flotilla_core::reconcile::AdapterConnector;
+use flotilla_core::reconcile::capture::{self, CaptureOptions};
+use flotilla_core::reconcile::work::{MessageOutcome, ReconcileMessage, handle_message};
+use flotilla_core::state::AppState;
+use flotilla_iceberg_rest::IcebergConfig;
+use flotilla_iceberg_rest::vending::{StsVending, Vending};
+use flotilla_metastore::metrics::CountingMetastore;
+use flotilla_metastore::{
+    Consistency, DynMetastore, Item, Key, Metastore, MetastoreError, Page, Query, Transaction,
+};
+use flotilla_testkit::iceberg_fixture::IcebergFixture;
+use serde_json::{Value, json};
+
+const OPERATOR: &str = "federated-operator-token";
+const ACME: &str = "federated-acme-token-0001";
+const ROLE: &str = "arn:aws:iam::123456789012:role/flotilla-iceberg-vending";
+
+fn python() -> PathBuf {
+    PathBuf::from(std::env::var("FLOTILLA_ENGINES_PYTHON").expect(
+        "FLOTILLA_ENGINES_PYTHON must name a Python with pyiceberg and duckdb (scripts/test.sh sets it)",
+    ))
+}
+
+/// A shared store as a `Metastore` value, so the counting decorator can wrap it.
+struct Shared(DynMetastore);
+
+#[async_trait]
+impl Metastore for Shared {
+    async fn get(&self, key: &Key, c: Consistency) -> Result<Option<Item>, MetastoreError> {
+        self.0.get(key, c).await
+    }
+    async fn batch_get(&self, keys: &[Key], c: Consistency) -> Result<Vec<Item>, MetastoreError> {
+        self.0.batch_get(keys, c).await
+    }
+    async fn query(&self, q: &Query) -> Result<Page, MetastoreError> {
+        self.0.query(q).await
+    }
+    async fn count(&self, pk: &str, sk: &str, c: Consistency) -> Result<u64, MetastoreError> {
+        self.0.count(pk, sk, c).await
+    }
+    async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
+        self.0.transact(tx).await
+    }
+}
+
+struct Env {
+    state: AppState,
+    endpoint: String,
+    http: reqwest::Client,
+    moto: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut r = self
+            .http
+            .request(method, format!("{}{path}", self.endpoint))
+            .bearer_auth(ACME);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let r = r.send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn script(&self, script: &str, warehouse: &str, args: &[&str]) {
+        let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/engines");
+        let mut cmd = Command::new(python());
+        cmd.arg(scripts.join(script))
+            .args(args)
+            .current_dir(&scripts)
+            .env("FLOTILLA_ICEBERG_URI", format!("{}/iceberg", self.endpoint))
+            .env("FLOTILLA_TOKEN", ACME)
+            .env("FLOTILLA_OTHER_TOKEN", ACME)
+            .env("FLOTILLA_WAREHOUSE", warehouse)
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AWS_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .unwrap()
+            .expect("run python");
+        assert!(
+            out.status.success(),
+            "{script} failed\n--- stdout\n{}\n--- stderr\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// One queued reconciliation (and the capture it carries).
+    async fn run_queue(&self, overlay: &str) {
+        let (_, ov) = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/accounts/acme/overlays/{overlay}"),
+                None,
+            )
+            .await;
+        let m = ReconcileMessage {
+            account_id: "acme".into(),
+            overlay_id: overlay.into(),
+            observed_generation: ov["generation"].as_u64().unwrap(),
+        };
+        let outcome = handle_message(&self.state, &AdapterConnector, &m).await;
+        assert!(
+            matches!(outcome, MessageOutcome::Reconciled(_)),
+            "{outcome:?}"
+        );
+    }
+}
+
+async fn setup(moto: &str, bucket: &str, tenant: &str) -> Env {
+    setup_with(Some((moto, bucket, tenant)), true).await
+}
+
+/// The host: on moto S3 (`s3`: endpoint, bucket, tenant prefix) with STS vending for its
+/// native catalogs `source` and `lake`, or on the host's `file://` warehouse (`lake` only).
+async fn setup_with(s3: Option<(&str, &str, &str)>, allow_insecure: bool) -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        serde_json::to_vec(&json!({"tokens": [{"token": ACME, "accounts": ["acme"]}]})).unwrap(),
+    )
+    .unwrap();
+    let opts = flotilla_runtime::local::LocalOptions {
+        data_dir: dir.path().join("data"),
+        // The fixture upstream listens on loopback.
+        allow_insecure_upstreams: allow_insecure,
+        bootstrap_token: Some(OPERATOR.to_owned()),
+        tokens_file: Some(tokens),
+        warehouse_root: None,
+    };
+    let stack = flotilla_runtime::local::build(&opts).expect("local stack");
+    let root = opts.warehouse_root().canonicalize().unwrap();
+    let (state, vending, moto) = match s3 {
+        Some((moto, _, _)) => {
+            let policy =
+                flotilla_parqdb::warehouse::WarehousePolicy::with_file_root(&root).unwrap();
+            let stores = flotilla_parqdb::store::DefaultWarehouseStores::new()
+                .with_s3_endpoint(moto.to_owned())
+                .with_policy(policy);
+            let vending: Arc<dyn Vending> =
+                Arc::new(StsVending::new(ROLE, 3600, Some(moto.to_owned())).expect("vending"));
+            (
+                stack.state.with_index_stores(Arc::new(stores)),
+                Some(vending),
+                moto.to_owned(),
+            )
+        }
+        None => (stack.state, None, String::new()),
+    };
+    let app = flotilla_iceberg_rest::router(
+        state.clone(),
+        IcebergConfig {
+            local_warehouse_root: Some(root),
+            vending,
+            ..Default::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let env = Env {
+        state,
+        endpoint: format!("http://{addr}"),
+        http: reqwest::Client::new(),
+        moto,
+        _dir: dir,
+    };
+    let r = env
+        .http
+        .post(format!("{}/v1/accounts", env.endpoint))
+        .bearer_auth(OPERATOR)
+        .json(&json!({"id": "acme"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    for name in ["source", "lake"] {
+        let mut body = json!({"display_name": name});
+        match s3 {
+            Some((_, bucket, tenant)) => {
+                body["properties"] = json!({"warehouse": format!("s3://{bucket}/{tenant}/{name}")});
+            }
+            None if name == "source" => continue,
+            None => {}
+        }
+        let (s, v) = env
+            .call(
+                reqwest::Method::POST,
+                "/v1/accounts/acme/catalogs",
+                Some(body),
+            )
+            .await;
+        assert_eq!(s, 201, "{v}");
+    }
+    env
+}
+
+/// The source table's current metadata location, metadata and the load's vended storage
+/// configuration (moto STS keys scoped to the table, and the S3 endpoint).
+async fn source_table(env: &Env) -> (String, Value, BTreeMap<String, String>) {
+    let (_, cfg) = env
+        .call(
+            reqwest::Method::GET,
+            "/iceberg/v1/config?warehouse=acme/source",
+            None,
+        )
+        .await;
+    let prefix = cfg["overrides"]["prefix"].as_str().unwrap().to_owned();
+    let r = env
+        .http
+        .get(format!(
+            "{}/iceberg/v1/{prefix}/namespaces/sales/tables/orders",
+            env.endpoint
+        ))
+        .bearer_auth(ACME)
+        .header("X-Iceberg-Access-Delegation", "vended-credentials")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let config = v["config"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    (
+        v["metadata-location"].as_str().unwrap().to_owned(),
+        v["metadata"].clone(),
+        config,
+    )
+}
+
+/// The S3 key of the first data file of the table's current capture.
+fn s3_key(path: &str, bucket: &str) -> String {
+    path.strip_prefix(&format!("s3://{bucket}/"))
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
+    let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT").expect(
+        "FLOTILLA_MOTO_ENDPOINT is not set: the federated test needs moto (scripts/test.sh)",
+    );
+    let sts = std::env::var("AWS_ENDPOINT_URL_STS")
+        .expect("AWS_ENDPOINT_URL_STS is not set: vending in tests must reach moto's STS");
+    assert!(
+        sts.starts_with("http://127.0.0.1"),
+        "STS endpoint {sts} is not local"
+    );
+    let bucket = "flotilla-federated";
+    let r = reqwest::Client::new()
+        .put(format!("{moto}/{bucket}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success() || r.status().as_u16() == 409);
+    let tenant = format!("acme-{}", uuid::Uuid::new_v4().simple());
+    let env = setup(&moto, bucket, &tenant).await;
+
+    // The upstream's data: real Parquet files written by pyiceberg to moto S3.
+    env.script("federated_source.py", "acme/source", &["create"])
+        .await;
+    let (location, metadata, vended) = source_table(&env).await;
+    assert!(vended.contains_key("s3.session-token"), "{vended:?}");
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.register_table(&["sales"], "orders", &location, metadata);
+    upstream.set_vended_static(vended);
+
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/integrations",
+            Some(
+                json!({"display_name": "up", "type": "ICEBERG_REST", "uri": upstream.uri(),
+                "authentication": {"type": "BEARER"}, "credentials": {"token": "upstream-token"}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let integration = v["id"].as_str().unwrap().to_owned();
+    let (_, cats) = env
+        .call(reqwest::Method::GET, "/v1/accounts/acme/catalogs", None)
+        .await;
+    let lake = cats["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["display_name"] == "lake")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/overlays",
+            Some(json!({"display_name": "imp", "integration_id": integration,
+                "catalog_id": lake, "include_namespaces": [["sales"]]})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let overlay = v["id"].as_str().unwrap().to_owned();
+    let validation =
+        format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/orders/validation");
+
+    // Before any capture the materialized table is not query-visible.
+    let (_, cfg) = env
+        .call(
+            reqwest::Method::GET,
+            "/iceberg/v1/config?warehouse=acme/lake",
+            None,
+        )
+        .await;
+    let lake_prefix = cfg["overrides"]["prefix"].as_str().unwrap().to_owned();
+    let load = format!("/iceberg/v1/{lake_prefix}/namespaces/sales/tables/orders");
+    let list = format!("/iceberg/v1/{lake_prefix}/namespaces/sales/tables");
+    env.call(
+        reqwest::Method::POST,
+        &format!("/v1/accounts/acme/overlays/{overlay}/reconcile"),
+        None,
+    )
+    .await;
+    let (s, v) = env.call(reqwest::Method::GET, &load, None).await;
+    assert_eq!(s, 404, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("NOT_CAPTURED"),
+        "{v}"
+    );
+    let (_, v) = env.call(reqwest::Method::GET, &list, None).await;
+    assert_eq!(v["identifiers"], json!([]), "{v}");
+
+    // The queued reconciliation captures it; the engines read the upstream's rows.
+    env.run_queue(&overlay).await;
+    let (s, v) = env.call(reqwest::Method::GET, &validation, None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["state"], "VALID", "{v}");
+    assert_eq!(v["visible"], true);
+    assert_eq!(v["records"], 3);
+    assert_eq!(v["metadata_location"], json!(location));
+    env.script("federated_read.py", "acme/lake", &["1,2,3"])
+        .await;
+    // The load serves the upstream's own metadata location and the upstream's vended keys.
+    let r = env
+        .http
+        .get(format!("{}{load}", env.endpoint))
+        .bearer_auth(ACME)
+        .header("X-Iceberg-Access-Delegation", "vended-credentials")
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["metadata-location"], json!(location));
+    assert!(
+        v["storage-credentials"][0]["config"]["s3.session-token"].is_string(),
+        "{v}"
+    );
+
+    // Unchanged: a capture costs reads only.
+    let counting = CountingMetastore::new(Shared(env.state.store.clone()));
+    let counters = counting.counters();
+    let mut counted = env.state.clone();
+    counted.store = Arc::new(counting);
+    let before = upstream.log().len();
+    let s = capture::capture(
+        &counted,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((s.captured, s.unchanged), (0, 1), "{s:?}");
+    let snap = counters.snapshot();
+    assert_eq!(snap.transact, 0, "{snap:?}");
+    assert_eq!(snap.items_written, 0, "{snap:?}");
+    assert_eq!(upstream.log().len(), before, "no upstream request");
+
+    // An upstream append is read after the next capture.
+    env.script("federated_source.py", "acme/source", &["append"])
+        .await;
+    let (location2, metadata2, _) = source_table(&env).await;
+    assert_ne!(location2, location);
+    upstream.register_table(&["sales"], "orders", &location2, metadata2);
+    env.run_queue(&overlay).await;
+    let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
+    assert_eq!(v["records"], 5, "{v}");
+    env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"])
+        .await;
+
+    // A corrupted data file: revalidation makes the table invisible, with one error.
+    let object = {
+        let p = capture::service::pointer(
+            env.state.store.as_ref(),
+            &lake,
+            &flotilla_core::service::relations::load(
+                env.state.store.as_ref(),
+                &lake,
+                &flotilla_domain::names::NamespacePath::new(vec!["sales".into()]).unwrap(),
+                "orders",
+            )
+            .await
+            .unwrap()
+            .unwrap()
+            .value
+            .id,
+            Consistency::Strong,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        p.value
+    };
+    assert_eq!(object.files, 2);
+    let files = env.call(reqwest::Method::GET, &validation, None).await.1;
+    assert_eq!(files["files"], 2);
+    let data_file = {
+        // The first data file of the captured state.
+        let store = capture::storage::CatalogFiles::open(
+            &env.state,
+            &flotilla_core::service::catalogs::load(env.state.store.as_ref(), "acme", &lake)
+                .await
+                .unwrap()
+                .value,
+        )
+        .unwrap();
+        use object_store::ObjectStoreExt;
+        let got = store
+            .store
+            .get(&object_store::path::Path::parse(object.object.as_deref().unwrap()).unwrap())
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let t: capture::record::CapturedTable = serde_json::from_slice(&got).unwrap();
+        t.files[0].path.clone()
+    };
+    // The suite's own moto keys reach the bucket directly (as a writer of the upstream would).
+    use object_store::ObjectStoreExt;
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(bucket)
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_region("us-east-1")
+        .with_endpoint(&env.moto)
+        .with_allow_http(true)
+        .build()
+        .unwrap();
+    let key = object_store::path::Path::parse(s3_key(&data_file, bucket)).unwrap();
+    let original = s3.get(&key).await.unwrap().bytes().await.unwrap();
+    assert!(original.len() > 12);
+    let mut bad = original.to_vec();
+    let n = bad.len();
+    bad[n - 4..].copy_from_slice(b"XXXX"); // no longer ends with the PAR1 magic
+    s3.put(&key, bad.into()).await.unwrap();
+    let revalidate = CaptureOptions {
+        revalidate: true,
+        ..CaptureOptions::default()
+    };
+    let s = capture::capture(&env.state, &AdapterConnector, "acme", &overlay, &revalidate)
+        .await
+        .unwrap();
+    assert_eq!((s.captured, s.invalid, s.file_errors), (1, 1, 1), "{s:?}");
+    let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
+    assert_eq!(v["state"], "INVALID", "{v}");
+    assert_eq!(v["visible"], false);
+    assert_eq!(
+        v["validation_errors"][0]["file_path"],
+        json!(data_file),
+        "{v}"
+    );
+    let (s, v) = env.call(reqwest::Method::GET, &load, None).await;
+    assert_eq!(s, 404, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("INVALID"),
+        "{v}"
+    );
+    let (_, v) = env.call(reqwest::Method::GET, &list, None).await;
+    assert_eq!(v["identifiers"], json!([]), "{v}");
+    let (s, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/catalogs/{lake}/validation-errors"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["items"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["items"][0]["display_path"], "sales.orders");
+    assert_eq!(v["items"][0]["format"], "ICEBERG");
+
+    // The override makes it visible; the error stays listed.
+    let visibility =
+        format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/orders/visibility");
+    let (s, v) = env
+        .call(
+            reqwest::Method::PUT,
+            &visibility,
+            Some(json!({"override": true})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["visible"], true, "{v}");
+    let (s, v) = env.call(reqwest::Method::GET, &load, None).await;
+    assert_eq!(s, 200, "{v}");
+    let (_, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/catalogs/{lake}/validation-errors"),
+            None,
+        )
+        .await;
+    assert_eq!(v["items"].as_array().unwrap().len(), 1, "{v}");
+
+    // The repaired file: the next validation retires the errors.
+    s3.put(&key, original.into()).await.unwrap();
+    env.call(
+        reqwest::Method::PUT,
+        &visibility,
+        Some(json!({"override": false})),
+    )
+    .await;
+    // Describing the integration with `revalidate=true` requests the revalidation.
+    let (s, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/integrations/{integration}?revalidate=true"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["revalidation"][0]["captured"], 1, "{v}");
+    let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
+    assert_eq!(v["state"], "VALID", "{v}");
+    assert_eq!(v["validation_errors"], json!([]));
+    let (_, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/catalogs/{lake}/validation-errors"),
+            None,
+        )
+        .await;
+    assert_eq!(v["items"], json!([]), "{v}");
+    env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"])
+        .await;
+}
+
+/// The lake catalog's id and Iceberg prefix, and a new integration and overlay of `sales`.
+async fn overlay_of(env: &Env, upstream: &IcebergFixture) -> (String, String, String, String) {
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/integrations",
+            Some(
+                json!({"display_name": "up", "type": "ICEBERG_REST", "uri": upstream.uri(),
+                "authentication": {"type": "BEARER"}, "credentials": {"token": "upstream-token"}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let integration = v["id"].as_str().unwrap().to_owned();
+    let (_, cats) = env
+        .call(reqwest::Method::GET, "/v1/accounts/acme/catalogs", None)
+        .await;
+    let lake = cats["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["display_name"] == "lake")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/overlays",
+            Some(json!({"display_name": "imp", "integration_id": integration,
+                "catalog_id": lake, "include_namespaces": [["sales"]]})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let overlay = v["id"].as_str().unwrap().to_owned();
+    let (_, cfg) = env
+        .call(
+            reqwest::Method::GET,
+            "/iceberg/v1/config?warehouse=acme/lake",
+            None,
+        )
+        .await;
+    let prefix = cfg["overrides"]["prefix"].as_str().unwrap().to_owned();
+    (integration, overlay, lake, prefix)
+}
+
+async fn pointer_count(env: &Env, catalog: &str) -> usize {
+    flotilla_metastore::query_all(
+        env.state.store.as_ref(),
+        Query::new(
+            flotilla_domain::keys::catalog_pk(catalog),
+            flotilla_domain::keys::CAPTURE_PREFIX,
+            Consistency::Strong,
+        ),
+    )
+    .await
+    .unwrap()
+    .len()
+}
+
+/// A job planned before a change of the integration publishes nothing after it; an unchanged
+/// table's capture writes nothing and asks the upstream nothing; an upstream whose warehouse
+/// is a local `file://` path is read only with `--allow-insecure-upstreams`, and otherwise
+/// reported as not readable, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_is_fenced_costs_nothing_unchanged_and_reads_file_warehouses_only_when_allowed() {
+    let env = setup_with(None, true).await;
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.add_table(&["sales"], "orders");
+    let fixture_location = upstream
+        .table_metadata_location(&["sales"], "orders")
+        .unwrap();
+    let (integration, overlay, lake, prefix) = overlay_of(&env, &upstream).await;
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/accounts/acme/overlays/{overlay}/reconcile"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+
+    // Planned, then the integration changes: the job publishes nothing.
+    let plan = capture::plan(&env.state, "acme", &overlay, &CaptureOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(plan.tables.len(), 1);
+    let (s, v) = env
+        .call(
+            reqwest::Method::PATCH,
+            &format!("/v1/accounts/acme/integrations/{integration}"),
+            Some(json!({"display_name": "up-renamed"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let client = flotilla_core::access::connect(&env.state, &plan.observed.integration)
+        .await
+        .unwrap();
+    let r = capture::execute(
+        &env.state,
+        &plan,
+        Some(client.as_ref()),
+        &CaptureOptions::default(),
+    )
+    .await;
+    assert!(
+        matches!(r, Err(flotilla_core::reconcile::ReconcileError::FenceLost)),
+        "{:?}",
+        r.map(|s| s.captured)
+    );
+    assert_eq!(pointer_count(&env, &lake).await, 0, "nothing published");
+
+    // A current job captures it (a table without snapshots: no files, valid).
+    let s = capture::capture(
+        &env.state,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((s.captured, s.invalid, s.not_readable), (1, 0, 0), "{s:?}");
+    let load = format!("/iceberg/v1/{prefix}/namespaces/sales/tables/orders");
+    let (st, v) = env.call(reqwest::Method::GET, &load, None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v["metadata-location"],
+        json!(fixture_location),
+        "the upstream's own location"
+    );
+    assert_eq!(
+        v["metadata"]["location"].as_str().unwrap(),
+        upstream.table_location(&["sales"], "orders").unwrap()
+    );
+    let (_, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/iceberg/v1/{prefix}/namespaces/sales/tables"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        v["identifiers"],
+        json!([{"namespace": ["sales"], "name": "orders"}]),
+        "{v}"
+    );
+
+    // Unchanged: reads only, no upstream request.
+    let counting = CountingMetastore::new(Shared(env.state.store.clone()));
+    let counters = counting.counters();
+    let mut counted = env.state.clone();
+    counted.store = Arc::new(counting);
+    let before = upstream.log().len();
+    let s = capture::capture(
+        &counted,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((s.captured, s.unchanged), (0, 1), "{s:?}");
+    let snap = counters.snapshot();
+    assert_eq!((snap.transact, snap.items_written), (0, 0), "{snap:?}");
+    assert_eq!(upstream.log().len(), before, "no upstream request");
+
+    // Without --allow-insecure-upstreams the same table is not readable, with the reason.
+    let mut strict = env.state.clone();
+    strict.config.allow_insecure_upstreams = false;
+    let s = capture::capture(
+        &strict,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &CaptureOptions {
+            revalidate: true,
+            ..CaptureOptions::default()
+        },
+    )
+    .await;
+    // The loopback upstream itself is refused without the flag: nothing changes.
+    assert!(
+        s.is_err() || s.as_ref().is_ok_and(|s| s.captured <= 1),
+        "{:?}",
+        s.map(|s| s.captured)
+    );
+    let app = flotilla_iceberg_rest::router(
+        strict.clone(),
+        IcebergConfig {
+            local_warehouse_root: Some(
+                env._dir
+                    .path()
+                    .join("data/warehouses")
+                    .canonicalize()
+                    .unwrap(),
+            ),
+            ..Default::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let r = env
+        .http
+        .get(format!("http://{addr}{load}"))
+        .bearer_auth(ACME)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    let msg = v["error"]["message"].as_str().unwrap();
+    let m = msg.to_lowercase();
+    assert!(
+        (m.contains("not readable") || m.contains("not_readable"))
+            && m.contains("--allow-insecure-upstreams"),
+        "{v}"
+    );
+}

@@ -1,0 +1,174 @@
+//! Reading an Iceberg table's current snapshot from the upstream's storage: the metadata
+//! file, the snapshot's manifest list and its manifests, parsed with the `iceberg` crate.
+
+use iceberg::spec::{
+    DataContentType, FormatVersion, Manifest, ManifestContentType, ManifestList, TableMetadata,
+    Type,
+};
+use object_store::ObjectStoreExt;
+use serde_json::{Value, json};
+
+use super::record::{CapturedFile, FileStats};
+use super::storage::{StorageError, UpstreamFiles};
+
+/// The largest metadata file, manifest list or manifest capture reads.
+pub const MAX_METADATA_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Why reading a table failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A transient storage failure (retry).
+    #[error("reading {location} failed: {message}")]
+    Unavailable { location: String, message: String },
+    /// The upstream's files are not what their metadata says (permanent until they change).
+    #[error("{location}: {message}")]
+    Corrupt { location: String, message: String },
+}
+
+pub async fn read_object(files: &UpstreamFiles, location: &str) -> Result<Vec<u8>, ReadError> {
+    let at = files.locate(location)?;
+    let got = at.store.get(&at.path).await.map_err(|e| match e {
+        object_store::Error::NotFound { .. } => ReadError::Corrupt {
+            location: location.to_owned(),
+            message: "the object does not exist".into(),
+        },
+        other => ReadError::Unavailable {
+            location: location.to_owned(),
+            message: crate::status::bound_text(&other.to_string()),
+        },
+    })?;
+    if got.meta.size > MAX_METADATA_BYTES {
+        return Err(ReadError::Corrupt {
+            location: location.to_owned(),
+            message: format!("larger than {MAX_METADATA_BYTES} bytes"),
+        });
+    }
+    let bytes = got.bytes().await.map_err(|e| ReadError::Unavailable {
+        location: location.to_owned(),
+        message: crate::status::bound_text(&e.to_string()),
+    })?;
+    Ok(bytes.to_vec())
+}
+
+/// The current snapshot of a table as capture records it.
+pub struct SnapshotFiles {
+    pub metadata: TableMetadata,
+    pub raw: Value,
+    pub files: Vec<CapturedFile>,
+    pub delete_files: u64,
+}
+
+/// Reads the metadata at `metadata_location` and every live data file of its current
+/// snapshot, at most `max_files` of them.
+pub async fn read_snapshot(
+    files: &UpstreamFiles,
+    metadata_location: &str,
+    max_files: usize,
+) -> Result<SnapshotFiles, ReadError> {
+    let corrupt = |location: &str, message: String| ReadError::Corrupt {
+        location: location.to_owned(),
+        message,
+    };
+    let bytes = read_object(files, metadata_location).await?;
+    let raw: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| corrupt(metadata_location, format!("not JSON: {e}")))?;
+    let metadata: TableMetadata = serde_json::from_value(raw.clone()).map_err(|e| {
+        corrupt(
+            metadata_location,
+            format!("not Iceberg table metadata: {e}"),
+        )
+    })?;
+    let mut out = SnapshotFiles {
+        metadata,
+        raw,
+        files: Vec::new(),
+        delete_files: 0,
+    };
+    let Some(snapshot) = out.metadata.current_snapshot().cloned() else {
+        return Ok(out);
+    };
+    let version: FormatVersion = out.metadata.format_version();
+    let list_location = snapshot.manifest_list().to_owned();
+    let bytes = read_object(files, &list_location).await?;
+    let list = ManifestList::parse_with_version(&bytes, version)
+        .map_err(|e| corrupt(&list_location, format!("unreadable manifest list: {e}")))?;
+    let schema = out.metadata.current_schema().clone();
+    for mf in list.entries() {
+        let bytes = read_object(files, &mf.manifest_path).await?;
+        let manifest = Manifest::parse_avro(&bytes)
+            .map_err(|e| corrupt(&mf.manifest_path, format!("unreadable manifest: {e}")))?;
+        let part_type = manifest
+            .metadata()
+            .partition_spec()
+            .partition_type(&schema)
+            .ok();
+        for entry in manifest.entries() {
+            if !entry.is_alive() {
+                continue;
+            }
+            if mf.content == ManifestContentType::Deletes
+                || entry.content_type() != DataContentType::Data
+            {
+                out.delete_files += 1;
+                continue;
+            }
+            if out.files.len() >= max_files {
+                return Err(corrupt(
+                    metadata_location,
+                    format!("the snapshot has more than {max_files} data files"),
+                ));
+            }
+            let f = entry.data_file();
+            let partition = f
+                .partition()
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let ty = part_type
+                        .as_ref()
+                        .and_then(|t| t.fields().get(i))
+                        .map(|fld| fld.field_type.as_ref().clone());
+                    match (v, ty) {
+                        (None, _) => Value::Null,
+                        (Some(l), Some(t @ Type::Primitive(_))) => l
+                            .clone()
+                            .try_into_json(&t)
+                            .unwrap_or_else(|_| json!(format!("{l:?}"))),
+                        (Some(l), _) => json!(format!("{l:?}")),
+                    }
+                })
+                .collect();
+            let stats = FileStats {
+                column_sizes: f.column_sizes().iter().map(|(k, v)| (*k, *v)).collect(),
+                value_counts: f.value_counts().iter().map(|(k, v)| (*k, *v)).collect(),
+                null_value_counts: f
+                    .null_value_counts()
+                    .iter()
+                    .map(|(k, v)| (*k, *v))
+                    .collect(),
+                nan_value_counts: f.nan_value_counts().iter().map(|(k, v)| (*k, *v)).collect(),
+                lower_bounds: f
+                    .lower_bounds()
+                    .iter()
+                    .map(|(k, v)| (*k, v.to_string()))
+                    .collect(),
+                upper_bounds: f
+                    .upper_bounds()
+                    .iter()
+                    .map(|(k, v)| (*k, v.to_string()))
+                    .collect(),
+            };
+            out.files.push(CapturedFile {
+                path: f.file_path().to_owned(),
+                format: format!("{:?}", f.file_format()).to_ascii_uppercase(),
+                size: f.file_size_in_bytes(),
+                record_count: f.record_count(),
+                partition,
+                stats,
+            });
+        }
+    }
+    Ok(out)
+}

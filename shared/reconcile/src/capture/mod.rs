@@ -1,0 +1,826 @@
+//! Durable capture (`docs/capture.md`): what lies beneath the tables an overlay
+//! materializes. For every Iceberg table of the overlay whose upstream metadata location
+//! changed since its last capture (or that was never captured), a capture job reads the
+//! upstream's metadata, manifest list and manifests through the credentials the upstream
+//! vends for that table, records the current snapshot (schema, partition spec, data files
+//! with their statistics) as one object in the catalog's storage, validates every Parquet
+//! file's footer against the table's schema, and publishes a small pointer item
+//! (`CAPTURE#{relation id}`) together with the validation's error records.
+//!
+//! Fencing: a job observes the overlay and its integration at its start exactly as a
+//! reconciliation does, and every transaction it commits starts with the same
+//! [`Fence`](crate::publish::Fence) (overlay and integration at the observed item versions,
+//! no account, integration or overlay deletion fence, the target catalog present and not
+//! being deleted), plus the relation at the version the plan read. A job planned before a
+//! URI, credential, selection, pause or delete change therefore publishes nothing after it.
+//!
+//! Cost: a table whose relation still names the captured metadata location costs nothing
+//! beyond the plan's two strong prefix reads of the catalog partition: no upstream request
+//! and no write.
+
+pub mod iceberg;
+pub mod record;
+pub mod service;
+pub mod storage;
+pub mod validate;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use flotilla_base::error::Error;
+use flotilla_base::store::{Versioned, read, to_body};
+use flotilla_catalog_access::spi::{CatalogClient, UpstreamNamespace as UpNs};
+use flotilla_domain::keys;
+use flotilla_domain::model::{CatalogRecord, RelationKind, RelationRecord};
+use flotilla_metastore::{
+    Condition, Consistency, MetastoreError, Op, OpOutcome, Query, Transaction, query_all,
+};
+use futures::StreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+use serde::Serialize;
+
+use crate::publish::Fence;
+use crate::{Connector, ObservedRecords, ReconcileError, observe};
+use flotilla_services::state::AppState;
+use record::{CapturePointer, CapturedFile, CapturedTable, ValidationErrorRecord, ValidationState};
+use storage::{CatalogFiles, StorageError, UpstreamFiles};
+
+/// Tunables of one capture job.
+#[derive(Clone, Debug)]
+pub struct CaptureOptions {
+    /// Validate every table again, changed or not (describing an integration may ask for it).
+    pub revalidate: bool,
+    /// Parquet footers read concurrently per table.
+    pub file_concurrency: usize,
+    /// Data files of one snapshot a capture accepts.
+    pub max_files: usize,
+    /// When set, the job refuses to start unless the overlay is at this generation.
+    pub expect_generation: Option<u64>,
+}
+
+impl Default for CaptureOptions {
+    fn default() -> Self {
+        Self {
+            revalidate: false,
+            file_concurrency: 16,
+            max_files: 100_000,
+            expect_generation: None,
+        }
+    }
+}
+
+/// One table a job will capture: the relation as the plan read it and its pointer.
+pub struct PlannedTable {
+    pub relation: Versioned<RelationRecord>,
+    pub pointer: Option<Versioned<CapturePointer>>,
+}
+
+/// What a job observed and decided before any upstream request.
+pub struct CapturePlan {
+    pub account: String,
+    pub observed: ObservedRecords,
+    pub fence: Fence,
+    pub catalog: CatalogRecord,
+    /// Tables whose upstream metadata location changed (or every table, on revalidation).
+    pub tables: Vec<PlannedTable>,
+    /// Tables whose capture is current: no upstream request, no write.
+    pub unchanged: u64,
+    /// Pointers of this overlay whose relation is gone.
+    pub orphans: Vec<Versioned<CapturePointer>>,
+}
+
+/// A table the job could not capture this time.
+#[derive(Clone, Debug, Serialize)]
+pub struct TableFailure {
+    pub path: Vec<String>,
+    pub retryable: bool,
+    pub reason: String,
+}
+
+/// One job's record.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CaptureSummary {
+    /// Tables captured and published (any validation outcome).
+    pub captured: u64,
+    pub unchanged: u64,
+    /// Of the captured: tables with file errors, and tables whose files cannot be read.
+    pub invalid: u64,
+    pub not_readable: u64,
+    /// Data files recorded and Parquet footers checked.
+    pub files: u64,
+    pub files_validated: u64,
+    pub file_errors: u64,
+    /// Pointers of relations that no longer exist, removed.
+    pub retired: u64,
+    pub failed: Vec<TableFailure>,
+    pub duration_ms: u64,
+}
+
+impl CaptureSummary {
+    pub fn has_retryable_failure(&self) -> bool {
+        self.failed.iter().any(|f| f.retryable)
+    }
+}
+
+fn up_ns(levels: &[String]) -> UpNs {
+    UpNs::new(levels.iter().cloned())
+}
+
+fn dotted(ns: &[String], name: &str) -> String {
+    let mut s = ns.join(".");
+    if !s.is_empty() {
+        s.push('.');
+    }
+    s.push_str(name);
+    s
+}
+
+/// Whether a relation is something capture records: an Iceberg table this overlay manages.
+fn captured_kind(rec: &RelationRecord, overlay_id: &str) -> bool {
+    rec.kind == RelationKind::Table
+        && rec.format.as_deref() == Some("ICEBERG")
+        && rec.metadata_location.is_some()
+        && rec
+            .managed_by
+            .as_ref()
+            .is_some_and(|m| m.overlay_id == overlay_id)
+}
+
+/// Plans a job: observes the overlay (refusing a paused, missing or fenced one, as a
+/// reconciliation does) and decides, from stored state only, which tables need capture.
+pub async fn plan(
+    state: &AppState,
+    account: &str,
+    overlay_id: &str,
+    opts: &CaptureOptions,
+) -> Result<CapturePlan, ReconcileError> {
+    let observed = observe(state, account, overlay_id).await?;
+    if let Some(g) = opts.expect_generation
+        && observed.overlay.generation != g
+    {
+        return Err(ReconcileError::FenceLost);
+    }
+    let fence = Fence::establish(state, account, &observed).await?;
+    let store = state.store.as_ref();
+    let catalog_id = observed.overlay.catalog_id.clone();
+    let Some(catalog) = read::<CatalogRecord>(
+        store,
+        keys::catalog(account, &catalog_id),
+        Consistency::Strong,
+    )
+    .await?
+    else {
+        return Err(ReconcileError::Deleting("the target catalog".into()));
+    };
+    let pk = keys::catalog_pk(&catalog_id);
+    let mut pointers: HashMap<String, Versioned<CapturePointer>> = HashMap::new();
+    for item in query_all(
+        store,
+        Query::new(pk.clone(), keys::CAPTURE_PREFIX, Consistency::Strong),
+    )
+    .await?
+    {
+        let p: CapturePointer = item.json()?;
+        if p.overlay_id == observed.overlay.id {
+            pointers.insert(
+                p.relation_id.clone(),
+                Versioned {
+                    value: p,
+                    version: item.version,
+                },
+            );
+        }
+    }
+    let mut tables = Vec::new();
+    let mut unchanged = 0;
+    for item in query_all(
+        store,
+        Query::new(pk, keys::RELATION_PREFIX, Consistency::Strong),
+    )
+    .await?
+    {
+        let rec: RelationRecord = item.json()?;
+        if !captured_kind(&rec, &observed.overlay.id) {
+            continue;
+        }
+        let pointer = pointers.remove(&rec.id);
+        let current = pointer
+            .as_ref()
+            .is_some_and(|p| Some(&p.value.metadata_location) == rec.metadata_location.as_ref());
+        if current && !opts.revalidate {
+            unchanged += 1;
+            continue;
+        }
+        tables.push(PlannedTable {
+            relation: Versioned {
+                value: rec,
+                version: item.version,
+            },
+            pointer,
+        });
+    }
+    let mut orphans: Vec<_> = pointers.into_values().collect();
+    orphans.sort_by(|a, b| a.value.relation_id.cmp(&b.value.relation_id));
+    Ok(CapturePlan {
+        account: account.to_owned(),
+        observed,
+        fence,
+        catalog: catalog.value,
+        tables,
+        unchanged,
+        orphans,
+    })
+}
+
+/// Plans and runs one job, connecting to the upstream only when some table needs capture.
+pub async fn capture(
+    state: &AppState,
+    connector: &dyn Connector,
+    account: &str,
+    overlay_id: &str,
+    opts: &CaptureOptions,
+) -> Result<CaptureSummary, ReconcileError> {
+    let plan = plan(state, account, overlay_id, opts).await?;
+    if plan.tables.is_empty() {
+        return execute(state, &plan, None, opts).await;
+    }
+    let client = connector.connect(state, &plan.observed.integration).await?;
+    execute(state, &plan, Some(client.as_ref()), opts).await
+}
+
+/// The capture job a reconcile message carries: after the overlay's reconciliation
+/// published, every table whose upstream metadata location changed is captured, at the
+/// generation the message observed. `None` when the job completed (or had nothing to do, or
+/// its message is superseded); otherwise the outcome the message reports: a transient
+/// failure is delivered again (the reconciliation then is a no-op run, and the capture
+/// retries the tables that failed).
+pub async fn after_reconcile(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &crate::work::ReconcileMessage,
+) -> Option<crate::work::MessageOutcome> {
+    let opts = CaptureOptions {
+        expect_generation: Some(m.observed_generation),
+        ..CaptureOptions::default()
+    };
+    let result = capture(state, connector, &m.account_id, &m.overlay_id, &opts).await;
+    match result {
+        Ok(s) => {
+            tracing::info!(
+                captured = s.captured,
+                unchanged = s.unchanged,
+                invalid = s.invalid,
+                not_readable = s.not_readable,
+                failed = s.failed.len(),
+                "capture"
+            );
+            s.has_retryable_failure()
+                .then(|| crate::work::MessageOutcome::Failed {
+                    retryable: true,
+                    code: "CAPTURE_INCOMPLETE",
+                    reason: format!("{} tables were not captured", s.failed.len()),
+                    kind: "capture",
+                })
+        }
+        // Superseded, paused, gone or being deleted: a newer message or none applies.
+        Err(
+            ReconcileError::FenceLost
+            | ReconcileError::NotFound
+            | ReconcileError::Paused(_)
+            | ReconcileError::Deleting(_),
+        ) => None,
+        Err(e) => {
+            tracing::warn!(code = e.code(), cause = %e.cause(), "capture failed");
+            // A permanent failure is logged and acknowledged (the reconciliation it rode
+            // on succeeded); a transient one is delivered again.
+            e.is_retryable()
+                .then(|| crate::work::MessageOutcome::Failed {
+                    retryable: true,
+                    code: e.code(),
+                    reason: e.cause(),
+                    kind: "capture",
+                })
+        }
+    }
+}
+
+/// Runs a planned job. `client` may be `None` only when no table needs capture.
+pub async fn execute(
+    state: &AppState,
+    plan: &CapturePlan,
+    client: Option<&dyn CatalogClient>,
+    opts: &CaptureOptions,
+) -> Result<CaptureSummary, ReconcileError> {
+    let started = Instant::now();
+    let mut summary = CaptureSummary {
+        unchanged: plan.unchanged,
+        ..CaptureSummary::default()
+    };
+    let job = Job { state, plan, opts };
+    if !plan.tables.is_empty() {
+        let client = client.ok_or_else(|| {
+            ReconcileError::Api(Error::internal("capture needs an upstream client"))
+        })?;
+        let files = CatalogFiles::open(state, &plan.catalog)
+            .map_err(|e| format!("captured state cannot be stored: {e}"));
+        for table in &plan.tables {
+            let rel = &table.relation.value;
+            let path = [rel.namespace.segments().to_vec(), vec![rel.name.clone()]].concat();
+            let result = match &files {
+                Ok(files) => job.table(client, files, table).await,
+                Err(reason) => Err(TableError::Failed {
+                    retryable: false,
+                    reason: reason.clone(),
+                }),
+            };
+            match result {
+                Ok(p) => {
+                    summary.captured += 1;
+                    summary.files += p.files;
+                    summary.file_errors += p.errors;
+                    summary.files_validated += p.validated;
+                    match p.state {
+                        ValidationState::Valid => {}
+                        ValidationState::Invalid => summary.invalid += 1,
+                        ValidationState::NotReadable => summary.not_readable += 1,
+                    }
+                }
+                Err(TableError::Fence) => return Err(ReconcileError::FenceLost),
+                Err(TableError::Failed { retryable, reason }) => {
+                    tracing::warn!(table = %dotted(rel.namespace.segments(), &rel.name), %reason, "capture failed");
+                    summary.failed.push(TableFailure {
+                        path,
+                        retryable,
+                        reason: crate::status::bound_text(&reason),
+                    })
+                }
+            }
+        }
+    }
+    for orphan in &plan.orphans {
+        match job.retire(orphan).await {
+            Ok(()) => summary.retired += 1,
+            Err(TableError::Fence) => return Err(ReconcileError::FenceLost),
+            Err(TableError::Failed { .. }) => {}
+        }
+    }
+    summary.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(summary)
+}
+
+/// Checks one data file: `Ok(Some(message))` is a validation error, `Err` a transient
+/// storage failure.
+async fn check_file(
+    upstream: &UpstreamFiles,
+    schema: &::iceberg::spec::Schema,
+    f: &CapturedFile,
+) -> Result<Option<String>, String> {
+    let at = match upstream.locate(&f.path) {
+        Ok(at) => at,
+        Err(e) => return Ok(Some(e.to_string())),
+    };
+    match validate::read_footer(at.store.as_ref(), &at.path, f.size).await {
+        Ok(meta) => Ok(validate::check(&meta, schema, f).err()),
+        Err(validate::FooterError::Transient(m)) => Err(m),
+        Err(validate::FooterError::Invalid(m)) => Ok(Some(m)),
+    }
+}
+
+enum TableError {
+    Fence,
+    Failed { retryable: bool, reason: String },
+}
+
+impl From<MetastoreError> for TableError {
+    fn from(e: MetastoreError) -> Self {
+        TableError::Failed {
+            retryable: e.is_retryable() || e.is_outcome_unknown(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+impl From<flotilla_base::error::Error> for TableError {
+    fn from(e: flotilla_base::error::Error) -> Self {
+        TableError::Failed {
+            retryable: matches!(
+                e.kind,
+                flotilla_base::error::ErrorKind::Unavailable
+                    | flotilla_base::error::ErrorKind::Internal
+            ),
+            reason: e.message,
+        }
+    }
+}
+
+/// What publishing one table came to.
+struct Published {
+    state: ValidationState,
+    files: u64,
+    validated: u64,
+    errors: u64,
+}
+
+/// Ops per transaction besides the fence (the store's limit is 100).
+const OPS_PER_TX: usize = 80;
+
+struct Job<'a> {
+    state: &'a AppState,
+    plan: &'a CapturePlan,
+    opts: &'a CaptureOptions,
+}
+
+impl Job<'_> {
+    fn catalog_id(&self) -> &str {
+        &self.plan.catalog.id
+    }
+
+    /// Commits `ops` behind the job's fence. `Ok(false)`: a non-fence condition failed.
+    async fn commit(&self, ops: Vec<Op>) -> Result<bool, TableError> {
+        let fence = self.plan.fence.ops();
+        let mut tx = Transaction {
+            ops: fence.to_vec(),
+        };
+        tx.ops.extend(ops);
+        match self.state.store.transact(tx).await {
+            Ok(()) => Ok(true),
+            Err(MetastoreError::ConditionFailed { reasons }) => {
+                if reasons
+                    .iter()
+                    .take(fence.len())
+                    .any(|r| !matches!(r, OpOutcome::Ok))
+                {
+                    Err(TableError::Fence)
+                } else {
+                    Ok(false)
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn table(
+        &self,
+        client: &dyn CatalogClient,
+        files: &CatalogFiles,
+        table: &PlannedTable,
+    ) -> Result<Published, TableError> {
+        let rel = &table.relation.value;
+        let Some(m) = rel.managed_by.as_ref() else {
+            return Err(TableError::Failed {
+                retryable: false,
+                reason: "not an overlay table".into(),
+            });
+        };
+        let location = rel.metadata_location.clone().unwrap_or_default();
+        let validation_id = flotilla_domain::names::new_id();
+        let now = self.state.clock.now_rfc3339();
+        let generation = table
+            .pointer
+            .as_ref()
+            .map_or(0, |p| p.value.validation_generation)
+            + 1;
+        let mut pointer = CapturePointer {
+            relation_id: rel.id.clone(),
+            overlay_id: m.overlay_id.clone(),
+            integration_id: m.integration_id.clone(),
+            namespace: rel.namespace.segments().to_vec(),
+            name: rel.name.clone(),
+            format: "ICEBERG".into(),
+            snapshot_id: None,
+            metadata_location: location.clone(),
+            object: None,
+            files: 0,
+            records: 0,
+            bytes: 0,
+            validation_generation: generation,
+            validation_id: validation_id.clone(),
+            validation: ValidationState::Valid,
+            errors: 0,
+            reason: None,
+            visibility_override: table
+                .pointer
+                .as_ref()
+                .is_some_and(|p| p.value.visibility_override),
+            captured_at: now.clone(),
+            overlay_generation: self.plan.observed.overlay.generation,
+            integration_generation: self.plan.observed.integration.generation,
+        };
+        let mut errors: Vec<(String, String)> = Vec::new();
+        let mut validated = 0;
+
+        // Storage credentials: the upstream's vending for this table, or nothing (file://).
+        let vended = if UpstreamFiles::needs_credentials(&location) {
+            match client
+                .vend_storage_credentials(&up_ns(&m.upstream_namespace), &m.upstream_name)
+                .await
+            {
+                Ok(v) => Some(v),
+                Err(e) if e.is_retryable() => {
+                    return Err(TableError::Failed {
+                        retryable: true,
+                        reason: format!("credential vending failed: {e}"),
+                    });
+                }
+                Err(e) => {
+                    pointer.validation = ValidationState::NotReadable;
+                    pointer.reason = Some(format!(
+                        "the upstream vends no storage credentials for the table ({e})"
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let upstream = UpstreamFiles::new(vended, self.state.config.allow_insecure_upstreams);
+        if pointer.validation != ValidationState::NotReadable {
+            match iceberg::read_snapshot(&upstream, &location, self.opts.max_files).await {
+                Err(iceberg::ReadError::Storage(StorageError::NotReadable(r))) => {
+                    pointer.validation = ValidationState::NotReadable;
+                    pointer.reason = Some(r);
+                }
+                Err(iceberg::ReadError::Storage(e @ StorageError::Invalid { .. })) => {
+                    pointer.validation = ValidationState::NotReadable;
+                    pointer.reason = Some(e.to_string());
+                }
+                Err(e @ iceberg::ReadError::Unavailable { .. }) => {
+                    return Err(TableError::Failed {
+                        retryable: true,
+                        reason: e.to_string(),
+                    });
+                }
+                Err(iceberg::ReadError::Corrupt { location, message }) => {
+                    // The table's own metadata cannot be interpreted: one error against it.
+                    errors.push((location, message));
+                }
+                Ok(snap) => {
+                    let schema = snap.metadata.current_schema().clone();
+                    let (checked, file_errors) =
+                        self.validate(&upstream, &schema, &snap.files).await?;
+                    validated = checked;
+                    errors.extend(file_errors);
+                    pointer.snapshot_id = snap.metadata.current_snapshot_id();
+                    pointer.files = snap.files.len() as u64;
+                    pointer.records = snap.files.iter().map(|f| f.record_count).sum();
+                    pointer.bytes = snap.files.iter().map(|f| f.size).sum();
+                    let object = CapturedTable {
+                        catalog_id: self.catalog_id().to_owned(),
+                        relation_id: rel.id.clone(),
+                        namespace: pointer.namespace.clone(),
+                        name: rel.name.clone(),
+                        upstream_namespace: m.upstream_namespace.clone(),
+                        upstream_name: m.upstream_name.clone(),
+                        format: "ICEBERG".into(),
+                        snapshot_id: pointer.snapshot_id,
+                        metadata_location: location.clone(),
+                        location: snap.metadata.location().to_owned(),
+                        schema: serde_json::to_value(snap.metadata.current_schema())
+                            .unwrap_or_default(),
+                        partition_spec: serde_json::to_value(
+                            snap.metadata.default_partition_spec(),
+                        )
+                        .unwrap_or_default(),
+                        files: snap.files,
+                        delete_files: snap.delete_files,
+                        metadata: snap.raw,
+                        captured_at: now.clone(),
+                    };
+                    let rel_path = CatalogFiles::object_path(&rel.id, &validation_id);
+                    let body = serde_json::to_vec(&object).map_err(|e| TableError::Failed {
+                        retryable: false,
+                        reason: e.to_string(),
+                    })?;
+                    let path = object_store::path::Path::parse(&rel_path).map_err(|e| {
+                        TableError::Failed {
+                            retryable: false,
+                            reason: e.to_string(),
+                        }
+                    })?;
+                    files
+                        .store
+                        .put(&path, PutPayload::from(body))
+                        .await
+                        .map_err(|e| TableError::Failed {
+                            // Refused access does not heal by itself; anything else may.
+                            retryable: !matches!(
+                                e,
+                                object_store::Error::PermissionDenied { .. }
+                                    | object_store::Error::Unauthenticated { .. }
+                                    | object_store::Error::NotSupported { .. }
+                            ),
+                            reason: format!("writing the captured state failed: {e}"),
+                        })?;
+                    pointer.object = Some(rel_path);
+                }
+            }
+        }
+        if !errors.is_empty() {
+            pointer.validation = ValidationState::Invalid;
+            pointer.errors = errors.len() as u64;
+        }
+        let display_path = dotted(&pointer.namespace, &rel.name);
+        // The error records first: invisible until the pointer names their validation id.
+        let records: Vec<Op> = errors
+            .iter()
+            .enumerate()
+            .map(|(i, (file, message))| {
+                let rec = ValidationErrorRecord {
+                    catalog_id: self.catalog_id().to_owned(),
+                    relation_id: rel.id.clone(),
+                    namespace: pointer.namespace.clone(),
+                    name: rel.name.clone(),
+                    display_path: display_path.clone(),
+                    format: "ICEBERG".into(),
+                    file_path: file.clone(),
+                    message: crate::status::bound_text(message),
+                    validation_id: validation_id.clone(),
+                    validation_generation: generation,
+                };
+                to_body(&rec).map(|b| {
+                    Op::put(
+                        keys::validation_error(self.catalog_id(), &rel.id, &validation_id, i),
+                        b,
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        for chunk in records.chunks(OPS_PER_TX) {
+            if !self.commit(chunk.to_vec()).await? {
+                return Err(TableError::Failed {
+                    retryable: true,
+                    reason: "the error records could not be written".into(),
+                });
+            }
+        }
+        // The pointer: atomically the new validation generation, its error count and state.
+        let key = keys::capture_pointer(self.catalog_id(), &rel.id);
+        let body = to_body(&pointer)?;
+        let op = match &table.pointer {
+            Some(p) => Op::replace(key, p.version, body),
+            None => Op::create(key, body),
+        };
+        let rel_key = keys::relation(self.catalog_id(), &rel.namespace, &rel.name);
+        let applied = self
+            .commit(vec![
+                Op::check(rel_key, Condition::Version(table.relation.version)),
+                op,
+            ])
+            .await;
+        match applied {
+            Ok(true) => {}
+            other => {
+                self.discard(&rel.id, &validation_id, pointer.object.as_deref(), files)
+                    .await;
+                return match other {
+                    Ok(_) => Err(TableError::Failed {
+                        retryable: true,
+                        reason: "the table changed during capture; the next run captures it".into(),
+                    }),
+                    Err(e) => Err(e),
+                };
+            }
+        }
+        // Retire the previous generation's records and object (readers already ignore them).
+        self.retire_records(&rel.id, Some(&validation_id)).await;
+        if let Some(old) = table
+            .pointer
+            .as_ref()
+            .and_then(|p| p.value.object.as_deref())
+            && let Ok(p) = object_store::path::Path::parse(old)
+        {
+            let _ = files.store.delete(&p).await;
+        }
+        Ok(Published {
+            state: pointer.validation,
+            files: pointer.files,
+            validated,
+            errors: pointer.errors,
+        })
+    }
+
+    /// Reads and checks every Parquet file's footer, `file_concurrency` at a time. Answers
+    /// how many were checked and one (path, message) per failing file; a transient storage
+    /// failure fails the table (nothing is published, the next run tries again).
+    async fn validate(
+        &self,
+        upstream: &UpstreamFiles,
+        schema: &::iceberg::spec::Schema,
+        files: &[CapturedFile],
+    ) -> Result<(u64, Vec<(String, String)>), TableError> {
+        let checks: Vec<_> = files
+            .iter()
+            .filter(|f| f.format == "PARQUET")
+            .map(|f| check_file(upstream, schema, f))
+            .collect();
+        let results: Vec<Result<Option<String>, String>> = futures::stream::iter(checks)
+            .buffered(self.opts.file_concurrency.max(1))
+            .collect()
+            .await;
+        let mut errors = Vec::new();
+        let mut checked = 0;
+        for (f, r) in files.iter().filter(|f| f.format == "PARQUET").zip(results) {
+            checked += 1;
+            match r {
+                Ok(None) => {}
+                Ok(Some(message)) => errors.push((f.path.clone(), message)),
+                Err(m) => {
+                    return Err(TableError::Failed {
+                        retryable: true,
+                        reason: format!("reading {} failed: {m}", f.path),
+                    });
+                }
+            }
+        }
+        Ok((checked, errors))
+    }
+
+    /// Removes what a job that did not publish wrote (best effort; readers ignore it).
+    async fn discard(
+        &self,
+        relation_id: &str,
+        validation_id: &str,
+        object: Option<&str>,
+        files: &CatalogFiles,
+    ) {
+        let prefix = format!(
+            "{}{validation_id}#",
+            keys::validation_errors_prefix(relation_id)
+        );
+        if let Ok(items) = query_all(
+            self.state.store.as_ref(),
+            Query::new(
+                keys::catalog_pk(self.catalog_id()),
+                prefix,
+                Consistency::Strong,
+            ),
+        )
+        .await
+        {
+            for chunk in items.chunks(OPS_PER_TX) {
+                let tx = Transaction {
+                    ops: chunk.iter().map(|i| Op::delete(i.key.clone())).collect(),
+                };
+                let _ = self.state.store.transact(tx).await;
+            }
+        }
+        if let Some(o) = object
+            && let Ok(p) = object_store::path::Path::parse(o)
+        {
+            let _ = files.store.delete(&p).await;
+        }
+    }
+
+    /// Deletes a table's error records of every validation but `keep` (best effort).
+    async fn retire_records(&self, relation_id: &str, keep: Option<&str>) {
+        let Ok(items) = query_all(
+            self.state.store.as_ref(),
+            Query::new(
+                keys::catalog_pk(self.catalog_id()),
+                keys::validation_errors_prefix(relation_id),
+                Consistency::Strong,
+            ),
+        )
+        .await
+        else {
+            return;
+        };
+        let keep = keep.map(|k| format!("{}{k}#", keys::validation_errors_prefix(relation_id)));
+        let stale: Vec<Op> = items
+            .iter()
+            .filter(|i| {
+                keep.as_ref()
+                    .is_none_or(|k| !i.key.sk.starts_with(k.as_str()))
+            })
+            .map(|i| Op::delete(i.key.clone()))
+            .collect();
+        for chunk in stale.chunks(OPS_PER_TX) {
+            let _ = self
+                .state
+                .store
+                .transact(Transaction {
+                    ops: chunk.to_vec(),
+                })
+                .await;
+        }
+    }
+
+    /// Removes the pointer of a relation that no longer exists, then its records.
+    async fn retire(&self, orphan: &Versioned<CapturePointer>) -> Result<(), TableError> {
+        let key = keys::capture_pointer(self.catalog_id(), &orphan.value.relation_id);
+        if self
+            .commit(vec![Op::delete_at(key, orphan.version)])
+            .await?
+        {
+            self.retire_records(&orphan.value.relation_id, None).await;
+            if let (Some(o), Ok(files)) = (
+                orphan.value.object.as_deref(),
+                CatalogFiles::open(self.state, &self.plan.catalog),
+            ) && let Ok(p) = object_store::path::Path::parse(o)
+            {
+                let _ = files.store.delete(&p).await;
+            }
+        }
+        Ok(())
+    }
+}

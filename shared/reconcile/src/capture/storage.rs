@@ -1,0 +1,223 @@
+//! Object storage of capture: the upstream's table files (read with the credentials the
+//! upstream vends for the table, never the integration's own secret), and the catalog's own
+//! storage, where captured state objects are written.
+
+use std::sync::Arc;
+
+use flotilla_catalog_access::spi::{StorageCredential, VendedCredentials};
+use flotilla_domain::model::CatalogRecord;
+use flotilla_parqdb::location::Warehouse;
+use object_store::ObjectStore;
+use object_store::path::Path;
+use url::Url;
+
+use flotilla_services::state::AppState;
+
+/// Where one object of an upstream table lies: the store that reaches it and its path there.
+pub struct Located {
+    pub store: Arc<dyn ObjectStore>,
+    pub path: Path,
+}
+
+/// Why an upstream location cannot be read. `NotReadable` is a lasting property of the
+/// table and its upstream (recorded, and answered by the query endpoint); `Invalid` is a
+/// location Flotilla does not understand.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("not readable: {0}")]
+    NotReadable(String),
+    #[error("invalid location {location}: {reason}")]
+    Invalid { location: String, reason: String },
+}
+
+/// Opens upstream storage for one table's locations: one store per bucket (S3 with the
+/// vended keys) or, for `file://` warehouses, the local file system (only when the host
+/// allows insecure upstreams).
+pub struct UpstreamFiles {
+    vended: Option<VendedCredentials>,
+    allow_local: bool,
+    stores: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn ObjectStore>>>,
+}
+
+impl UpstreamFiles {
+    pub fn new(vended: Option<VendedCredentials>, allow_local: bool) -> Self {
+        Self {
+            vended,
+            allow_local,
+            stores: Default::default(),
+        }
+    }
+
+    /// Whether reading `location` needs vended credentials (any remote scheme does).
+    pub fn needs_credentials(location: &str) -> bool {
+        !location.starts_with("file:")
+    }
+
+    pub fn locate(&self, location: &str) -> Result<Located, StorageError> {
+        let invalid = |reason: &str| StorageError::Invalid {
+            location: location.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let url = Url::parse(location).map_err(|e| invalid(&e.to_string()))?;
+        match url.scheme() {
+            "file" => {
+                if !self.allow_local {
+                    return Err(StorageError::NotReadable(
+                        "the upstream's warehouse is a local file:// path, which this server \
+                         reads only when it runs with --allow-insecure-upstreams"
+                            .into(),
+                    ));
+                }
+                let path = url
+                    .to_file_path()
+                    .map_err(|()| invalid("not an absolute file path"))?;
+                let path = Path::from_absolute_path(&path).map_err(|e| invalid(&e.to_string()))?;
+                let store = self.cached("file", || {
+                    Ok(Arc::new(object_store::local::LocalFileSystem::new()))
+                })?;
+                Ok(Located { store, path })
+            }
+            "s3" | "s3a" | "s3n" => {
+                let bucket = url
+                    .host_str()
+                    .filter(|b| !b.is_empty())
+                    .ok_or_else(|| invalid("no bucket"))?
+                    .to_owned();
+                let key = url.path().trim_start_matches('/');
+                let path = Path::parse(percent_decode(key)).map_err(|e| invalid(&e.to_string()))?;
+                let vended = self.vended.as_ref().ok_or_else(|| {
+                    StorageError::NotReadable(
+                        "the table's storage needs credentials and the upstream vends none for it"
+                            .into(),
+                    )
+                })?;
+                if !vended.covers(location) {
+                    return Err(StorageError::NotReadable(format!(
+                        "the credentials the upstream vends do not cover {location}"
+                    )));
+                }
+                let store = self.cached(&format!("s3://{bucket}"), || s3_store(&bucket, vended))?;
+                Ok(Located { store, path })
+            }
+            other => Err(StorageError::NotReadable(format!(
+                "{other}:// storage is not supported by capture (only s3:// and, in local \
+                 development, file://)"
+            ))),
+        }
+    }
+
+    fn cached(
+        &self,
+        key: &str,
+        make: impl FnOnce() -> Result<Arc<dyn ObjectStore>, StorageError>,
+    ) -> Result<Arc<dyn ObjectStore>, StorageError> {
+        let mut stores = self
+            .stores
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(s) = stores.get(key) {
+            return Ok(s.clone());
+        }
+        let s = make()?;
+        stores.insert(key.to_owned(), s.clone());
+        Ok(s)
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("k={}", s.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| s.to_owned())
+}
+
+fn setting<'a>(v: &'a VendedCredentials, keys: &[&str]) -> Option<&'a str> {
+    keys.iter()
+        .find_map(|k| v.settings.get(*k).map(String::as_str))
+        .filter(|s| !s.is_empty())
+}
+
+fn s3_store(bucket: &str, v: &VendedCredentials) -> Result<Arc<dyn ObjectStore>, StorageError> {
+    let StorageCredential::S3 {
+        access_key_id,
+        secret_access_key,
+        session_token,
+    } = &v.credential
+    else {
+        return Err(StorageError::NotReadable(format!(
+            "the upstream vends {} credentials for an s3:// location",
+            v.credential.kind_name()
+        )));
+    };
+    let mut b = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(bucket)
+        .with_access_key_id(access_key_id.expose())
+        .with_secret_access_key(secret_access_key.expose())
+        .with_region(setting(v, &["s3.region", "client.region", "region"]).unwrap_or("us-east-1"));
+    if let Some(t) = session_token {
+        b = b.with_token(t.expose());
+    }
+    if let Some(endpoint) = setting(v, &["s3.endpoint"]) {
+        b = b
+            .with_endpoint(endpoint)
+            .with_allow_http(endpoint.starts_with("http://"))
+            .with_virtual_hosted_style_request(false);
+    }
+    b.build()
+        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map_err(|e| StorageError::NotReadable(format!("cannot open the S3 store: {e}")))
+}
+
+/// Where a catalog's captured state objects are written: the catalog's `warehouse` property
+/// when set, else the host's warehouse root (`file://<root>/<account>/<catalog id>/`, as the
+/// Iceberg endpoint assigns it), below the relative prefix [`CAPTURE_DIR`].
+pub struct CatalogFiles {
+    pub store: Arc<dyn ObjectStore>,
+    pub warehouse: String,
+}
+
+/// The directory of captured state below a catalog's warehouse.
+pub const CAPTURE_DIR: &str = "_flotilla/capture";
+
+impl CatalogFiles {
+    pub fn open(state: &AppState, catalog: &CatalogRecord) -> Result<Self, String> {
+        let uri = match catalog.properties.get("warehouse") {
+            Some(w) => {
+                let w = w.trim();
+                if w.ends_with('/') {
+                    w.to_owned()
+                } else {
+                    format!("{w}/")
+                }
+            }
+            None => match state.index_stores.policy().file_root() {
+                Some(root) => format!(
+                    "file://{}/{}/{}/",
+                    root.trim_end_matches('/'),
+                    catalog.account_id,
+                    catalog.id
+                ),
+                None => {
+                    return Err(
+                        "the target catalog has no \"warehouse\" property to keep captured state in"
+                            .into(),
+                    );
+                }
+            },
+        };
+        let warehouse = Warehouse::parse(&uri).map_err(|e| e.0)?;
+        let store = state
+            .index_stores
+            .open(&warehouse)
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            store,
+            warehouse: uri,
+        })
+    }
+
+    /// The warehouse-relative path of one captured state object.
+    pub fn object_path(relation_id: &str, validation_id: &str) -> String {
+        format!("{CAPTURE_DIR}/{relation_id}/{validation_id}.json")
+    }
+}
