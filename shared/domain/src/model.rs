@@ -60,6 +60,31 @@ pub struct CatalogRecord {
 }
 
 impl CatalogRecord {
+    /// The one rule for where a catalog's table files (and captured state) live: its
+    /// `warehouse` property, as a directory URI (a trailing `/`), else, on a host with a local
+    /// warehouse root (`flotilla serve`), `file://<root>/<account>/<catalog id>/`. `None` when
+    /// neither applies (AWS, no property).
+    pub fn warehouse_uri(&self, local_root: Option<&str>) -> Option<String> {
+        match self.properties.get("warehouse") {
+            Some(w) => {
+                let w = w.trim();
+                Some(if w.ends_with('/') {
+                    w.to_owned()
+                } else {
+                    format!("{w}/")
+                })
+            }
+            None => local_root.map(|root| {
+                format!(
+                    "file://{}/{}/{}/",
+                    root.trim_end_matches('/'),
+                    self.account_id,
+                    self.id
+                )
+            }),
+        }
+    }
+
     pub fn to_api(&self) -> Value {
         json!({
             "id": self.id,

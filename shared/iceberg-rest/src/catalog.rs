@@ -177,27 +177,14 @@ pub fn resolve_warehouse(
     config: &IcebergConfig,
     catalog: &CatalogRecord,
 ) -> IcebergResult<Warehouse> {
-    let uri = match catalog.properties.get("warehouse") {
-        Some(w) => {
-            let w = w.trim();
-            if w.ends_with('/') {
-                w.to_owned()
-            } else {
-                format!("{w}/")
-            }
-        }
-        None => match &config.local_warehouse_root {
-            Some(root) => {
-                let root = root.to_string_lossy();
-                let root = root.trim_end_matches('/');
-                format!("file://{root}/{}/{}/", catalog.account_id, catalog.id)
-            }
-            None => {
-                return Err(IcebergError::bad_request(
-                    "this catalog has no \"warehouse\" property; set one (s3://bucket/prefix) to use the Iceberg endpoint",
-                ));
-            }
-        },
+    let root = config
+        .local_warehouse_root
+        .as_ref()
+        .map(|r| r.to_string_lossy().into_owned());
+    let Some(uri) = catalog.warehouse_uri(root.as_deref()) else {
+        return Err(IcebergError::bad_request(
+            "this catalog has no \"warehouse\" property; set one (s3://bucket/prefix) to use the Iceberg endpoint",
+        ));
     };
     Warehouse::parse(&uri).map_err(|e| {
         IcebergError::bad_request(format!("the catalog's warehouse is not usable: {}", e.0))

@@ -181,29 +181,11 @@ pub const CAPTURE_DIR: &str = "_flotilla/capture";
 
 impl CatalogFiles {
     pub fn open(state: &AppState, catalog: &CatalogRecord) -> Result<Self, String> {
-        let uri = match catalog.properties.get("warehouse") {
-            Some(w) => {
-                let w = w.trim();
-                if w.ends_with('/') {
-                    w.to_owned()
-                } else {
-                    format!("{w}/")
-                }
-            }
-            None => match state.index_stores.policy().file_root() {
-                Some(root) => format!(
-                    "file://{}/{}/{}/",
-                    root.trim_end_matches('/'),
-                    catalog.account_id,
-                    catalog.id
-                ),
-                None => {
-                    return Err(
-                        "the target catalog has no \"warehouse\" property to keep captured state in"
-                            .into(),
-                    );
-                }
-            },
+        let root = state.index_stores.policy().file_root();
+        let Some(uri) = catalog.warehouse_uri(root) else {
+            return Err(
+                "the target catalog has no \"warehouse\" property to keep captured state in".into(),
+            );
         };
         let warehouse = Warehouse::parse(&uri).map_err(|e| e.0)?;
         let store = state
