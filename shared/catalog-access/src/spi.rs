@@ -710,6 +710,34 @@ impl VendedCredentials {
             .as_deref()
             .is_none_or(|p| location_has_prefix(location, p))
     }
+
+    /// The S3 settings of these credentials, read one way for every user (the capture's
+    /// object store, the Iceberg endpoint's engine configuration). Upstreams name the
+    /// region differently: `s3.region`, else `client.region`, else `region`. Empty values
+    /// count as absent.
+    pub fn s3_settings(&self) -> S3Settings {
+        let get = |keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| self.settings.get(*k))
+                .filter(|v| !v.is_empty())
+                .cloned()
+        };
+        S3Settings {
+            region: get(&["s3.region", "client.region", "region"]),
+            endpoint: get(&["s3.endpoint"]),
+            path_style_access: get(&["s3.path-style-access"]),
+        }
+    }
+}
+
+/// Non-secret S3 settings of vended credentials ([`VendedCredentials::s3_settings`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct S3Settings {
+    pub region: Option<String>,
+    /// An S3-compatible endpoint (`http://` only for local emulators).
+    pub endpoint: Option<String>,
+    /// The upstream's `s3.path-style-access` value, as it stated it.
+    pub path_style_access: Option<String>,
 }
 
 /// Whether `location` lies under `prefix`, on a path-segment boundary.

@@ -105,20 +105,16 @@ fn as_vended(v: &VendedCredentials, table_location: &str) -> Option<Vended> {
         return None;
     };
     let mut config: BTreeMap<String, String> = BTreeMap::new();
-    for key in [
-        "s3.endpoint",
-        "s3.region",
-        "client.region",
-        "s3.path-style-access",
-    ] {
-        if let Some(val) = v.settings.get(key) {
-            config.insert(key.to_owned(), val.clone());
-        }
-    }
-    if !config.contains_key("client.region")
-        && let Some(r) = config.get("s3.region").cloned()
-    {
+    let s3 = v.s3_settings();
+    if let Some(r) = s3.region {
+        config.insert("s3.region".into(), r.clone());
         config.insert("client.region".into(), r);
+    }
+    if let Some(e) = s3.endpoint {
+        config.insert("s3.endpoint".into(), e);
+    }
+    if let Some(p) = s3.path_style_access {
+        config.insert("s3.path-style-access".into(), p);
     }
     config.insert("s3.access-key-id".into(), access_key_id.expose().to_owned());
     config.insert(

@@ -59,6 +59,8 @@ pub const ENDPOINTS: &[&str] = &[
 
 /// The Iceberg routes, to merge into the one router (`flotilla_http::router_with`).
 pub fn routes(config: IcebergConfig) -> Router<AppState> {
+    // The token route reads only who answers it, so it depends on `oauth` alone.
+    let exchange = Arc::new(config.token_exchange.clone());
     let config = Arc::new(config);
     let ns = "/iceberg/v1/{prefix}/namespaces";
     let r = Router::new()
@@ -121,6 +123,7 @@ pub fn routes(config: IcebergConfig) -> Router<AppState> {
             post(views::rename_view),
         );
     r.layer(axum::Extension(config))
+        .layer(axum::Extension(exchange))
 }
 
 /// The whole API with the Iceberg endpoint: what both hosts serve.

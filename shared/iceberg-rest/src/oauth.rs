@@ -27,8 +27,6 @@ use base64::Engine;
 use flotilla_services::state::AppState;
 use serde_json::{Value, json};
 
-use crate::catalog::IcebergConfig;
-
 /// The identity provider's token endpoint the `iceberg` Lambda function relays the exchange
 /// to (deployment setting, e.g. a Cognito domain's `/oauth2/token`). Unset: the route tells
 /// engines to send a bearer token instead.
@@ -138,7 +136,8 @@ impl Relay {
         let answer = match sent {
             Ok(answer) => answer,
             Err(e) => {
-                tracing::warn!(error = %without_url(e), "oauth relay: the token endpoint did not answer");
+                // Without the URL: none of its query is secret, but errors stay lean.
+                tracing::warn!(error = %e.without_url(), "oauth relay: the token endpoint did not answer");
                 return oauth_error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "temporarily_unavailable",
@@ -182,11 +181,6 @@ impl Relay {
             }
         }
     }
-}
-
-/// A transport error without the URL's query (none is sent, but keep errors lean).
-fn without_url(e: reqwest::Error) -> reqwest::Error {
-    e.without_url()
 }
 
 async fn read_limited(mut answer: reqwest::Response) -> Option<Vec<u8>> {
@@ -243,7 +237,7 @@ impl ClientCredentials {
 /// `POST /iceberg/v1/oauth/tokens` (client credentials only).
 pub async fn oauth_tokens(
     State(state): State<AppState>,
-    Extension(config): Extension<Arc<IcebergConfig>>,
+    Extension(exchange): Extension<Arc<TokenExchange>>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
@@ -265,7 +259,7 @@ pub async fn oauth_tokens(
             );
         }
     }
-    if let TokenExchange::Unconfigured = config.token_exchange {
+    if let TokenExchange::Unconfigured = *exchange {
         return oauth_error(
             StatusCode::BAD_REQUEST,
             "invalid_request",
@@ -281,7 +275,7 @@ pub async fn oauth_tokens(
             "client credentials are required",
         );
     };
-    match &config.token_exchange {
+    match exchange.as_ref() {
         TokenExchange::Relay(relay) => relay.exchange(&creds).await,
         TokenExchange::Verify | TokenExchange::Unconfigured => verify(&state, &creds.secret),
     }

@@ -131,12 +131,6 @@ fn percent_decode(s: &str) -> String {
         .unwrap_or_else(|| s.to_owned())
 }
 
-fn setting<'a>(v: &'a VendedCredentials, keys: &[&str]) -> Option<&'a str> {
-    keys.iter()
-        .find_map(|k| v.settings.get(*k).map(String::as_str))
-        .filter(|s| !s.is_empty())
-}
-
 fn s3_store(bucket: &str, v: &VendedCredentials) -> Result<Arc<dyn ObjectStore>, StorageError> {
     let StorageCredential::S3 {
         access_key_id,
@@ -149,15 +143,16 @@ fn s3_store(bucket: &str, v: &VendedCredentials) -> Result<Arc<dyn ObjectStore>,
             v.credential.kind_name()
         )));
     };
+    let s3 = v.s3_settings();
     let mut b = object_store::aws::AmazonS3Builder::new()
         .with_bucket_name(bucket)
         .with_access_key_id(access_key_id.expose())
         .with_secret_access_key(secret_access_key.expose())
-        .with_region(setting(v, &["s3.region", "client.region", "region"]).unwrap_or("us-east-1"));
+        .with_region(s3.region.as_deref().unwrap_or("us-east-1"));
     if let Some(t) = session_token {
         b = b.with_token(t.expose());
     }
-    if let Some(endpoint) = setting(v, &["s3.endpoint"]) {
+    if let Some(endpoint) = s3.endpoint.as_deref() {
         b = b
             .with_endpoint(endpoint)
             .with_allow_http(endpoint.starts_with("http://"))

@@ -10,6 +10,7 @@ pub mod index_catalogs;
 pub mod integrations;
 pub mod namespaces;
 pub mod overlays;
+pub mod records;
 pub mod relations;
 pub mod schedule;
 

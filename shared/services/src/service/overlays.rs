@@ -167,7 +167,7 @@ async fn load_integration(
     account: &str,
     id: &str,
 ) -> Result<Versioned<flotilla_domain::model::IntegrationRecord>> {
-    super::integrations::load(store, account, id)
+    super::records::integration(store, account, id)
         .await
         .map_err(|e| match e.kind {
             ErrorKind::NotFound => {

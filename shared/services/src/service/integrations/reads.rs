@@ -2,16 +2,9 @@
 
 use super::*;
 
-pub async fn load(
-    store: &dyn Metastore,
-    account: &str,
-    id: &str,
-) -> Result<Versioned<IntegrationRecord>> {
-    validate_resource_id(id).map_err(|_| Error::not_found("integration"))?;
-    read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong)
-        .await?
-        .ok_or_else(|| Error::not_found("integration"))
-}
+/// An integration by id (the read lives in `service::records`, below the overlay service
+/// that also needs it).
+pub use crate::service::records::integration as load;
 
 pub async fn get(state: &AppState, account: &str, id: &str) -> Result<Value> {
     Ok(load(state.store.as_ref(), account, id)
