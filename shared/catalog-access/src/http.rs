@@ -39,7 +39,7 @@ use flotilla_telemetry::catalog;
 use tracing::Instrument as _;
 
 use crate::error::{BoundedText, CatalogAccessError, Result};
-use crate::spi::CatalogProtocol;
+use crate::protocol::CatalogProtocol;
 
 /// Which upstream addresses may be contacted.
 ///

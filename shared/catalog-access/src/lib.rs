@@ -12,6 +12,8 @@ pub mod factory;
 pub mod field_ids;
 pub mod http;
 pub mod iceberg_rest;
+pub mod protocol;
+pub mod secret;
 pub mod sigv4;
 pub mod spi;
 pub mod unity;

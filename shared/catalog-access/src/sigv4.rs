@@ -36,7 +36,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::error::{BoundedText, CatalogAccessError, Result};
-use crate::spi::SecretString;
+use crate::secret::SecretString;
 
 /// Renew temporary keys this long before they expire (capped at half their lifetime).
 pub const AWS_RENEW_MARGIN: Duration = Duration::from_secs(300);

@@ -23,50 +23,8 @@ use url::Url;
 
 pub use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
 pub use crate::http::HttpPolicy;
-
-/// Which catalog API an integration speaks. It identifies the access protocol, not the
-/// format of the tables behind it (a Unity catalog serves Delta and Iceberg tables alike).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum CatalogProtocol {
-    /// Apache Iceberg REST catalog.
-    IcebergRest,
-    /// Unity Catalog OSS REST API.
-    Unity,
-    /// Delta Sharing protocol.
-    DeltaSharing,
-}
-
-impl CatalogProtocol {
-    /// Stable wire name, e.g. `ICEBERG_REST`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::IcebergRest => "ICEBERG_REST",
-            Self::Unity => "UNITY",
-            Self::DeltaSharing => "DELTA_SHARING",
-        }
-    }
-}
-
-impl fmt::Display for CatalogProtocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for CatalogProtocol {
-    type Err = CatalogAccessError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "ICEBERG_REST" => Ok(Self::IcebergRest),
-            "UNITY" => Ok(Self::Unity),
-            "DELTA_SHARING" => Ok(Self::DeltaSharing),
-            other => Err(CatalogAccessError::config(format!(
-                "unknown catalog protocol `{other}`"
-            ))),
-        }
-    }
-}
+pub use crate::protocol::CatalogProtocol;
+pub use crate::secret::SecretString;
 
 // ---------------------------------------------------------------------------------------
 // Connection configuration
@@ -311,52 +269,6 @@ impl CatalogAuthentication {
             Self::AwsAssumeRole { .. } => "AWS_ASSUME_ROLE",
             Self::AwsAccessKeys { .. } => "AWS_ACCESS_KEYS",
         }
-    }
-}
-
-/// A secret string: `Debug` and `Display` print `***`, no `Serialize`. Zeroizing on drop
-/// is not attempted (the process is short-lived and the value passes through HTTP stacks).
-#[derive(Clone, PartialEq, Eq)]
-pub struct SecretString(String);
-
-impl SecretString {
-    /// Wraps a secret.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret value; call only where it is put on the wire.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether the secret is empty (an incomplete credential).
-    pub fn is_empty(&self) -> bool {
-        self.0.trim().is_empty()
-    }
-}
-
-impl fmt::Debug for SecretString {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl fmt::Display for SecretString {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl From<&str> for SecretString {
-    fn from(s: &str) -> Self {
-        Self::new(s)
-    }
-}
-
-impl From<String> for SecretString {
-    fn from(s: String) -> Self {
-        Self::new(s)
     }
 }
 
