@@ -4,9 +4,11 @@
 //! (`service`) and upstream access (`access`: connecting integrations, the session cache,
 //! validation and upstream listings).
 
+#[cfg(feature = "upstream")]
 pub mod access;
 pub mod auth;
 pub mod service;
+#[cfg(feature = "upstream")]
 pub mod sessions;
 pub mod signing;
 pub mod state;

@@ -80,12 +80,15 @@ pub struct AppState {
     /// (`service::index_catalogs::warehouse_stores_from_env`); tests inject faults.
     #[cfg(feature = "index-catalogs")]
     pub index_stores: Arc<dyn flotilla_parqdb::store::WarehouseStores>,
+    #[cfg(feature = "upstream")]
     /// Catalog-access providers by protocol (the `access` module connects integrations through
     /// it); tests swap in decorated providers with [`AppState::with_catalog_access`].
     pub catalog_access: Arc<flotilla_catalog_access::CatalogClientFactory>,
+    #[cfg(feature = "upstream")]
     /// Connected upstream clients (with their OAuth tokens, assumed-role sessions and vended
     /// credentials) per integration and generation, for the life of the process.
     pub sessions: Arc<crate::sessions::SessionCache>,
+    #[cfg(feature = "upstream")]
     /// The deployment's own AWS identity and endpoints (the standard SDK configuration),
     /// which assume-role and ambient integrations sign with.
     pub aws: Arc<flotilla_catalog_access::sigv4::AwsDeployment>,
@@ -115,14 +118,18 @@ impl AppState {
             directory,
             #[cfg(feature = "index-catalogs")]
             index_stores: Arc::new(flotilla_parqdb::store::DefaultWarehouseStores::new()),
+            #[cfg(feature = "upstream")]
             catalog_access: Arc::new(
                 flotilla_catalog_access::CatalogClientFactory::with_builtin_providers(),
             ),
+            #[cfg(feature = "upstream")]
             sessions: Arc::new(crate::sessions::SessionCache::default()),
+            #[cfg(feature = "upstream")]
             aws: Arc::new(flotilla_catalog_access::sigv4::AwsDeployment::from_environment()),
         }
     }
 
+    #[cfg(feature = "upstream")]
     /// Another AWS configuration for the deployment's own identity (tests that need a second
     /// identity); drops every cached session.
     pub fn with_aws(mut self, aws: Arc<flotilla_catalog_access::sigv4::AwsDeployment>) -> Self {
@@ -131,6 +138,7 @@ impl AppState {
         self
     }
 
+    #[cfg(feature = "upstream")]
     pub fn with_catalog_access(
         mut self,
         factory: Arc<flotilla_catalog_access::CatalogClientFactory>,

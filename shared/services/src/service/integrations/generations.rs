@@ -2,10 +2,6 @@
 
 use super::*;
 
-pub(super) fn secret_ref(account: &str, integration: &str, generation: u64) -> Result<SecretRef> {
-    SecretRef::new(account, integration, generation).map_err(|e| Error::internal(e.to_string()))
-}
-
 /// How many generation numbers one prepare tries. A taken number makes the next attempt jump
 /// past every generation a record or stored secret holds ([`next_candidate`]), so leftovers
 /// awaiting the sweep cost one attempt in all; only concurrent writers can use up the rest.
@@ -16,18 +12,13 @@ pub(super) const GENERATION_ATTEMPTS: u32 = 64;
 /// the record (bumping its version) makes that publication fail definitely.
 pub(super) const RECORD_VERSION: u64 = 1;
 
-pub(super) fn record_key(
-    account: &str,
-    integration: &str,
-    generation: u64,
-) -> flotilla_metastore::Key {
-    keys::credential_generation(account, integration, generation)
-}
-
 /// The op a publishing transaction carries for the generation it publishes: the record must
 /// still be the one this operation created (not claimed by a sweep), and it goes.
 pub(super) fn publish_record_op(account: &str, integration: &str, generation: u64) -> Op {
-    Op::delete_at(record_key(account, integration, generation), RECORD_VERSION)
+    Op::delete_at(
+        keys::credential_generation(account, integration, generation),
+        RECORD_VERSION,
+    )
 }
 
 /// Steps 1 and 2: create the durable record (put-if-absent: whoever creates it owns the
@@ -52,7 +43,7 @@ pub(super) async fn prepare_generation(
             created_ms: state.clock.now_ms(),
         };
         let create = Transaction::new().with(Op::create(
-            record_key(account, integration, generation),
+            keys::credential_generation(account, integration, generation),
             to_body(&rec)?,
         ));
         match store.transact(create).await {
@@ -75,7 +66,7 @@ pub(super) async fn prepare_generation(
                     // Definitely nothing stored: release the record.
                     let _ = store
                         .transact(Transaction::new().with(Op::delete_at(
-                            record_key(account, integration, generation),
+                            keys::credential_generation(account, integration, generation),
                             RECORD_VERSION,
                         )))
                         .await;
@@ -129,7 +120,7 @@ pub(super) async fn still_owned(
     Ok(state
         .store
         .get(
-            &record_key(account, integration, generation),
+            &keys::credential_generation(account, integration, generation),
             Consistency::Strong,
         )
         .await?
@@ -151,7 +142,7 @@ pub(super) async fn discard_prepared(
         let _ = state
             .store
             .transact(Transaction::new().with(Op::delete_at(
-                record_key(account, integration, generation),
+                keys::credential_generation(account, integration, generation),
                 RECORD_VERSION,
             )))
             .await;
@@ -198,11 +189,13 @@ pub(super) async fn retire_generation(
     {
         let _ = state
             .store
-            .transact(Transaction::new().with(Op::delete(record_key(
-                account,
-                integration,
-                generation,
-            ))))
+            .transact(
+                Transaction::new().with(Op::delete(keys::credential_generation(
+                    account,
+                    integration,
+                    generation,
+                ))),
+            )
             .await;
     }
 }
@@ -224,7 +217,7 @@ pub(super) fn retiring_ops(
                 created_ms: state.clock.now_ms(),
             };
             Ok(Op::put(
-                record_key(account, integration, *g),
+                keys::credential_generation(account, integration, *g),
                 to_body(&rec)?,
             ))
         })

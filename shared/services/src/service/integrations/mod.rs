@@ -19,44 +19,68 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "upstream")]
 use flotilla_catalog_access::http::AddressPolicy;
+#[cfg(feature = "upstream")]
 use flotilla_catalog_access::spi::{CatalogConnectionConfig, is_secret_key};
 use flotilla_domain::keys;
 use flotilla_domain::model::{
-    AuthConfig, CredentialGenerationRecord, IntegrationRecord, IntegrationType, NameIndexRecord,
-    etag_for,
+    AuthConfig, CredentialGenerationRecord, IntegrationRecord, IntegrationType, etag_for,
 };
-use flotilla_domain::names::{validate_display_name, validate_resource_id};
-use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
-use flotilla_secrets::{PutOutcome, SecretBytes, SecretRef};
+use flotilla_domain::names::validate_resource_id;
+use flotilla_metastore::{Condition, Consistency, Op, Transaction};
+use flotilla_secrets::SecretRef;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::{
-    GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guard_error,
-    account_guards, backoff, check_if_match, guard_state, guarded_delete, read, to_body,
+    GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, backoff, check_if_match,
+    guard_state, guarded_delete, read, to_body,
 };
-use super::{OnConflict, delete_items, strong_scan};
+use super::{delete_items, strong_scan};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
+// What only the integration writes use (`create`, `patch`, `generations`).
+#[cfg(feature = "upstream")]
+use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
+#[cfg(feature = "upstream")]
+use super::{OnConflict, account_guard_error, account_guards};
+#[cfg(feature = "upstream")]
+use flotilla_domain::model::NameIndexRecord;
+#[cfg(feature = "upstream")]
+use flotilla_domain::names::validate_display_name;
+#[cfg(feature = "upstream")]
+use flotilla_metastore::Metastore;
+#[cfg(feature = "upstream")]
+use flotilla_secrets::{PutOutcome, SecretBytes};
+#[cfg(feature = "upstream")]
+use serde_json::Map;
 
+// Integration writes check a connection's address and properties: hosts with upstream access.
+#[cfg(feature = "upstream")]
 mod create;
 mod delete;
+#[cfg(feature = "upstream")]
 mod generations;
+#[cfg(feature = "upstream")]
 mod patch;
 mod reads;
 mod scheduled;
 mod sweep;
+#[cfg(feature = "upstream")]
 mod validation;
 
+#[cfg(feature = "upstream")]
 pub use create::*;
 pub use delete::*;
+#[cfg(feature = "upstream")]
 use generations::*;
+#[cfg(feature = "upstream")]
 pub use patch::*;
 pub use reads::*;
 pub use scheduled::*;
 pub use sweep::*;
+#[cfg(feature = "upstream")]
 pub use validation::*;
 
 /// Write-only credential fields accepted on create and rotation.
@@ -133,4 +157,9 @@ pub fn fingerprint_body(canonical: &[u8]) -> Vec<u8> {
         }
         _ => canonical.to_vec(),
     }
+}
+
+/// Where a credential generation's secret lives in the credential store.
+fn secret_ref(account: &str, integration: &str, generation: u64) -> Result<SecretRef> {
+    SecretRef::new(account, integration, generation).map_err(|e| Error::internal(e.to_string()))
 }

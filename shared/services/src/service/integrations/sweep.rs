@@ -87,7 +87,7 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> Result<S
     {
         let recorded = store
             .get(
-                &record_key(account, &r.integration_id, r.credential_generation),
+                &keys::credential_generation(account, &r.integration_id, r.credential_generation),
                 Consistency::Strong,
             )
             .await?
