@@ -85,8 +85,9 @@ struct DeltaSnapshot {
 enum Short {
     /// At the captured version: nothing more to read, nothing to write.
     Unchanged,
-    /// Not capturable or not readable through Flotilla (recorded with the reason).
-    NotReadable(String),
+    /// Not capturable or not readable through Flotilla (recorded with the reason, and the
+    /// version and its metadata location when they are known).
+    NotReadable(String, Option<(i64, String)>),
     /// The table's own log or listing cannot be interpreted: one error against it.
     Corrupt { location: String, message: String },
     /// Transient: retry.
@@ -96,9 +97,9 @@ enum Short {
 impl From<ReadError> for Short {
     fn from(e: ReadError) -> Self {
         match e {
-            ReadError::Storage(StorageError::NotReadable(r)) => Short::NotReadable(r),
+            ReadError::Storage(StorageError::NotReadable(r)) => Short::NotReadable(r, None),
             ReadError::Storage(e @ StorageError::Invalid { .. }) => {
-                Short::NotReadable(e.to_string())
+                Short::NotReadable(e.to_string(), None)
             }
             e @ ReadError::Unavailable { .. } => Short::Failed(TableError::Failed {
                 retryable: true,
@@ -182,7 +183,28 @@ impl Job<'_> {
                 });
             }
             Err(Short::Failed(e)) => return Err(e),
-            Err(Short::NotReadable(reason)) => {
+            Err(Short::NotReadable(reason, version)) => {
+                if let Some((v, location)) = version {
+                    pointer.snapshot_id = Some(v);
+                    pointer.metadata_location = location;
+                }
+                // Not readable again for the same reason at the same version: nothing to
+                // publish (a revalidation publishes anyway).
+                if !self.opts.revalidate
+                    && let Some(p) = previous
+                    && p.format == DELTA
+                    && p.validation == ValidationState::NotReadable
+                    && p.reason.as_deref() == Some(reason.as_str())
+                    && p.snapshot_id == pointer.snapshot_id
+                {
+                    return Ok(Published {
+                        unchanged: true,
+                        state: ValidationState::NotReadable,
+                        files: 0,
+                        validated: 0,
+                        errors: 0,
+                    });
+                }
                 pointer.validation = ValidationState::NotReadable;
                 pointer.reason = Some(reason);
             }
@@ -260,6 +282,7 @@ impl Job<'_> {
         let Some(location) = rel.location.clone() else {
             return Err(Short::NotReadable(
                 "the upstream states no storage location for the table".into(),
+                None,
             ));
         };
         let vended = if UpstreamFiles::needs_credentials(&location) {
@@ -272,9 +295,10 @@ impl Job<'_> {
                     }));
                 }
                 Err(e) => {
-                    return Err(Short::NotReadable(format!(
-                        "the upstream vends no storage credentials for the table ({e})"
-                    )));
+                    return Err(Short::NotReadable(
+                        format!("the upstream vends no storage credentials for the table ({e})"),
+                        None,
+                    ));
                 }
             }
         } else {
@@ -287,15 +311,19 @@ impl Job<'_> {
         }
         let snap = log::replay(&upstream, &location, &tip, self.opts.max_files).await?;
         let (columns, partition_columns, schema) = table_schema(&snap.metadata, &location)?;
+        let at = Some((snap.version, log::commit_location(&location, snap.version)));
         if let Some(reason) = check::unsupported(&snap.protocol, &snap.metadata) {
-            return Err(Short::NotReadable(format!("not capturable: {reason}")));
+            return Err(Short::NotReadable(format!("not capturable: {reason}"), at));
         }
         if let Some(f) = snap.files.iter().find(|f| f.deletion_vector) {
-            return Err(Short::NotReadable(format!(
-                "not capturable: the live file {} carries a deletion vector (the Delta \
-                 protocol feature deletionVectors is not supported on live files)",
-                f.path
-            )));
+            return Err(Short::NotReadable(
+                format!(
+                    "not capturable: the live file {} carries a deletion vector (the Delta \
+                     protocol feature deletionVectors is not supported on live files)",
+                    f.path
+                ),
+                at,
+            ));
         }
         let files = snap
             .files
@@ -356,7 +384,10 @@ impl Job<'_> {
                     reason: format!("the table query failed: {e}"),
                 })
             } else {
-                Short::NotReadable(format!("the sharing server lists no files for it ({e})"))
+                Short::NotReadable(
+                    format!("the sharing server lists no files for it ({e})"),
+                    None,
+                )
             }
         })?;
         if captured_version == Some(listing.version) {
@@ -368,14 +399,18 @@ impl Job<'_> {
             listing.version
         );
         let (columns, partition_columns, schema) = table_schema(&listing.metadata, &token)?;
+        let at = Some((listing.version, token.clone()));
         if let Some(reason) = check::unsupported(&listing.protocol, &listing.metadata) {
-            return Err(Short::NotReadable(format!("not capturable: {reason}")));
+            return Err(Short::NotReadable(format!("not capturable: {reason}"), at));
         }
         if let Some(f) = listing.files.iter().find(|f| f.deletion_vector) {
-            return Err(Short::NotReadable(format!(
-                "not capturable: the shared file {} carries a deletion vector",
-                f.id
-            )));
+            return Err(Short::NotReadable(
+                format!(
+                    "not capturable: the shared file {} carries a deletion vector",
+                    f.id
+                ),
+                at,
+            ));
         }
         if listing.files.len() > self.opts.max_files {
             return Err(Short::Corrupt {
