@@ -287,7 +287,17 @@ impl Job<'_> {
         };
         let vended = if UpstreamFiles::needs_credentials(&location) {
             match client.vend_storage_credentials(ns, name).await {
-                Ok(v) => Some(v),
+                Ok(mut v) => {
+                    // The integration's S3 endpoint and region win over what the upstream
+                    // states (Unity states none), as in integration validation.
+                    let props = &self.plan.observed.integration.properties;
+                    for key in ["s3.endpoint", "s3.region"] {
+                        if let Some(value) = props.get(key).filter(|s| !s.trim().is_empty()) {
+                            v.settings.insert(key.to_owned(), value.trim().to_owned());
+                        }
+                    }
+                    Some(v)
+                }
                 Err(e) if e.is_retryable() => {
                     return Err(Short::Failed(TableError::Failed {
                         retryable: true,
