@@ -89,7 +89,11 @@ impl DeltaTable {
     }
 
     fn new_file(&mut self, rows: usize) -> Value {
-        let name = format!("part-{:05}-{}.snappy.parquet", self.next_id, uuid::Uuid::new_v4());
+        let name = format!(
+            "part-{:05}-{}.snappy.parquet",
+            self.next_id,
+            uuid::Uuid::new_v4()
+        );
         let first = self.next_id * 1000;
         self.next_id += 1;
         let size = write_parquet(&self.root.join(&name), first, rows);
@@ -176,12 +180,9 @@ impl DeltaTable {
             .join("_delta_log")
             .join(format!("{:020}.checkpoint.parquet", self.version));
         let file = std::fs::File::create(&path).expect("create checkpoint");
-        let mut w = SerializedFileWriter::new(
-            file,
-            schema,
-            Arc::new(WriterProperties::builder().build()),
-        )
-        .expect("checkpoint writer");
+        let mut w =
+            SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::builder().build()))
+                .expect("checkpoint writer");
         let mut rg = w.next_row_group().expect("row group");
         let bytes = |v: Vec<String>| -> Vec<ByteArray> {
             v.iter().map(|s| ByteArray::from(s.as_str())).collect()

@@ -800,18 +800,9 @@ async fn handle(
                 "temporary-table-credentials",
             ],
         ) => credentials(inner, share, schema, table, &body),
-        (
-            Method::POST,
-            [
-                "shares",
-                share,
-                "schemas",
-                schema,
-                "tables",
-                table,
-                "query",
-            ],
-        ) => query_files(inner, share, schema, table, &headers),
+        (Method::POST, ["shares", share, "schemas", schema, "tables", table, "query"]) => {
+            query_files(inner, share, schema, table, &headers)
+        }
         _ => error(
             StatusCode::NOT_FOUND,
             "RESOURCE_DOES_NOT_EXIST",
@@ -1153,7 +1144,12 @@ fn query_files(
 
 /// `GET {prefix}/_files/{id}?sig=...`: a presigned file read, whole or ranged (`Range:
 /// bytes=a-b`, answered `206`).
-fn serve_file(inner: &Inner, id: &str, query: &[(String, String)], headers: &HeaderMap) -> Response {
+fn serve_file(
+    inner: &Inner,
+    id: &str,
+    query: &[(String, String)],
+    headers: &HeaderMap,
+) -> Response {
     if param(query, "sig") != Some(signature(id).as_str()) {
         return (StatusCode::FORBIDDEN, "bad signature").into_response();
     }

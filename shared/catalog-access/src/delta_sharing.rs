@@ -682,7 +682,6 @@ impl CatalogClient for DeltaSharingClient {
     }
 }
 
-
 // ---------------------------------------------------------------------------------------
 // Delta Sharing parsing
 // ---------------------------------------------------------------------------------------
@@ -888,7 +887,8 @@ fn parse_query_ndjson(body: &[u8], version: Option<i64>) -> Result<DeltaFileList
     }
     let protocol =
         protocol.ok_or_else(|| CatalogAccessError::protocol("protocol", "no protocol line"))?;
-    let metadata = meta.ok_or_else(|| CatalogAccessError::protocol("metaData", "no metaData line"))?;
+    let metadata =
+        meta.ok_or_else(|| CatalogAccessError::protocol("metaData", "no metaData line"))?;
     let version = version
         .or_else(|| metadata.get("version").and_then(Value::as_i64))
         .ok_or_else(|| {

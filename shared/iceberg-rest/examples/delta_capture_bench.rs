@@ -22,7 +22,9 @@ use flotilla_metastore::{
     Consistency, DynMetastore, Item, Key, Metastore, MetastoreError, Page, Query, Transaction,
 };
 use flotilla_testkit::delta_files::DeltaTable;
-use flotilla_testkit::unity_fixture::{DEFAULT_BEARER_TOKEN, UnityColumn, UnityFixture, UnityTable};
+use flotilla_testkit::unity_fixture::{
+    DEFAULT_BEARER_TOKEN, UnityColumn, UnityFixture, UnityTable,
+};
 use serde_json::{Value, json};
 
 const OPERATOR: &str = "bench-operator-token";

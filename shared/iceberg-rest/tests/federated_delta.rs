@@ -23,7 +23,9 @@ use flotilla_testkit::delta_files::{DeltaTable, schema_string};
 use flotilla_testkit::delta_sharing_fixture::{
     DEFAULT_RECIPIENT_TOKEN, DeltaSharingFixture, SharingFile, SharingTable,
 };
-use flotilla_testkit::unity_fixture::{DEFAULT_BEARER_TOKEN, UnityColumn, UnityFixture, UnityTable};
+use flotilla_testkit::unity_fixture::{
+    DEFAULT_BEARER_TOKEN, UnityColumn, UnityFixture, UnityTable,
+};
 use serde_json::{Value, json};
 
 const OPERATOR: &str = "delta-operator-token";
@@ -333,14 +335,23 @@ async fn unity_delta_tables_are_captured_from_their_log_validated_and_not_served
 
     let s = env.capture(&overlay, false).await;
     assert_eq!(
-        (s.captured, s.invalid, s.not_readable, s.files, s.files_validated),
+        (
+            s.captured,
+            s.invalid,
+            s.not_readable,
+            s.files,
+            s.files_validated
+        ),
         (2, 0, 1, 3, 3),
         "{s:?}"
     );
     let (_, v) = env.get(&validation).await;
     assert_eq!(v["state"], "VALID", "{v}");
     assert_eq!(v["visible"], true);
-    assert_eq!((v["files"].clone(), v["records"].clone()), (json!(3), json!(18)));
+    assert_eq!(
+        (v["files"].clone(), v["records"].clone()),
+        (json!(3), json!(18))
+    );
     assert_eq!(v["snapshot_id"], 3, "the Delta version");
     assert_eq!(
         v["metadata_location"],
@@ -386,7 +397,10 @@ async fn unity_delta_tables_are_captured_from_their_log_validated_and_not_served
     assert!(msg.contains("NOT_SERVED") && msg.contains("DELTA"), "{v}");
     assert_eq!(v["error"]["type"], "NoSuchTableException", "{v}");
     let (_, v) = env
-        .get(&format!("/iceberg/v1/{}/namespaces/sales/tables", env.prefix))
+        .get(&format!(
+            "/iceberg/v1/{}/namespaces/sales/tables",
+            env.prefix
+        ))
         .await;
     assert_eq!(v["identifiers"], json!([]), "{v}");
 
@@ -401,7 +415,10 @@ async fn unity_delta_tables_are_captured_from_their_log_validated_and_not_served
     let s = env.capture(&overlay, true).await;
     assert_eq!((s.invalid, s.file_errors), (1, 1), "{s:?}");
     let (_, v) = env.get(&validation).await;
-    assert_eq!((v["state"].clone(), v["visible"].clone()), (json!("INVALID"), json!(false)));
+    assert_eq!(
+        (v["state"].clone(), v["visible"].clone()),
+        (json!("INVALID"), json!(false))
+    );
     let bad_path = v["validation_errors"][0]["file_path"].as_str().unwrap();
     assert!(bad_path.ends_with(&orders.files[0].path), "{v}");
     let (_, v) = env
@@ -449,7 +466,10 @@ async fn unity_delta_tables_are_captured_from_their_log_validated_and_not_served
     let s = env.capture(&overlay, false).await;
     assert_eq!((s.captured, s.unchanged), (1, 1), "{s:?}");
     let (_, v) = env.get(&validation).await;
-    assert_eq!((v["snapshot_id"].clone(), v["records"].clone()), (json!(4), json!(25)));
+    assert_eq!(
+        (v["snapshot_id"].clone(), v["records"].clone()),
+        (json!(4), json!(25))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,11 +506,18 @@ async fn delta_sharing_tables_are_captured_from_the_table_query_and_validated_by
     let validation = env.validation("sales%1Fretail", "orders");
     let (_, v) = env.get(&validation).await;
     assert_eq!(v["state"], "VALID", "{v}");
-    assert_eq!((v["snapshot_id"].clone(), v["records"].clone()), (json!(3), json!(12)));
+    assert_eq!(
+        (v["snapshot_id"].clone(), v["records"].clone()),
+        (json!(3), json!(12))
+    );
     let captured = env.captured(&["sales", "retail"], "orders").await;
     assert_eq!(captured.format, "DELTA");
     for f in &captured.files {
-        assert!(!f.path.contains("sig="), "no presigned signature is stored: {}", f.path);
+        assert!(
+            !f.path.contains("sig="),
+            "no presigned signature is stored: {}",
+            f.path
+        );
         assert!(f.path.contains("/_files/"), "{}", f.path);
     }
     // Footers were read with ranged requests, without the recipient token.
@@ -501,7 +528,12 @@ async fn delta_sharing_tables_are_captured_from_the_table_query_and_validated_by
         .collect();
     assert!(!file_reads.is_empty());
     for r in &file_reads {
-        assert!(r.headers.get("range").is_some_and(|v| v.starts_with("bytes=")), "{r:?}");
+        assert!(
+            r.headers
+                .get("range")
+                .is_some_and(|v| v.starts_with("bytes=")),
+            "{r:?}"
+        );
         assert!(!r.headers.contains_key("authorization"), "{r:?}");
         assert_eq!(r.status, Some(206), "{r:?}");
     }
@@ -519,7 +551,10 @@ async fn delta_sharing_tables_are_captured_from_the_table_query_and_validated_by
     let s = env.capture(&overlay, true).await;
     assert_eq!((s.invalid, s.file_errors), (1, 1), "{s:?}");
     let (_, v) = env.get(&validation).await;
-    assert_eq!((v["state"].clone(), v["visible"].clone()), (json!("INVALID"), json!(false)));
+    assert_eq!(
+        (v["state"].clone(), v["visible"].clone()),
+        (json!("INVALID"), json!(false))
+    );
     assert!(
         v["validation_errors"][0]["message"]
             .as_str()
@@ -552,7 +587,10 @@ async fn delta_sharing_tables_are_captured_from_the_table_query_and_validated_by
     let s = env.capture(&overlay, false).await;
     assert_eq!((s.captured, s.file_errors, s.files), (1, 0, 3), "{s:?}");
     let (_, v) = env.get(&validation).await;
-    assert_eq!((v["state"].clone(), v["records"].clone()), (json!("VALID"), json!(18)));
+    assert_eq!(
+        (v["state"].clone(), v["records"].clone()),
+        (json!("VALID"), json!(18))
+    );
 
     // Not served by the Iceberg endpoint.
     let (s, v) = env
@@ -563,7 +601,10 @@ async fn delta_sharing_tables_are_captured_from_the_table_query_and_validated_by
         .await;
     assert_eq!(s, 404, "{v}");
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("NOT_SERVED"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("NOT_SERVED"),
         "{v}"
     );
 }
@@ -581,7 +622,9 @@ async fn upload(s3: &dyn object_store::ObjectStore, root: &std::path::Path, pref
             }
             let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_owned();
             let key = object_store::path::Path::parse(format!("{prefix}/{rel}")).unwrap();
-            s3.put(&key, std::fs::read(&p).unwrap().into()).await.unwrap();
+            s3.put(&key, std::fs::read(&p).unwrap().into())
+                .await
+                .unwrap();
         }
     }
 }
@@ -591,9 +634,8 @@ async fn upload(s3: &dyn object_store::ObjectStore, root: &std::path::Path, pref
 /// S3 endpoint), captured and validated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unity_delta_tables_on_s3_are_read_with_the_credentials_unity_vends() {
-    let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT").expect(
-        "FLOTILLA_MOTO_ENDPOINT is not set: this test needs moto S3 (scripts/test.sh)",
-    );
+    let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT")
+        .expect("FLOTILLA_MOTO_ENDPOINT is not set: this test needs moto S3 (scripts/test.sh)");
     let bucket = "flotilla-delta-capture";
     let r = reqwest::Client::new()
         .put(format!("{moto}/{bucket}"))
@@ -637,13 +679,20 @@ async fn unity_delta_tables_on_s3_are_read_with_the_credentials_unity_vends() {
         )
         .await;
     let s = env.capture(&overlay, false).await;
-    assert_eq!((s.captured, s.invalid, s.not_readable, s.files), (1, 0, 0, 3), "{s:?}");
+    assert_eq!(
+        (s.captured, s.invalid, s.not_readable, s.files),
+        (1, 0, 0, 3),
+        "{s:?}"
+    );
     let vended = uc.vended();
     assert!(!vended.is_empty(), "credentials were vended for the table");
     assert_eq!(vended[0].operation, "READ");
     assert_eq!(vended[0].url, location);
     let (_, v) = env.get(&env.validation("sales", "orders")).await;
-    assert_eq!((v["state"].clone(), v["records"].clone()), (json!("VALID"), json!(10)));
+    assert_eq!(
+        (v["state"].clone(), v["records"].clone()),
+        (json!("VALID"), json!(10))
+    );
     assert_eq!(
         v["metadata_location"],
         json!(format!("{location}/_delta_log/00000000000000000001.json"))

@@ -282,7 +282,8 @@ mod tests {
     fn unsupported_features_are_named() {
         let md = json!({"format": {"provider": "parquet"}, "configuration": {}});
         assert_eq!(unsupported(&json!({"minReaderVersion": 1}), &md), None);
-        let p = json!({"minReaderVersion": 3, "readerFeatures": ["deletionVectors", "v2Checkpoint"]});
+        let p =
+            json!({"minReaderVersion": 3, "readerFeatures": ["deletionVectors", "v2Checkpoint"]});
         assert!(unsupported(&p, &md).unwrap().contains("v2Checkpoint"));
         let named = json!({"configuration": {"delta.columnMapping.mode": "name"}});
         assert!(
@@ -304,7 +305,9 @@ mod tests {
         .unwrap();
         let ids = field_ids(&json!({"fields": [{"id": 7, "name": "id"}]}));
         let (n, s) = parse_stats(
-            Some(r#"{"numRecords":3,"minValues":{"id":1,"name":"a"},"maxValues":{"id":3},"nullCount":{"id":0,"name":1}}"#),
+            Some(
+                r#"{"numRecords":3,"minValues":{"id":1,"name":"a"},"maxValues":{"id":3},"nullCount":{"id":0,"name":1}}"#,
+            ),
             &cols,
             &ids,
         );

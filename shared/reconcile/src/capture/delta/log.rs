@@ -186,7 +186,8 @@ pub async fn replay(
                 .get_row_iter(None)
                 .map_err(|e| corrupt(&location, format!("unreadable checkpoint: {e}")))?;
             for row in rows {
-                let row = row.map_err(|e| corrupt(&location, format!("unreadable checkpoint: {e}")))?;
+                let row =
+                    row.map_err(|e| corrupt(&location, format!("unreadable checkpoint: {e}")))?;
                 for (name, field) in row.get_column_iter() {
                     if matches!(field, Field::Null) {
                         continue;
@@ -196,8 +197,9 @@ pub async fn replay(
                         "metaData" => metadata = checkpoint_metadata(field),
                         "add" => {
                             if let Field::Group(g) = field {
-                                let add = checkpoint_add(g)
-                                    .ok_or_else(|| corrupt(&location, "an add without path or size"))?;
+                                let add = checkpoint_add(g).ok_or_else(|| {
+                                    corrupt(&location, "an add without path or size")
+                                })?;
                                 live.insert(add.path.clone(), add);
                             }
                         }
@@ -226,7 +228,10 @@ pub async fn replay(
             }
             if let Some(a) = v.get("add") {
                 let add = json_add(a).ok_or_else(|| {
-                    corrupt(&location, format!("line {}: an add without path or size", n + 1))
+                    corrupt(
+                        &location,
+                        format!("line {}: an add without path or size", n + 1),
+                    )
                 })?;
                 live.insert(add.path.clone(), add);
             }
@@ -373,8 +378,10 @@ mod tests {
             json!({"metaData": {"id": "m", "format": {"provider": "parquet"},
                 "schemaString": s, "partitionColumns": [], "configuration": {}}})
         };
-        let add = |p: &str| json!({"add": {"path": p, "size": 10, "partitionValues": {},
-            "modificationTime": 0, "dataChange": true, "stats": "{\"numRecords\":1}"}});
+        let add = |p: &str| {
+            json!({"add": {"path": p, "size": 10, "partitionValues": {},
+            "modificationTime": 0, "dataChange": true, "stats": "{\"numRecords\":1}"}})
+        };
         write(
             &root,
             &format!("{:020}.json", 0),
@@ -391,7 +398,10 @@ mod tests {
         );
         let files = UpstreamFiles::new(None, true);
         let t = tip(&files, &location).await.unwrap();
-        assert_eq!((t.version, t.checkpoint.clone(), t.commits.len()), (1, None, 2));
+        assert_eq!(
+            (t.version, t.checkpoint.clone(), t.commits.len()),
+            (1, None, 2)
+        );
         let s = replay(&files, &location, &t, 100).await.unwrap();
         assert_eq!(s.metadata["schemaString"], "b");
         let paths: Vec<&str> = s.files.iter().map(|f| f.path.as_str()).collect();

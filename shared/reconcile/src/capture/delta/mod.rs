@@ -154,20 +154,34 @@ impl Job<'_> {
             overlay_generation: self.plan.observed.overlay.generation,
             integration_generation: self.plan.observed.integration.generation,
         };
-        // The previous capture's version, when it is the one to compare with.
+        // The previous capture's version and metadata location, when they are what to
+        // compare with (a table replaced at another location is not unchanged).
         let captured_version = previous
             .filter(|p| p.format == DELTA && !self.opts.revalidate)
-            .and_then(|p| p.snapshot_id);
+            .and_then(|p| Some((p.snapshot_id?, p.metadata_location.clone())));
         let ns = up_ns(&m.upstream_namespace);
         let columns_ids = check::field_ids(&rel.schema);
         let read = match client.protocol() {
             CatalogProtocol::DeltaSharing => {
-                self.read_shared(client, &ns, &m.upstream_name, captured_version, &columns_ids)
-                    .await
+                self.read_shared(
+                    client,
+                    &ns,
+                    &m.upstream_name,
+                    captured_version,
+                    &columns_ids,
+                )
+                .await
             }
             _ => {
-                self.read_log(client, &ns, &m.upstream_name, rel, captured_version, &columns_ids)
-                    .await
+                self.read_log(
+                    client,
+                    &ns,
+                    &m.upstream_name,
+                    rel,
+                    captured_version,
+                    &columns_ids,
+                )
+                .await
             }
         };
         let mut errors: Vec<(String, String)> = Vec::new();
@@ -267,7 +281,7 @@ impl Job<'_> {
         ns: &UpstreamNamespace,
         name: &str,
         rel: &RelationRecord,
-        captured_version: Option<i64>,
+        captured_version: Option<(i64, String)>,
         ids: &BTreeMap<String, i32>,
     ) -> Result<
         (
@@ -316,7 +330,7 @@ impl Job<'_> {
         };
         let upstream = UpstreamFiles::new(vended, self.state.config.allow_insecure_upstreams);
         let tip = log::tip(&upstream, &location).await?;
-        if captured_version == Some(tip.version) {
+        if captured_version == Some((tip.version, log::commit_location(&location, tip.version))) {
             return Err(Short::Unchanged);
         }
         let snap = log::replay(&upstream, &location, &tip, self.opts.max_files).await?;
@@ -375,7 +389,7 @@ impl Job<'_> {
         client: &dyn CatalogClient,
         ns: &UpstreamNamespace,
         name: &str,
-        captured_version: Option<i64>,
+        captured_version: Option<(i64, String)>,
         ids: &BTreeMap<String, i32>,
     ) -> Result<
         (
@@ -400,14 +414,14 @@ impl Job<'_> {
                 )
             }
         })?;
-        if captured_version == Some(listing.version) {
-            return Err(Short::Unchanged);
-        }
         let token = format!(
             "delta-sharing:{}.{name}@{}",
             ns.levels().join("."),
             listing.version
         );
+        if captured_version == Some((listing.version, token.clone())) {
+            return Err(Short::Unchanged);
+        }
         let (columns, partition_columns, schema) = table_schema(&listing.metadata, &token)?;
         let at = Some((listing.version, token.clone()));
         if let Some(reason) = check::unsupported(&listing.protocol, &listing.metadata) {
