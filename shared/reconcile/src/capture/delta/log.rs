@@ -99,7 +99,9 @@ pub async fn tip(files: &UpstreamFiles, table_location: &str) -> Result<LogTip, 
         other => unavailable(&log, &other),
     })?;
     let mut commits: BTreeMap<i64, String> = BTreeMap::new();
-    let mut checkpoints: BTreeMap<i64, Vec<(String, Option<(u32, u32)>)>> = BTreeMap::new();
+    // Checkpoint files by version: name and (part, parts) of a multi-part one.
+    type Parts = Vec<(String, Option<(u32, u32)>)>;
+    let mut checkpoints: BTreeMap<i64, Parts> = BTreeMap::new();
     for meta in listed {
         let Some(name) = meta.location.filename().map(str::to_owned) else {
             continue;

@@ -81,6 +81,19 @@ struct DeltaSnapshot {
     files: Vec<LiveFile>,
 }
 
+/// What reading a table came to: its snapshot, the storage it was read from, its Delta
+/// columns, partition columns and schema.
+struct Read {
+    snap: DeltaSnapshot,
+    upstream: UpstreamFiles,
+    columns: Vec<DeltaColumn>,
+    partition_columns: Vec<String>,
+    schema: Value,
+}
+
+/// One file's check: a validation error (if any) and the footer's row count (if read).
+type FileCheck = Result<(Option<String>, Option<u64>), String>;
+
 /// How reading a table ended short of a snapshot.
 enum Short {
     /// At the captured version: nothing more to read, nothing to write.
@@ -223,7 +236,13 @@ impl Job<'_> {
                 pointer.reason = Some(reason);
             }
             Err(Short::Corrupt { location, message }) => errors.push((location, message)),
-            Ok((snap, upstream, columns, partition_columns, schema)) => {
+            Ok(Read {
+                snap,
+                upstream,
+                columns,
+                partition_columns,
+                schema,
+            }) => {
                 let (mut file_errors, rows) = self
                     .validate_delta(client, &upstream, &columns, &partition_columns, &snap.files)
                     .await?;
@@ -274,7 +293,6 @@ impl Job<'_> {
 
     /// Unity: the Delta log at the table's storage location, through the credentials the
     /// upstream vends for the table (none for a local `file://` location).
-    #[allow(clippy::type_complexity)]
     async fn read_log(
         &self,
         client: &dyn CatalogClient,
@@ -283,16 +301,7 @@ impl Job<'_> {
         rel: &RelationRecord,
         captured_version: Option<(i64, String)>,
         ids: &BTreeMap<String, i32>,
-    ) -> Result<
-        (
-            DeltaSnapshot,
-            UpstreamFiles,
-            Vec<DeltaColumn>,
-            Vec<String>,
-            Value,
-        ),
-        Short,
-    > {
+    ) -> Result<Read, Short> {
         let Some(location) = rel.location.clone() else {
             return Err(Short::NotReadable(
                 "the upstream states no storage location for the table".into(),
@@ -366,8 +375,8 @@ impl Job<'_> {
                 )
             })
             .collect();
-        Ok((
-            DeltaSnapshot {
+        Ok(Read {
+            snap: DeltaSnapshot {
                 version: snap.version,
                 metadata_location: log::commit_location(&location, snap.version),
                 location,
@@ -379,11 +388,10 @@ impl Job<'_> {
             columns,
             partition_columns,
             schema,
-        ))
+        })
     }
 
     /// Delta Sharing: the table query's file listing (presigned URLs, never stored).
-    #[allow(clippy::type_complexity)]
     async fn read_shared(
         &self,
         client: &dyn CatalogClient,
@@ -391,16 +399,7 @@ impl Job<'_> {
         name: &str,
         captured_version: Option<(i64, String)>,
         ids: &BTreeMap<String, i32>,
-    ) -> Result<
-        (
-            DeltaSnapshot,
-            UpstreamFiles,
-            Vec<DeltaColumn>,
-            Vec<String>,
-            Value,
-        ),
-        Short,
-    > {
+    ) -> Result<Read, Short> {
         let listing = client.query_delta_files(ns, name).await.map_err(|e| {
             if e.is_retryable() {
                 Short::Failed(TableError::Failed {
@@ -458,8 +457,8 @@ impl Job<'_> {
                 )
             })
             .collect();
-        Ok((
-            DeltaSnapshot {
+        Ok(Read {
+            snap: DeltaSnapshot {
                 version: listing.version,
                 metadata_location: token.clone(),
                 location: token,
@@ -467,11 +466,11 @@ impl Job<'_> {
                 metadata: listing.metadata,
                 files,
             },
-            UpstreamFiles::new(None, false),
+            upstream: UpstreamFiles::new(None, false),
             columns,
             partition_columns,
             schema,
-        ))
+        })
     }
 
     /// Reads and checks every file's footer, `file_concurrency` at a time.
@@ -513,11 +512,10 @@ impl Job<'_> {
                 }
             })
             .collect();
-        let results: Vec<Result<(Option<String>, Option<u64>), String>> =
-            futures::stream::iter(checks)
-                .buffered(self.opts.file_concurrency.max(1))
-                .collect()
-                .await;
+        let results: Vec<FileCheck> = futures::stream::iter(checks)
+            .buffered(self.opts.file_concurrency.max(1))
+            .collect()
+            .await;
         let mut errors = Vec::new();
         let mut rows = Vec::with_capacity(files.len());
         for (f, r) in files.iter().zip(results) {
