@@ -6,8 +6,9 @@
 //! `/shares/{s}/schemas/{sc}/tables`, `/shares/{s}/all-tables` (all paginated with
 //! `maxResults` / `pageToken` / `nextPageToken`), `GET .../tables/{t}/version` (answer in the
 //! `Delta-Table-Version` header), `GET .../tables/{t}/metadata` (NDJSON `protocol` and
-//! `metaData` lines) and `POST .../tables/{t}/temporary-table-credentials` (the
-//! directory-based access addition to the protocol). Authentication is the recipient's bearer
+//! `metaData` lines), `POST .../tables/{t}/temporary-table-credentials` (the
+//! directory-based access addition to the protocol) and `POST .../tables/{t}/query` (the
+//! table's live files, each with a presigned URL this server answers, ranges included). Authentication is the recipient's bearer
 //! token only; share, schema and table names match case-insensitively as the protocol says.
 //!
 //! Tables carry `accessModes` (`["url"]`, `["dir"]`, both, or absent: the protocol reads
@@ -79,6 +80,36 @@ pub struct SharingTable {
     pub metadata_id: String,
     pub configuration: BTreeMap<String, String>,
     pub description: Option<String>,
+    /// The live data files the table query lists (each served at a presigned fixture URL).
+    pub files: Vec<SharingFile>,
+}
+
+/// One data file of a shared table: its bytes live on the local file system and are served
+/// through a presigned fixture URL (`{prefix}/_files/{id}?sig=...`, no bearer token, ranged
+/// reads answered `206`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharingFile {
+    pub id: String,
+    pub path: std::path::PathBuf,
+    /// The size the listing states (the file's own size unless a test says otherwise).
+    pub size: u64,
+    /// The `stats` JSON string.
+    pub stats: Option<String>,
+    pub partition_values: BTreeMap<String, Option<String>>,
+}
+
+impl SharingFile {
+    /// A file at `path` whose stats state `records` rows.
+    pub fn at(path: &std::path::Path, records: u64) -> Self {
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        Self {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            path: path.to_owned(),
+            size,
+            stats: Some(json!({"numRecords": records, "nullCount": {"id": 0}}).to_string()),
+            partition_values: BTreeMap::new(),
+        }
+    }
 }
 
 impl SharingTable {
@@ -97,7 +128,14 @@ impl SharingTable {
             metadata_id: uuid::Uuid::new_v4().to_string(),
             configuration: BTreeMap::new(),
             description: None,
+            files: Vec::new(),
         }
+    }
+
+    /// Sets the live files the table query lists.
+    pub fn with_files(mut self, files: Vec<SharingFile>) -> Self {
+        self.files = files;
+        self
     }
 
     /// Sets `accessModes` (e.g. `&["url"]`, `&["dir"]`, `&["url", "dir"]`).
@@ -478,6 +516,25 @@ impl DeltaSharingFixture {
         }
     }
 
+    /// Replaces a table's live files and sets its version (a new Delta commit upstream).
+    pub fn set_table_files(
+        &self,
+        share: &str,
+        schema: &str,
+        name: &str,
+        files: Vec<SharingFile>,
+        version: i64,
+    ) {
+        if let Some(t) = lock(&self.inner.shares)
+            .get_mut(share)
+            .and_then(|s| s.schemas.get_mut(schema))
+            .and_then(|t| t.get_mut(name))
+        {
+            t.files = files;
+            t.version = version;
+        }
+    }
+
     // ---- quirks and settings ----------------------------------------------------------
 
     /// Send the `metaData` line before the `protocol` line (unitycatalog-rs does).
@@ -678,6 +735,10 @@ async fn handle(
             "no such route",
         );
     };
+    // Presigned file URLs carry their own signature, not the recipient token.
+    if let Some(id) = route.strip_prefix("/_files/") {
+        return serve_file(inner, id, &query, &headers);
+    }
     let authorized =
         bearer_of(&headers).is_some_and(|t| lock(&inner.settings).recipient_tokens.contains(&t));
     if !authorized {
@@ -739,6 +800,9 @@ async fn handle(
                 "temporary-table-credentials",
             ],
         ) => credentials(inner, share, schema, table, &body),
+        (Method::POST, ["shares", share, "schemas", schema, "tables", table, "query"]) => {
+            query_files(inner, share, schema, table, &headers)
+        }
         _ => error(
             StatusCode::NOT_FOUND,
             "RESOURCE_DOES_NOT_EXIST",
@@ -1007,6 +1071,123 @@ fn metadata(inner: &Inner, share: &str, schema: &str, table: &str) -> Response {
         body,
     )
         .into_response()
+}
+
+/// The signature a presigned fixture URL carries for a file id.
+fn signature(id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(format!("fixture-presign/{id}").as_bytes())[..12])
+}
+
+/// `POST .../query`: the table's `protocol`, `metaData` and one `file` line per live file,
+/// each with a presigned URL on this server.
+fn query_files(
+    inner: &Inner,
+    share: &str,
+    schema: &str,
+    table: &str,
+    headers: &HeaderMap,
+) -> Response {
+    let Some(t) = find_table(inner, share, schema, table) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "table not found",
+        );
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_owned();
+    let mut body = String::new();
+    body.push_str(&json!({"protocol": {"minReaderVersion": 1}}).to_string());
+    body.push('\n');
+    body.push_str(
+        &json!({"metaData": {
+            "id": t.metadata_id,
+            "format": {"provider": t.format_provider},
+            "schemaString": t.schema_string,
+            "partitionColumns": t.partition_columns,
+            "configuration": t.configuration,
+            "version": t.version,
+        }})
+        .to_string(),
+    );
+    body.push('\n');
+    for f in &t.files {
+        let mut file = json!({
+            "url": format!("http://{host}{}/_files/{}?sig={}", inner.prefix, f.id, signature(&f.id)),
+            "id": f.id,
+            "partitionValues": f.partition_values,
+            "size": f.size,
+        });
+        if let (Some(obj), Some(stats)) = (file.as_object_mut(), &f.stats) {
+            obj.insert("stats".into(), json!(stats));
+        }
+        body.push_str(&json!({"file": file}).to_string());
+        body.push('\n');
+    }
+    (
+        StatusCode::OK,
+        [
+            (
+                header::CONTENT_TYPE.as_str(),
+                "application/x-ndjson; charset=utf-8".to_owned(),
+            ),
+            ("delta-table-version", t.version.to_string()),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET {prefix}/_files/{id}?sig=...`: a presigned file read, whole or ranged (`Range:
+/// bytes=a-b`, answered `206`).
+fn serve_file(
+    inner: &Inner,
+    id: &str,
+    query: &[(String, String)],
+    headers: &HeaderMap,
+) -> Response {
+    if param(query, "sig") != Some(signature(id).as_str()) {
+        return (StatusCode::FORBIDDEN, "bad signature").into_response();
+    }
+    let path = {
+        let shares = lock(&inner.shares);
+        shares
+            .values()
+            .flat_map(|s| s.schemas.values())
+            .flat_map(|t| t.values())
+            .flat_map(|t| t.files.iter())
+            .find(|f| f.id == id)
+            .map(|f| f.path.clone())
+    };
+    let Some(bytes) = path.and_then(|p| std::fs::read(p).ok()) else {
+        return (StatusCode::NOT_FOUND, "no such file").into_response();
+    };
+    let len = bytes.len() as u64;
+    let range = headers
+        .get(header::RANGE)
+        .and_then(|r| r.to_str().ok())
+        .and_then(|r| r.strip_prefix("bytes="))
+        .and_then(|r| r.split_once('-'))
+        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
+    match range {
+        None => (StatusCode::OK, bytes).into_response(),
+        Some((a, _)) if a >= len => (StatusCode::RANGE_NOT_SATISFIABLE, "").into_response(),
+        Some((a, b)) => {
+            let end = b.min(len - 1);
+            let start = usize::try_from(a).unwrap_or(usize::MAX);
+            let stop = usize::try_from(end).unwrap_or(usize::MAX);
+            (
+                StatusCode::PARTIAL_CONTENT,
+                [(header::CONTENT_RANGE, format!("bytes {a}-{end}/{len}"))],
+                bytes[start..=stop].to_vec(),
+            )
+                .into_response()
+        }
+    }
 }
 
 fn random_secret(prefix: &str, len: usize) -> String {

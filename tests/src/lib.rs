@@ -3,6 +3,7 @@
 //! (Iceberg REST, Unity Catalog, Delta Sharing) that record the requests they answered, and
 //! shared helpers. End-to-end tests live in `tests/tests/`.
 
+pub mod delta_files;
 pub mod delta_sharing_fixture;
 pub mod fixture;
 pub mod iceberg_files;

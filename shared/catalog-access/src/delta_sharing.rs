@@ -49,9 +49,9 @@ use crate::error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
 use crate::http::{HttpClient, HttpResponse, RetryMode, classify_status};
 use crate::spi::{
     CatalogAuthentication, CatalogCapabilities, CatalogClient, CatalogConnectionConfig,
-    CatalogProtocol, Clock, ConnectOptions, LoadTableOutcome, Page, ResolvedCatalogCredentials,
-    SecretString, StorageCredential, TableFormat, TableIdent, TableMetadata, UpstreamNamespace,
-    VendedCredentials, is_secret_key,
+    CatalogProtocol, Clock, ConnectOptions, DeltaFileListing, DeltaSharedFile, LoadTableOutcome,
+    Page, ResolvedCatalogCredentials, SecretString, StorageCredential, TableFormat, TableIdent,
+    TableMetadata, UpstreamNamespace, VendedCredentials, is_secret_key,
 };
 
 /// Connection property: `true` reads a table without `accessModes` as url-only (the
@@ -611,6 +611,75 @@ impl CatalogClient for DeltaSharingClient {
         self.vended.store(ident, creds.clone());
         Ok(creds)
     }
+
+    async fn query_delta_files(
+        &self,
+        namespace: &UpstreamNamespace,
+        name: &str,
+    ) -> Result<DeltaFileListing> {
+        let (share, schema) = split_schema_ns(namespace)?;
+        let url = self.url(&["shares", share, "schemas", schema, "tables", name, "query"])?;
+        // The default (parquet) response format: a server answers it only for tables a
+        // reader without advanced Delta features can read, or refuses.
+        let resp = self
+            .send(reqwest::Method::POST, url, Some(&json!({})))
+            .await?;
+        match resp.status {
+            200 => {}
+            404 => {
+                return Err(CatalogAccessError::NotFound(BoundedText::ours(&format!(
+                    "table `{name}` is not shared in `{share}.{schema}`"
+                ))));
+            }
+            _ => return Err(classify_status(&resp, "query table files")),
+        }
+        let version = version_header(&resp)?;
+        parse_query_ndjson(&resp.body, version)
+    }
+
+    async fn read_shared_file_range(
+        &self,
+        file: &DeltaSharedFile,
+        range: std::ops::Range<u64>,
+    ) -> Result<bytes::Bytes> {
+        if range.start >= range.end {
+            return Ok(bytes::Bytes::new());
+        }
+        let url = Url::parse(file.url.expose())
+            .map_err(|_| CatalogAccessError::protocol("file.url", "not a URL"))?;
+        // A presigned URL carries its own authorization: never the recipient token.
+        let req = self
+            .http
+            .request(reqwest::Method::GET, url)
+            .header(
+                reqwest::header::RANGE,
+                format!("bytes={}-{}", range.start, range.end - 1),
+            )
+            .build()
+            .map_err(|e| {
+                CatalogAccessError::config(format!("cannot build request: {}", e.without_url()))
+            })?;
+        let resp = self.http.execute(req, RetryMode::IdempotentRead).await?;
+        let want = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+        match resp.status {
+            206 => Ok(resp.body),
+            // A server that ignores ranges answers the whole file.
+            200 => {
+                let start = usize::try_from(range.start).unwrap_or(usize::MAX);
+                if start >= resp.body.len() {
+                    return Ok(bytes::Bytes::new());
+                }
+                let end = start.saturating_add(want).min(resp.body.len());
+                Ok(resp.body.slice(start..end))
+            }
+            416 => Ok(bytes::Bytes::new()),
+            404 => Err(CatalogAccessError::NotFound(BoundedText::ours(&format!(
+                "shared file {} does not exist",
+                file.id
+            )))),
+            _ => Err(classify_status(&resp, "read shared file")),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -778,6 +847,92 @@ fn parse_metadata_ndjson(body: &[u8]) -> Result<ParsedMetadata> {
         partition_columns,
         configuration,
         description: optional_str(&meta, "description", "metaData.description")?,
+    })
+}
+
+/// Parses a table query answer (default response format): one `protocol` line, one
+/// `metaData` line and one `file` line per live file, identified by key in any order. The
+/// version is the `Delta-Table-Version` header, else the `metaData.version` field.
+fn parse_query_ndjson(body: &[u8], version: Option<i64>) -> Result<DeltaFileListing> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| CatalogAccessError::protocol("<body>", "query answer is not UTF-8"))?;
+    let mut protocol: Option<Value> = None;
+    let mut meta: Option<Value> = None;
+    let mut files = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).map_err(|e| {
+            CatalogAccessError::protocol(
+                "<body>",
+                format!("query line {} is not JSON (column {})", n + 1, e.column()),
+            )
+        })?;
+        let Value::Object(obj) = v else {
+            return Err(CatalogAccessError::protocol(
+                "<body>",
+                format!("query line {} is not a JSON object", n + 1),
+            ));
+        };
+        for (key, value) in obj {
+            match key.as_str() {
+                "protocol" => protocol = Some(value),
+                "metaData" => meta = Some(value),
+                "file" => files.push(parse_shared_file(&value, files.len())?),
+                _ => {}
+            }
+        }
+    }
+    let protocol =
+        protocol.ok_or_else(|| CatalogAccessError::protocol("protocol", "no protocol line"))?;
+    let metadata =
+        meta.ok_or_else(|| CatalogAccessError::protocol("metaData", "no metaData line"))?;
+    let version = version
+        .or_else(|| metadata.get("version").and_then(Value::as_i64))
+        .ok_or_else(|| {
+            CatalogAccessError::protocol(
+                "delta-table-version",
+                "the query answer states no table version",
+            )
+        })?;
+    Ok(DeltaFileListing {
+        version,
+        protocol,
+        metadata,
+        files,
+    })
+}
+
+fn parse_shared_file(v: &Value, i: usize) -> Result<DeltaSharedFile> {
+    let p = |k: &str| format!("file[{i}].{k}");
+    let url = required_str(v, "url", &p("url"))?.to_owned();
+    let id = required_str(v, "id", &p("id"))?.to_owned();
+    let size = v
+        .get("size")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| CatalogAccessError::protocol(p("size"), "expected a size in bytes"))?;
+    let partition_values = match v.get("partitionValues") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, x)| (k.clone(), x.as_str().map(str::to_owned)))
+            .collect(),
+        Some(_) => {
+            return Err(CatalogAccessError::protocol(
+                p("partitionValues"),
+                "expected an object",
+            ));
+        }
+    };
+    Ok(DeltaSharedFile {
+        url: SecretString::new(url),
+        id,
+        size,
+        stats: optional_str(v, "stats", &p("stats"))?,
+        partition_values,
+        deletion_vector: v.get("deletionVector").is_some_and(|d| !d.is_null()),
     })
 }
 

@@ -660,6 +660,58 @@ pub fn location_has_prefix(location: &str, prefix: &str) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------
+// Delta Sharing file listings (capture of shared Delta tables)
+// ---------------------------------------------------------------------------------------
+
+/// One data file of a shared Delta table, as a Delta Sharing table query lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeltaSharedFile {
+    /// A short-lived presigned URL reading the file: a bearer secret (never stored, never
+    /// logged; [`SecretString`] redacts it).
+    pub url: SecretString,
+    /// The server's stable id of the file.
+    pub id: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// The `stats` JSON string (`numRecords`, `minValues`, `maxValues`, `nullCount`), when
+    /// the server sends it.
+    pub stats: Option<String>,
+    /// Partition values by partition column (`None`: null).
+    pub partition_values: BTreeMap<String, Option<String>>,
+    /// Whether the file carries a deletion vector (not supported by capture).
+    pub deletion_vector: bool,
+}
+
+impl DeltaSharedFile {
+    /// The file's URL without its query (no signature): what may be recorded and shown.
+    pub fn display_path(&self) -> String {
+        let raw = self.url.expose();
+        match Url::parse(raw) {
+            Ok(mut u) => {
+                u.set_query(None);
+                u.set_fragment(None);
+                u.to_string()
+            }
+            Err(_) => raw.split('?').next().unwrap_or_default().to_owned(),
+        }
+    }
+}
+
+/// The answer to a Delta Sharing table query: the table version, its `protocol` and
+/// `metaData` actions as the server sent them, and the live data files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeltaFileListing {
+    /// The table version the listing is of (`Delta-Table-Version`).
+    pub version: i64,
+    /// The `protocol` line.
+    pub protocol: serde_json::Value,
+    /// The `metaData` line (`schemaString`, `partitionColumns`, `configuration`, ...).
+    pub metadata: serde_json::Value,
+    /// The live files.
+    pub files: Vec<DeltaSharedFile>,
+}
+
+// ---------------------------------------------------------------------------------------
 // Client and provider (the registry is `crate::factory`)
 // ---------------------------------------------------------------------------------------
 
@@ -777,6 +829,33 @@ pub trait CatalogClient: Send + Sync {
         namespace: &UpstreamNamespace,
         name: &str,
     ) -> Result<VendedCredentials>;
+
+    /// Lists the live files of a shared Delta table at its current version (the Delta
+    /// Sharing table query). Other protocols answer `Unsupported`.
+    async fn query_delta_files(
+        &self,
+        namespace: &UpstreamNamespace,
+        name: &str,
+    ) -> Result<DeltaFileListing> {
+        let _ = (namespace, name);
+        Err(CatalogAccessError::unsupported(
+            "this catalog protocol has no file listing",
+        ))
+    }
+
+    /// Reads bytes `range` of a file a [`DeltaFileListing`] named, through its presigned URL
+    /// (a ranged `GET` under the provider's address policy, without the integration's
+    /// credentials). Other protocols answer `Unsupported`.
+    async fn read_shared_file_range(
+        &self,
+        file: &DeltaSharedFile,
+        range: std::ops::Range<u64>,
+    ) -> Result<bytes::Bytes> {
+        let _ = (file, range);
+        Err(CatalogAccessError::unsupported(
+            "this catalog protocol shares no files",
+        ))
+    }
 }
 
 /// Builds clients for one protocol.

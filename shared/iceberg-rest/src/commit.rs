@@ -84,6 +84,23 @@ pub async fn require_table(
         }
     };
     if rec.value.format.as_deref() != Some(ICEBERG) {
+        // An overlay's Delta table is captured and validated like an Iceberg one, but this
+        // endpoint serves Iceberg metadata only and Flotilla does not convert Delta logs:
+        // such a table is NOT_SERVED here (docs/capture.md, "Delta tables").
+        if rec.value.managed_by.is_some() {
+            return Err(IcebergError::no_such(
+                Missing::Table,
+                format!(
+                    "{ns}.{name} is a {} table of an overlay: NOT_SERVED, the Iceberg REST \
+                     endpoint serves Iceberg tables only (its capture and validation state: \
+                     GET /v1/accounts/{}/catalogs/{}/namespaces/{}/tables/{name}/validation)",
+                    rec.value.format.as_deref().unwrap_or("non-Iceberg"),
+                    ctx.account,
+                    ctx.catalog_id(),
+                    ns.segments().join("%1F"),
+                ),
+            ));
+        }
         return Err(IcebergError::no_such(
             Missing::Table,
             format!("{ns}.{name} is not an Iceberg table"),

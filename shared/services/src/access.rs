@@ -436,6 +436,20 @@ impl CatalogClient for SharedClient {
     ) -> flotilla_catalog_access::Result<std::collections::BTreeMap<String, String>> {
         self.0.load_namespace_properties(namespace).await
     }
+    async fn query_delta_files(
+        &self,
+        namespace: &UpstreamNamespace,
+        name: &str,
+    ) -> flotilla_catalog_access::Result<flotilla_catalog_access::DeltaFileListing> {
+        self.0.query_delta_files(namespace, name).await
+    }
+    async fn read_shared_file_range(
+        &self,
+        file: &flotilla_catalog_access::DeltaSharedFile,
+        range: std::ops::Range<u64>,
+    ) -> flotilla_catalog_access::Result<bytes::Bytes> {
+        self.0.read_shared_file_range(file, range).await
+    }
 }
 
 /// Loads the integration `id` of `account` and connects it (`404` when absent).

@@ -18,6 +18,7 @@
 //! beyond the plan's two strong prefix reads of the catalog partition: no upstream request
 //! and no write.
 
+pub mod delta;
 pub mod iceberg;
 pub mod record;
 pub mod service;
@@ -200,13 +201,22 @@ pub async fn plan(
     .await?
     {
         let rec: RelationRecord = item.json()?;
-        if !captured_kind(&rec, &observed.overlay.id) {
+        let is_delta = delta::captured_kind(&rec, &observed.overlay.id);
+        if !captured_kind(&rec, &observed.overlay.id) && !is_delta {
             continue;
         }
         let pointer = pointers.remove(&rec.id);
-        let current = pointer
-            .as_ref()
-            .is_some_and(|p| Some(&p.value.metadata_location) == rec.metadata_location.as_ref());
+        let current = if is_delta {
+            // A Delta table whose relation states its version (Delta Sharing) is current when
+            // the pointer captured that version; one that states none (Unity) is probed.
+            pointer
+                .as_ref()
+                .is_some_and(|p| delta::is_current(&rec, &p.value))
+        } else {
+            pointer
+                .as_ref()
+                .is_some_and(|p| Some(&p.value.metadata_location) == rec.metadata_location.as_ref())
+        };
         if current && !opts.revalidate {
             unchanged += 1;
             continue;
@@ -334,6 +344,7 @@ pub async fn execute(
                 }),
             };
             match result {
+                Ok(p) if p.unchanged => summary.unchanged += 1,
                 Ok(p) => {
                     summary.captured += 1;
                     summary.files += p.files;
@@ -415,10 +426,47 @@ impl From<flotilla_base::error::Error> for TableError {
 
 /// What publishing one table came to.
 struct Published {
+    /// A probed table (Delta without a stated version) found at its captured version:
+    /// nothing was read beyond the probe and nothing written.
+    unchanged: bool,
     state: ValidationState,
     files: u64,
     validated: u64,
     errors: u64,
+}
+
+/// Writes one captured state object below the catalog's capture directory; answers its
+/// warehouse-relative path.
+async fn store_object(
+    files: &CatalogFiles,
+    relation_id: &str,
+    validation_id: &str,
+    object: &CapturedTable,
+) -> Result<String, TableError> {
+    let rel_path = CatalogFiles::object_path(relation_id, validation_id);
+    let body = serde_json::to_vec(object).map_err(|e| TableError::Failed {
+        retryable: false,
+        reason: e.to_string(),
+    })?;
+    let path = object_store::path::Path::parse(&rel_path).map_err(|e| TableError::Failed {
+        retryable: false,
+        reason: e.to_string(),
+    })?;
+    files
+        .store
+        .put(&path, PutPayload::from(body))
+        .await
+        .map_err(|e| TableError::Failed {
+            // Refused access does not heal by itself; anything else may.
+            retryable: !matches!(
+                e,
+                object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }
+                    | object_store::Error::NotSupported { .. }
+            ),
+            reason: format!("writing the captured state failed: {e}"),
+        })?;
+    Ok(rel_path)
 }
 
 /// Ops per transaction besides the fence (the store's limit is 100).
@@ -466,6 +514,9 @@ impl Job<'_> {
         table: &PlannedTable,
     ) -> Result<Published, TableError> {
         let rel = &table.relation.value;
+        if rel.format.as_deref() == Some(delta::DELTA) {
+            return self.delta_table(client, files, table).await;
+        }
         let Some(m) = rel.managed_by.as_ref() else {
             return Err(TableError::Failed {
                 retryable: false,
@@ -586,35 +637,27 @@ impl Job<'_> {
                         metadata: snap.raw,
                         captured_at: now.clone(),
                     };
-                    let rel_path = CatalogFiles::object_path(&rel.id, &validation_id);
-                    let body = serde_json::to_vec(&object).map_err(|e| TableError::Failed {
-                        retryable: false,
-                        reason: e.to_string(),
-                    })?;
-                    let path = object_store::path::Path::parse(&rel_path).map_err(|e| {
-                        TableError::Failed {
-                            retryable: false,
-                            reason: e.to_string(),
-                        }
-                    })?;
-                    files
-                        .store
-                        .put(&path, PutPayload::from(body))
-                        .await
-                        .map_err(|e| TableError::Failed {
-                            // Refused access does not heal by itself; anything else may.
-                            retryable: !matches!(
-                                e,
-                                object_store::Error::PermissionDenied { .. }
-                                    | object_store::Error::Unauthenticated { .. }
-                                    | object_store::Error::NotSupported { .. }
-                            ),
-                            reason: format!("writing the captured state failed: {e}"),
-                        })?;
-                    pointer.object = Some(rel_path);
+                    pointer.object =
+                        Some(store_object(files, &rel.id, &validation_id, &object).await?);
                 }
             }
         }
+        self.publish(table, files, pointer, errors, validated).await
+    }
+
+    /// Publishes one table's validation: its error records, then the pointer (fenced, with
+    /// the relation at the version the plan read), then retires the previous validation.
+    async fn publish(
+        &self,
+        table: &PlannedTable,
+        files: &CatalogFiles,
+        mut pointer: CapturePointer,
+        errors: Vec<(String, String)>,
+        validated: u64,
+    ) -> Result<Published, TableError> {
+        let rel = &table.relation.value;
+        let validation_id = pointer.validation_id.clone();
+        let generation = pointer.validation_generation;
         if !errors.is_empty() {
             pointer.validation = ValidationState::Invalid;
             pointer.errors = errors.len() as u64;
@@ -631,7 +674,7 @@ impl Job<'_> {
                     namespace: pointer.namespace.clone(),
                     name: rel.name.clone(),
                     display_path: display_path.clone(),
-                    format: "ICEBERG".into(),
+                    format: pointer.format.clone(),
                     file_path: file.clone(),
                     message: crate::status::bound_text(message),
                     validation_id: validation_id.clone(),
@@ -692,6 +735,7 @@ impl Job<'_> {
             let _ = files.store.delete(&p).await;
         }
         Ok(Published {
+            unchanged: false,
             state: pointer.validation,
             files: pointer.files,
             validated,
