@@ -19,27 +19,45 @@
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use flotilla_reconcile::Connector;
 use flotilla_reconcile::schedule::{WorkMessage, handle_work};
+use flotilla_reconcile::work::MessageOutcome;
+use flotilla_runtime::queue::ReconcileQueue;
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry, in_record};
 use flotilla_services::AppState;
 use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
 
-/// One invocation as `main` runs it: the batch, then the EMF flush.
+/// One invocation as `main` runs it: the batch, then the EMF flush. `queue` takes the
+/// follow-up legs of checkpointed runs.
 pub async fn invoke(
     state: &AppState,
     connector: &dyn Connector,
+    queue: Option<&dyn ReconcileQueue>,
     telemetry: &LambdaTelemetry,
     meta: Invocation,
     event: SqsEvent,
 ) -> SqsBatchResponse {
     telemetry
-        .invocation(meta, handle_batch(state, connector, event))
+        .invocation(meta, handle_batch_with(state, connector, queue, event))
         .await
 }
 
-/// Handles one batch; answers the records SQS must deliver again.
+/// Handles one batch; answers the records SQS must deliver again. Without a queue, a
+/// checkpointed run's follow-up cannot be sent: its record is delivered again, and the leg's
+/// redelivery sends it once a queue is there (see [`handle_batch_with`]).
 pub async fn handle_batch(
     state: &AppState,
     connector: &dyn Connector,
+    event: SqsEvent,
+) -> SqsBatchResponse {
+    handle_batch_with(state, connector, None, event).await
+}
+
+/// [`handle_batch`], sending the follow-up legs of checkpointed runs to `queue` before the
+/// record is acknowledged. A follow-up the queue refuses makes the record a batch item
+/// failure: its redelivery finds the leg done and sends the follow-up again.
+pub async fn handle_batch_with(
+    state: &AppState,
+    connector: &dyn Connector,
+    queue: Option<&dyn ReconcileQueue>,
     event: SqsEvent,
 ) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
@@ -68,6 +86,16 @@ pub async fn handle_batch(
             };
             let outcome = handle_work(state, connector, &message).await;
             tracing::info!(outcome = outcome.label(), "reconcile message handled");
+            if let MessageOutcome::Continued { next } = &outcome {
+                let sent = match queue {
+                    Some(q) => q.send(std::slice::from_ref(next.as_ref())).await.is_ok(),
+                    None => false,
+                };
+                if !sent {
+                    tracing::warn!("the follow-up leg was not sent; the record is redelivered");
+                }
+                return !sent;
+            }
             outcome.redeliver()
         })
         .await;

@@ -37,6 +37,7 @@
 pub mod bounds;
 #[cfg(feature = "capture")]
 pub mod capture;
+pub mod chain;
 pub mod discover;
 pub mod metrics;
 pub mod plan;
@@ -69,7 +70,7 @@ use flotilla_base::store::read;
 use flotilla_services::state::AppState;
 
 /// Counts of one kind of resource in a run's summary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct KindCounts {
     pub created: u64,
     pub updated: u64,

@@ -225,6 +225,7 @@ pub const RUN_OUTCOME: Label = Label::closed(
     "Outcome",
     &[
         "reconciled",
+        "continued",
         "superseded",
         "gone",
         "paused",
