@@ -745,7 +745,7 @@ async fn fresh(
         if next > 0 && state.clock.now_ms().saturating_sub(started_ms) >= half {
             break;
         }
-        let end = (next + NAMESPACES_PER_BATCH).min(walked.namespaces.len());
+        let end = (next + opts.namespaces_per_batch.max(1)).min(walked.namespaces.len());
         let h = hints(members);
         match discover::contents(
             client,
@@ -899,7 +899,7 @@ async fn advance(
                 if next >= chain.namespaces.len() || (progressed && budget.check_time().is_err()) {
                     break;
                 }
-                let end = (next + NAMESPACES_PER_BATCH).min(chain.namespaces.len());
+                let end = (next + opts.namespaces_per_batch.max(1)).min(chain.namespaces.len());
                 let h = hints(members);
                 match discover::contents(
                     client,

@@ -425,6 +425,8 @@ pub struct RunOptions {
     /// When set, the run refuses to start unless the overlay is at this generation (the
     /// SQS worker passes the generation its message observed).
     pub expect_generation: Option<u64>,
+    /// Namespaces whose content a queued run discovers per batch ([`chain`]).
+    pub namespaces_per_batch: usize,
 }
 
 impl Default for RunOptions {
@@ -433,6 +435,7 @@ impl Default for RunOptions {
             upstream_concurrency: 16,
             relations_per_transaction: 25,
             expect_generation: None,
+            namespaces_per_batch: chain::NAMESPACES_PER_BATCH,
         }
     }
 }

@@ -666,18 +666,19 @@ pub async fn handle_plan(
     )
 }
 
-/// Runs one leg `ck` of a plan job's checkpointed run.
-pub async fn handle_plan_leg(
-    state: &AppState,
-    connector: &dyn Connector,
-    m: &PlanMessage,
-    ck: &CheckpointRef,
-) -> MessageOutcome {
-    let span = tracing::info_span!("plan", account_id = %m.account_id,
-        integration_id = %m.integration_id, leg = ck.leg);
-    let _enter = span.enter();
-    let r = run_plan_leg(state, connector, m, Some(ck), &RunOptions::default()).await;
-    plan_outcome(m, r)
+fn handle_plan_with<'a>(
+    state: &'a AppState,
+    connector: &'a dyn Connector,
+    m: &'a PlanMessage,
+    ck: Option<&'a CheckpointRef>,
+    opts: &'a RunOptions,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = MessageOutcome> + Send + 'a>> {
+    Box::pin(async move {
+        let span = tracing::info_span!("plan", account_id = %m.account_id,
+            integration_id = %m.integration_id, leg = ck.map_or(1, |c| c.leg));
+        let _enter = span.enter();
+        plan_outcome(m, run_plan_leg(state, connector, m, ck, opts).await)
+    })
 }
 
 fn plan_outcome(m: &PlanMessage, r: Result<PlanReport, MessageOutcome>) -> MessageOutcome {
@@ -832,29 +833,32 @@ pub async fn handle_work(
     connector: &dyn Connector,
     m: &WorkMessage,
 ) -> MessageOutcome {
-    match m {
-        WorkMessage::Overlay(m) => super::work::handle_message(state, connector, m).await,
-        WorkMessage::Leg(base, ck) => match base.as_ref() {
-            WorkMessage::Overlay(m) => {
-                super::work::handle_message_leg(state, connector, m, Some(ck)).await
-            }
-            WorkMessage::Plan(m) => {
-                count_plan(Box::pin(handle_plan_leg(state, connector, m, ck)).await)
-            }
-            WorkMessage::Leg(..) => MessageOutcome::Failed {
-                retryable: false,
-                code: "INVALID_ARGUMENT",
-                reason: "a follow-up message names another follow-up".into(),
-                kind: "internal",
-            },
-        },
-        WorkMessage::Plan(m) => {
-            // Boxed and erased: the job's future is deep, and hosts nest it in their own.
-            let job: std::pin::Pin<
-                Box<dyn std::future::Future<Output = MessageOutcome> + Send + '_>,
-            > = Box::pin(handle_plan(state, connector, m));
-            count_plan(job.await)
+    handle_work_with(state, connector, m, &RunOptions::default()).await
+}
+
+/// [`handle_work`] with the run's tunables (tests and benchmarks choose the batch size).
+pub async fn handle_work_with(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &WorkMessage,
+    opts: &RunOptions,
+) -> MessageOutcome {
+    let (base, ck) = match m {
+        WorkMessage::Leg(base, ck) => (base.as_ref(), Some(ck)),
+        other => (other, None),
+    };
+    match base {
+        WorkMessage::Overlay(m) => {
+            super::work::handle_message_leg(state, connector, m, ck, opts).await
         }
+        // Boxed and erased: the job's future is deep, and hosts nest it in their own.
+        WorkMessage::Plan(m) => count_plan(handle_plan_with(state, connector, m, ck, opts).await),
+        WorkMessage::Leg(..) => MessageOutcome::Failed {
+            retryable: false,
+            code: "INVALID_ARGUMENT",
+            reason: "a follow-up message names another follow-up".into(),
+            kind: "internal",
+        },
     }
 }
 

@@ -148,7 +148,7 @@ pub async fn handle_message(
     connector: &dyn Connector,
     m: &ReconcileMessage,
 ) -> MessageOutcome {
-    handle_message_leg(state, connector, m, None).await
+    handle_message_leg(state, connector, m, None, &RunOptions::default()).await
 }
 
 /// [`handle_message`] for the message that starts a run (`ck` is `None`) or one leg of its
@@ -158,10 +158,11 @@ pub async fn handle_message_leg(
     connector: &dyn Connector,
     m: &ReconcileMessage,
     ck: Option<&crate::chain::CheckpointRef>,
+    opts: &RunOptions,
 ) -> MessageOutcome {
     use flotilla_telemetry::catalog::{RECONCILE_DURATION, RECONCILE_FAILURES, RECONCILE_RUNS};
     #[cfg_attr(not(feature = "capture"), allow(unused_mut))]
-    let mut outcome = run_message(state, connector, m, ck).await;
+    let mut outcome = run_message(state, connector, m, ck, opts).await;
     #[cfg(feature = "capture")]
     if matches!(outcome, MessageOutcome::Reconciled(_))
         && let Some(failed) = crate::capture::after_reconcile(state, connector, m).await
@@ -184,6 +185,7 @@ async fn run_message(
     connector: &dyn Connector,
     m: &ReconcileMessage,
     ck: Option<&crate::chain::CheckpointRef>,
+    opts: &RunOptions,
 ) -> MessageOutcome {
     let span =
         tracing::info_span!("reconcile", account_id = %m.account_id, overlay_id = %m.overlay_id);
@@ -205,7 +207,7 @@ async fn run_message(
             };
         }
     }
-    let result = match run_chained(state, connector, m, ck).await {
+    let result = match run_chained(state, connector, m, ck, opts).await {
         Ok(r) => r,
         Err(outcome) => return outcome,
     };
@@ -255,6 +257,7 @@ async fn run_chained(
     connector: &dyn Connector,
     m: &ReconcileMessage,
     ck: Option<&crate::chain::CheckpointRef>,
+    base: &RunOptions,
 ) -> Result<Result<ReconcileSummary, ReconcileError>, MessageOutcome> {
     use crate::chain::{Located, Subject, locate, run_leg};
     let subj = Subject {
@@ -294,7 +297,7 @@ async fn run_chained(
     };
     let opts = RunOptions {
         expect_generation: Some(m.observed_generation),
-        ..RunOptions::default()
+        ..base.clone()
     };
     let leg: std::pin::Pin<
         Box<dyn std::future::Future<Output = crate::chain::LegOutcome> + Send + '_>,
