@@ -127,6 +127,13 @@ pub(crate) struct Chain {
     vanished: BTreeSet<u32>,
 }
 
+impl Chain {
+    /// The chain's id.
+    pub(crate) fn run(&self) -> &str {
+        &self.head.run
+    }
+}
+
 /// What a chain runs for: a plan job (`INT#{integration}`) or one overlay (`OVL#{overlay}`).
 pub(crate) struct Subject<'a> {
     pub account: &'a str,

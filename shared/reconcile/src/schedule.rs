@@ -573,6 +573,32 @@ async fn settle(
     ))
 }
 
+/// Clears the lease a stopped chain of `m`'s (older) plan generation held.
+async fn release(store: &dyn Metastore, m: &PlanMessage) -> Result<()> {
+    for attempt in 0..MAX_ATTEMPTS {
+        let Some(cur) = sched::load(store, &m.account_id, &m.integration_id).await? else {
+            return Ok(());
+        };
+        if cur.value.lease_until_ms.is_none() {
+            return Ok(());
+        }
+        let mut next = cur.value.clone();
+        next.lease_until_ms = None;
+        let tx = Transaction {
+            ops: sched::write_ops(&m.account_id, &m.integration_id, Some(&cur), &next)?,
+        };
+        match store.transact(tx).await {
+            Ok(()) => return Ok(()),
+            Err(MetastoreError::ConditionFailed { .. }) => backoff(attempt).await,
+            Err(e) if e.is_retryable() || e.is_outcome_unknown() => backoff(attempt).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(flotilla_base::error::Error::unavailable(
+        "scheduler state update did not converge",
+    ))
+}
+
 /// Takes the lease for `m`'s job: answers the leased state, or why the message is not run.
 pub async fn lease(
     store: &dyn Metastore,
@@ -759,7 +785,21 @@ pub async fn run_plan_leg(
         Located::Fresh => None,
         Located::Run(c) => Some(c),
     };
-    let leased = lease_with(store, m, now, chain.is_some()).await?;
+    let leased = match lease_with(store, m, now, chain.is_some()).await {
+        Ok(l) => l,
+        Err(MessageOutcome::Superseded { current }) if chain.is_some() => {
+            // The plan changed between two legs: the chain stops and gives its lease back,
+            // so the new plan's message starts afresh without waiting for the lease.
+            if let Some(c) = &chain {
+                chain::delete_chain(state, &subj, c.run())
+                    .await
+                    .map_err(metastore)?;
+            }
+            release(store, m).await.map_err(metastore)?;
+            return Err(MessageOutcome::Superseded { current });
+        }
+        Err(e) => return Err(e),
+    };
     if integration.is_none_or(|i| i.value.paused) {
         settle(store, m, now, Settle::Complete, &[])
             .await
