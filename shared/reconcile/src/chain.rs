@@ -2,7 +2,7 @@
 //! queue messages (`docs/reconciliation.md`, "Checkpointed runs").
 //!
 //! A queued run (a plan job, or one overlay's message) discovers its namespaces in batches
-//! of [`NAMESPACES_PER_BATCH`]. When every batch fits in the first half of the time budget,
+//! (of one namespace, doubling up to [`NAMESPACES_PER_BATCH`]). When every batch fits in the first half of the time budget,
 //! the run is exactly a single run: the complete inventory goes through preflight,
 //! publication and retirement at once. Otherwise the run becomes a **chain** of legs:
 //!
@@ -748,11 +748,15 @@ async fn fresh(
         .map_err(|e| (Stage::Discovery, e))?;
     let mut parts = Vec::new();
     let mut next = 0;
+    let mut size = 1;
     while next < walked.namespaces.len() {
         if next > 0 && state.clock.now_ms().saturating_sub(started_ms) >= half {
             break;
         }
-        let end = (next + opts.namespaces_per_batch.max(1)).min(walked.namespaces.len());
+        // Batches start at one namespace and double, so a leg makes progress whenever one
+        // namespace fits in its budget.
+        let end = (next + size).min(walked.namespaces.len());
+        size = (size * 2).min(opts.namespaces_per_batch.max(1));
         let h = hints(members);
         match discover::contents(
             client,
@@ -898,6 +902,7 @@ async fn advance(
     let mut new_vanished: Vec<u32> = Vec::new();
     let mut next = chain.head.next;
     let mut progressed = false;
+    let mut size = 1;
     let mut pending = first;
     loop {
         let (part, end) = match pending.take() {
@@ -906,7 +911,8 @@ async fn advance(
                 if next >= chain.namespaces.len() || (progressed && budget.check_time().is_err()) {
                     break;
                 }
-                let end = (next + opts.namespaces_per_batch.max(1)).min(chain.namespaces.len());
+                let end = (next + size).min(chain.namespaces.len());
+                size = (size * 2).min(opts.namespaces_per_batch.max(1));
                 let h = hints(members);
                 match discover::contents(
                     client,
