@@ -665,11 +665,14 @@ pub(crate) async fn run_leg(
             return out;
         }
     };
-    let budget = bounds::Budget::new(
-        state.clock.clone(),
-        leg_started_ms,
-        state.config.reconcile.clone(),
-    );
+    let mut limits = state.config.reconcile.clone();
+    if let Some(d) = opts.deadline_ms {
+        limits.run_budget_ms = limits
+            .run_budget_ms
+            .min(d.saturating_sub(leg_started_ms))
+            .max(1);
+    }
+    let budget = bounds::Budget::new(state.clock.clone(), leg_started_ms, limits);
     out.discoveries += 1;
     let result = match chain {
         None => fresh(state, subj, client.as_ref(), &mut members, &budget, opts).await,
@@ -710,6 +713,58 @@ pub(crate) async fn run_leg(
     out
 }
 
+/// The size of a leg's next batch: one namespace first, then double, but no more than the
+/// time left is expected to fit at the pace of the batches so far (a batch cut by the budget
+/// is done again by the next leg, so a good guess saves upstream requests).
+struct Pace {
+    size: usize,
+    max: usize,
+    /// Milliseconds per namespace of the batches so far (discovery and publication).
+    per_namespace_ms: Option<f64>,
+}
+
+impl Pace {
+    fn new(opts: &RunOptions) -> Self {
+        Self {
+            size: 1,
+            max: opts.namespaces_per_batch.max(1),
+            per_namespace_ms: None,
+        }
+    }
+
+    /// The next batch's size with `left_ms` of budget left; `None` when nothing more is
+    /// expected to fit (only once the leg made progress).
+    fn next_size(&mut self, left_ms: i64, progressed: bool) -> Option<usize> {
+        let size = self.size;
+        self.size = (self.size * 2).min(self.max);
+        if !progressed {
+            return Some(size);
+        }
+        if left_ms <= 0 {
+            return None;
+        }
+        match self.per_namespace_ms {
+            Some(p) if p > 0.0 => {
+                // Aim at 90% of what is left.
+                let fit = (left_ms as f64 * 0.9 / p) as usize;
+                if fit == 0 { None } else { Some(size.min(fit)) }
+            }
+            _ => Some(size),
+        }
+    }
+
+    fn record(&mut self, namespaces: usize, ms: i64) {
+        if namespaces > 0 {
+            let p = ms.max(0) as f64 / namespaces as f64;
+            self.per_namespace_ms = Some(match self.per_namespace_ms {
+                // Follow the latest batches more than the first ones.
+                Some(old) => (old + p * 3.0) / 4.0,
+                None => p,
+            });
+        }
+    }
+}
+
 enum LegEnd {
     /// Every member's run ended (results set, or success).
     Finished,
@@ -748,15 +803,14 @@ async fn fresh(
         .map_err(|e| (Stage::Discovery, e))?;
     let mut parts = Vec::new();
     let mut next = 0;
-    let mut size = 1;
+    let mut pace = Pace::new(opts);
     while next < walked.namespaces.len() {
-        if next > 0 && state.clock.now_ms().saturating_sub(started_ms) >= half {
+        let left = half.saturating_sub(state.clock.now_ms().saturating_sub(started_ms));
+        let Some(size) = pace.next_size(left, next > 0) else {
             break;
-        }
-        // Batches start at one namespace and double, so a leg makes progress whenever one
-        // namespace fits in its budget.
+        };
         let end = (next + size).min(walked.namespaces.len());
-        size = (size * 2).min(opts.namespaces_per_batch.max(1));
+        let batch_started = state.clock.now_ms();
         let h = hints(members);
         match discover::contents(
             client,
@@ -773,6 +827,10 @@ async fn fresh(
             Err(e) if is_deadline(&e) && next > 0 => break,
             Err(e) => return Err((Stage::Discovery, e)),
         }
+        pace.record(
+            end - next,
+            state.clock.now_ms().saturating_sub(batch_started),
+        );
         next = end;
     }
     let mut found = merge(parts);
@@ -820,6 +878,10 @@ async fn fresh(
         dropped_namespaces: walked.dropped_namespaces,
         legs: Vec::new(),
     };
+    // The chain's members are the overlays that got this far (indices into its state).
+    for (i, m) in members.iter_mut().enumerate() {
+        m.index = i;
+    }
     let states: Vec<MemberState> = members
         .iter()
         .map(|m| MemberState {
@@ -902,17 +964,22 @@ async fn advance(
     let mut new_vanished: Vec<u32> = Vec::new();
     let mut next = chain.head.next;
     let mut progressed = false;
-    let mut size = 1;
+    let mut pace = Pace::new(opts);
     let mut pending = first;
     loop {
+        let batch_started = state.clock.now_ms();
+        let first_part = pending.is_some();
         let (part, end) = match pending.take() {
             Some(p) => p,
             None => {
-                if next >= chain.namespaces.len() || (progressed && budget.check_time().is_err()) {
+                if next >= chain.namespaces.len() {
                     break;
                 }
+                let left = i64::try_from(budget.remaining().as_millis()).unwrap_or(i64::MAX);
+                let Some(size) = pace.next_size(left, progressed) else {
+                    break;
+                };
                 let end = (next + size).min(chain.namespaces.len());
-                size = (size * 2).min(opts.namespaces_per_batch.max(1));
                 let h = hints(members);
                 match discover::contents(
                     client,
@@ -958,6 +1025,13 @@ async fn advance(
                 Err(e) if !e.1.is_retryable() => m.result = Some(Err(e)),
                 Err(e) => return Err(e),
             }
+        }
+        if !first_part {
+            // (leg 1's first part was discovered earlier: its pace is not this one's)
+            pace.record(
+                end - next,
+                state.clock.now_ms().saturating_sub(batch_started),
+            );
         }
         progressed = true;
         next = end;

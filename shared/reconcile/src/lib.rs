@@ -427,6 +427,9 @@ pub struct RunOptions {
     pub expect_generation: Option<u64>,
     /// Namespaces whose content a queued run discovers per batch ([`chain`]).
     pub namespaces_per_batch: usize,
+    /// When set (epoch ms), a queued run's budget ends no later than this: the reconciler
+    /// shares one invocation's budget among the records of its batch.
+    pub deadline_ms: Option<i64>,
 }
 
 impl Default for RunOptions {
@@ -436,6 +439,7 @@ impl Default for RunOptions {
             relations_per_transaction: 25,
             expect_generation: None,
             namespaces_per_batch: chain::NAMESPACES_PER_BATCH,
+            deadline_ms: None,
         }
     }
 }
