@@ -502,3 +502,20 @@ async fn a_leg_delivered_twice_is_harmless() {
     assert_eq!(names.len(), 2 * NAMESPACES);
     env.assert_consistent().await;
 }
+
+#[tokio::test]
+async fn a_follow_up_message_names_its_chain_and_round_trips() {
+    let env = fresh_env().await;
+    let m = plan(&env).await;
+    let next = follow_up(&deliver(&env, &m).await).expect("a chain");
+    let body = next.to_body();
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert!(v["checkpoint"]["run"].is_string(), "{body}");
+    assert_eq!(v["checkpoint"]["leg"], 2, "{body}");
+    assert_eq!(v["integration_id"], env.integration.as_str(), "{body}");
+    assert_eq!(WorkMessage::parse(&body).expect("parse"), next);
+    // A follow-up's checkpoint refuses unknown fields like every message body.
+    let mut bad = v.clone();
+    bad["checkpoint"]["extra"] = json!(1);
+    assert!(WorkMessage::parse(&bad.to_string()).is_err());
+}
