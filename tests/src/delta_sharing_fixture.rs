@@ -34,6 +34,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::fixture::conditions::{Conditions, apply_conditions};
 use crate::fixture::faults::take_fault;
 use crate::fixture::gate::HoldGate;
 use crate::fixture::lock;
@@ -321,6 +322,7 @@ struct Inner {
     log: RequestLog,
     vend_counter: AtomicU64,
     hold: HoldGate,
+    conditions: Conditions,
 }
 
 /// Finds a map key case-insensitively (the protocol's names are case-insensitive).
@@ -354,6 +356,15 @@ impl DeltaSharingFixture {
     /// # Panics
     /// When no loopback port can be bound: the test cannot run at all.
     pub async fn start_with_prefix(prefix: &str) -> Self {
+        Self::start_with_conditions(prefix, Conditions::new()).await
+    }
+
+    /// Starts an empty fixture under `prefix` applying `conditions` (latency...) from its
+    /// first request; the caller keeps a clone to change them later.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound: the test cannot run at all.
+    pub async fn start_with_conditions(prefix: &str, conditions: Conditions) -> Self {
         let inner = Arc::new(Inner {
             prefix: prefix.trim_end_matches('/').to_owned(),
             shares: Mutex::new(BTreeMap::new()),
@@ -377,6 +388,7 @@ impl DeltaSharingFixture {
             log: RequestLog::default(),
             vend_counter: AtomicU64::new(0),
             hold: HoldGate::default(),
+            conditions,
         });
         #[allow(clippy::expect_used)]
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -387,6 +399,10 @@ impl DeltaSharingFixture {
         let app = Router::new()
             .fallback(handle)
             .with_state(inner.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                inner.conditions.clone(),
+                apply_conditions,
+            ))
             .layer(axum::middleware::from_fn_with_state(
                 inner.log.clone(),
                 record_requests,
@@ -644,6 +660,11 @@ impl DeltaSharingFixture {
     /// The request log.
     pub fn log(&self) -> RequestLog {
         self.inner.log.clone()
+    }
+
+    /// The network conditions (latency...) applied to every request.
+    pub fn conditions(&self) -> &Conditions {
+        &self.inner.conditions
     }
 
     /// The JSON bodies of every credentials request (`Null` for an empty body).

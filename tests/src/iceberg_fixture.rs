@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::fixture::conditions::{Conditions, apply_conditions};
 use crate::fixture::faults::{self, take_fault};
 use crate::fixture::gate::HoldGate;
 use crate::fixture::lock;
@@ -182,6 +183,7 @@ struct Inner {
     sigv4_keys_used: Mutex<Vec<String>>,
     log: RequestLog,
     hold: HoldGate,
+    conditions: Conditions,
 }
 
 /// A running Iceberg REST fixture on `127.0.0.1`, stopped (and its directory removed) on drop.
@@ -220,6 +222,15 @@ impl IcebergFixture {
     /// # Panics
     /// When no loopback port can be bound or the temp directory cannot be created.
     pub async fn start() -> Self {
+        Self::start_with_conditions(Conditions::new()).await
+    }
+
+    /// Starts an empty fixture applying `conditions` (latency...) from its first request;
+    /// the caller keeps a clone to change them later.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound or the temp directory cannot be created.
+    pub async fn start_with_conditions(conditions: Conditions) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "flotilla-iceberg-fixture-{}",
             uuid::Uuid::new_v4().simple()
@@ -280,6 +291,7 @@ impl IcebergFixture {
             sigv4_keys_used: Mutex::new(Vec::new()),
             log: RequestLog::new(),
             hold: HoldGate::default(),
+            conditions,
         });
         #[allow(clippy::expect_used)]
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -290,6 +302,10 @@ impl IcebergFixture {
         let app = Router::new()
             .fallback(handle)
             .with_state(inner.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                inner.conditions.clone(),
+                apply_conditions,
+            ))
             .layer(axum::middleware::from_fn_with_state(
                 inner.log.clone(),
                 record_requests,
@@ -338,6 +354,11 @@ impl IcebergFixture {
     /// The request log.
     pub fn log(&self) -> &RequestLog {
         &self.inner.log
+    }
+
+    /// The network conditions (latency...) applied to every request.
+    pub fn conditions(&self) -> &Conditions {
+        &self.inner.conditions
     }
 
     /// Directory holding the metadata files (`file://` locations point into it).

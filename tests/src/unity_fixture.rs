@@ -23,6 +23,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::fixture::conditions::{Conditions, apply_conditions};
 use crate::fixture::faults::{self, take_fault};
 use crate::fixture::gate::HoldGate;
 use crate::fixture::lock;
@@ -357,6 +358,7 @@ struct Inner {
     vend_counter: AtomicU64,
     token_requests: AtomicUsize,
     hold: HoldGate,
+    conditions: Conditions,
 }
 
 /// A running Unity Catalog fixture server on `127.0.0.1`, stopped on drop.
@@ -379,6 +381,15 @@ impl UnityFixture {
     /// # Panics
     /// When no loopback port can be bound: the test cannot run at all.
     pub async fn start() -> Self {
+        Self::start_with_conditions(Conditions::new()).await
+    }
+
+    /// Starts an empty fixture applying `conditions` (latency...) from its first request;
+    /// the caller keeps a clone to change them later.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound: the test cannot run at all.
+    pub async fn start_with_conditions(conditions: Conditions) -> Self {
         let inner = Arc::new(Inner {
             catalogs: Mutex::new(BTreeMap::new()),
             settings: Mutex::new(Settings {
@@ -406,6 +417,7 @@ impl UnityFixture {
             vend_counter: AtomicU64::new(0),
             token_requests: AtomicUsize::new(0),
             hold: HoldGate::default(),
+            conditions,
         });
         #[allow(clippy::expect_used)]
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -416,6 +428,10 @@ impl UnityFixture {
         let app = Router::new()
             .fallback(handle)
             .with_state(inner.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                inner.conditions.clone(),
+                apply_conditions,
+            ))
             .layer(axum::middleware::from_fn_with_state(
                 inner.log.clone(),
                 record_requests,
@@ -656,6 +672,11 @@ impl UnityFixture {
     /// The request log shared with other evidence helpers.
     pub fn log(&self) -> RequestLog {
         self.inner.log.clone()
+    }
+
+    /// The network conditions (latency...) applied to every request.
+    pub fn conditions(&self) -> &Conditions {
+        &self.inner.conditions
     }
 
     /// Every credential set vended so far.

@@ -84,9 +84,15 @@ async fn sample_batch_writes_catalogue_emf_lines_and_logs_with_ids() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let meta = Invocation::new("lambda-req-7c41", Some(LAMBDA_TRACE.into()));
-    let response =
-        flotilla_fn_reconciler::invoke(&state, &AdapterConnector, &telemetry, meta, sample_batch())
-            .await;
+    let response = flotilla_fn_reconciler::invoke(
+        &state,
+        &AdapterConnector,
+        None,
+        &telemetry,
+        meta,
+        sample_batch(),
+    )
+    .await;
     // The three sample overlays do not exist here (acknowledged as gone); poison is retried.
     let failed: Vec<&str> = response
         .batch_item_failures

@@ -152,6 +152,22 @@ pub enum CatalogAccessError {
         /// Bounded, secret-free explanation.
         detail: BoundedText,
     },
+    /// The upstream throttled us (429, or 503 with `Retry-After`) and said when to come back;
+    /// the bounded retries are spent, or the stated wait is longer than a call may wait.
+    /// Retryable: the queue redelivers the work (no sooner than `retry_after`, where the
+    /// host can delay a redelivery).
+    #[error(
+        "upstream throttled the request (HTTP {status}; retry after {}s): {detail}",
+        retry_after.as_secs()
+    )]
+    Throttled {
+        /// 429 or 503.
+        status: u16,
+        /// The wait the upstream asked for (its `Retry-After`).
+        retry_after: std::time::Duration,
+        /// Bounded, secret-free explanation.
+        detail: BoundedText,
+    },
     /// The upstream answered something that does not conform to its protocol. `field` names
     /// the offending field (or `<body>` / a header name) so an operator can see what differed.
     #[error("upstream protocol violation at `{field}`: {detail}")]
@@ -217,7 +233,18 @@ impl CatalogAccessError {
 
     /// Whether retrying the same read later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Retryable { .. } | Self::Connection(_))
+        matches!(
+            self,
+            Self::Retryable { .. } | Self::Throttled { .. } | Self::Connection(_)
+        )
+    }
+
+    /// The wait the upstream asked for before the next attempt, when it said.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::Throttled { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
     }
 }
 

@@ -8,11 +8,26 @@ use flotilla_error::{Error, ErrorKind};
 
 use crate::CatalogAccessError;
 
+/// The detail of an `UNAVAILABLE` error naming the upstream's `Retry-After`, in whole
+/// seconds (see [`CatalogAccessError::Throttled`]).
+pub const RETRY_AFTER_DETAIL: &str = "retry_after_secs";
+
 impl From<&CatalogAccessError> for Error {
     fn from(e: &CatalogAccessError) -> Self {
         match e {
             CatalogAccessError::Connection(_) | CatalogAccessError::Retryable { .. } => {
                 Error::unavailable(format!("upstream catalog: {e}"))
+            }
+            // The hint travels with the error (whole seconds, rounded up) so a host that can
+            // delay a redelivery waits at least that long.
+            CatalogAccessError::Throttled { retry_after, .. } => {
+                Error::unavailable(format!("upstream catalog: {e}")).with_detail(
+                    RETRY_AFTER_DETAIL,
+                    retry_after
+                        .as_millis()
+                        .div_ceil(1000)
+                        .min(u128::from(u32::MAX)) as u64,
+                )
             }
             CatalogAccessError::NotFound(_) => {
                 Error::new(ErrorKind::NotFound, format!("upstream catalog: {e}"))
@@ -71,6 +86,28 @@ mod tests {
             assert!(mapped.is_retryable());
             assert!(mapped.details.is_empty());
         }
+    }
+
+    #[test]
+    fn throttling_is_unavailable_and_carries_the_retry_after_hint() {
+        let e = CatalogAccessError::Throttled {
+            status: 429,
+            retry_after: std::time::Duration::from_millis(7_200),
+            detail: text(),
+        };
+        assert!(e.is_retryable());
+        assert_eq!(
+            e.retry_after(),
+            Some(std::time::Duration::from_millis(7_200))
+        );
+        let mapped = Error::from(&e);
+        assert_eq!(mapped.kind, ErrorKind::Unavailable);
+        assert!(mapped.is_retryable());
+        assert_eq!(mapped.details[RETRY_AFTER_DETAIL], 8);
+        assert_eq!(
+            mapped.internal_detail(),
+            Some(format!("upstream catalog: {e}").as_str())
+        );
     }
 
     #[test]

@@ -12,7 +12,16 @@
 //!   [`HttpPolicy::max_response_bytes`] (a `Protocol` error, never an allocation bomb).
 //! - Upstream text in errors and logs is bounded ([`crate::error::BoundedText`]).
 //! - Idempotent reads are retried with jittered exponential backoff, a bounded number of
-//!   times. Nothing else is retried here (the token POST is retried by its caller's logic).
+//!   times.
+//! - Throttling is honoured ([`HttpPolicy::max_retry_after`]): a `429`, or a `503` with
+//!   `Retry-After` (seconds or an HTTP-date), is retried after the stated wait, or after the
+//!   jittered backoff when none is stated. A stated wait longer than the cap is not waited
+//!   out: the call fails at once with [`CatalogAccessError::Throttled`] carrying the hint, as
+//!   it does when the attempts are spent, so the queue redelivers the work later. Those two
+//!   answers say the request was refused before it was processed, so even a request sent
+//!   once (the OAuth token POST: it only mints a token) is resent after them; nothing else
+//!   resends it (a 5xx or a timeout leaves its outcome unknown). Waits go through the
+//!   policy's [`Waiter`], so tests advance a manual clock instead of sleeping.
 //! - Only idempotent reads follow redirects. A request sent once (the OAuth token POST,
 //!   which carries the client secret) never does: a `307`/`308` would re-send its body,
 //!   secret included, to whatever host the upstream names.
@@ -30,6 +39,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use flotilla_domain::clock::{Clock, ManualClock, SystemClock};
+use futures::future::BoxFuture;
 use rand::Rng;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::HeaderMap;
@@ -257,6 +268,123 @@ impl RetryPolicy {
     }
 }
 
+/// Waits between attempts, and what time it is (for `Retry-After` HTTP-dates).
+pub trait Sleep: Send + Sync + fmt::Debug {
+    /// Waits `d`.
+    fn sleep(&self, d: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// Sleeps on the tokio timer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioSleep;
+
+impl Sleep for TokioSleep {
+    fn sleep(&self, d: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(d))
+    }
+}
+
+/// A sleeper for tests: returns at once, moving a [`ManualClock`] forward by the wait and
+/// recording it, so "retried after the stated 7 s" is checked without waiting 7 s.
+#[derive(Debug, Clone)]
+pub struct AdvancingSleep {
+    clock: ManualClock,
+    waits: Arc<std::sync::Mutex<Vec<Duration>>>,
+}
+
+impl AdvancingSleep {
+    /// A sleeper advancing `clock`.
+    pub fn new(clock: ManualClock) -> Self {
+        Self {
+            clock,
+            waits: Arc::default(),
+        }
+    }
+
+    /// Every wait asked for so far, in order.
+    pub fn waits(&self) -> Vec<Duration> {
+        self.waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Sleep for AdvancingSleep {
+    fn sleep(&self, d: Duration) -> BoxFuture<'static, ()> {
+        self.waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(d);
+        self.clock.advance(d);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// How a client waits between attempts, and the clock an HTTP-date `Retry-After` is read
+/// against. Two waiters are equal when they share their sleeper and clock.
+#[derive(Clone)]
+pub struct Waiter {
+    sleep: Arc<dyn Sleep>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Waiter {
+    /// A waiter with this sleeper and clock.
+    pub fn new(sleep: Arc<dyn Sleep>, clock: Arc<dyn Clock>) -> Self {
+        Self { sleep, clock }
+    }
+
+    /// The test waiter: waits advance `clock` (see [`AdvancingSleep`]), which is also the
+    /// clock dates are read against. Answers the sleeper, to read the waits back.
+    pub fn advancing(clock: &ManualClock) -> (Self, AdvancingSleep) {
+        let sleep = AdvancingSleep::new(clock.clone());
+        (
+            Self::new(Arc::new(sleep.clone()), Arc::new(clock.clone())),
+            sleep,
+        )
+    }
+
+    /// Waits `d`.
+    pub async fn sleep(&self, d: Duration) {
+        self.sleep.sleep(d).await;
+    }
+
+    /// The current time.
+    pub fn now(&self) -> std::time::SystemTime {
+        self.clock.now()
+    }
+}
+
+impl Default for Waiter {
+    fn default() -> Self {
+        Self::new(Arc::new(TokioSleep), Arc::new(SystemClock))
+    }
+}
+
+impl fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Waiter")
+            .field("sleep", &self.sleep)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl PartialEq for Waiter {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.sleep, &other.sleep) && Arc::ptr_eq(&self.clock, &other.clock)
+    }
+}
+
+impl Eq for Waiter {}
+
+/// The longest `Retry-After` a call waits out by default.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+/// The longest retry-after hint an error carries (an upstream asking for more is asked
+/// again after this long).
+pub const MAX_RETRY_AFTER_HINT: Duration = Duration::from_secs(3600);
+
 /// The hardening applied to every upstream call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpPolicy {
@@ -270,8 +398,13 @@ pub struct HttpPolicy {
     pub max_response_bytes: usize,
     /// Redirect hops followed (each re-checked).
     pub max_redirects: usize,
-    /// Retries for idempotent reads.
+    /// Retries for idempotent reads (and, after throttling, for requests sent once).
     pub retry: RetryPolicy,
+    /// The longest `Retry-After` of a throttled answer (429, 503) a call waits out; a
+    /// longer one fails the call at once with [`CatalogAccessError::Throttled`].
+    pub max_retry_after: Duration,
+    /// How the client waits between attempts (tests inject a manual clock).
+    pub waiter: Waiter,
     /// Names resolved to fixed addresses before asking the system resolver. The address
     /// policy still applies to them: this is a test seam for DNS answers (e.g. a name that
     /// resolves to the metadata address), not a bypass.
@@ -287,6 +420,8 @@ impl Default for HttpPolicy {
             max_response_bytes: 16 * 1024 * 1024,
             max_redirects: 5,
             retry: RetryPolicy::default(),
+            max_retry_after: MAX_RETRY_AFTER,
+            waiter: Waiter::default(),
             static_hosts: BTreeMap::new(),
         }
     }
@@ -391,7 +526,8 @@ impl Resolve for PolicyResolver {
 pub enum RetryMode {
     /// An idempotent read (GET/HEAD): retried on 5xx, 429, timeouts and connect errors.
     IdempotentRead,
-    /// Sent once (e.g. the OAuth token POST).
+    /// Sent once (e.g. the OAuth token POST): resent only after a throttled answer (429, or
+    /// 503 with `Retry-After`), which says the request was not processed.
     Once,
 }
 
@@ -404,6 +540,9 @@ pub struct HttpResponse {
     pub headers: HeaderMap,
     /// Body, at most [`HttpPolicy::max_response_bytes`].
     pub body: Bytes,
+    /// The wait a throttled answer (429, or 503) asked for in its `Retry-After`, read
+    /// against the policy's clock (an HTTP-date in the past is zero).
+    pub retry_after: Option<Duration>,
 }
 
 impl HttpResponse {
@@ -489,6 +628,14 @@ pub fn classify_status(response: &HttpResponse, what: &str) -> CatalogAccessErro
             detail,
         },
         404 => CatalogAccessError::NotFound(detail),
+        429 | 503 if response.retry_after.is_some() => CatalogAccessError::Throttled {
+            status: response.status,
+            retry_after: response
+                .retry_after
+                .unwrap_or_default()
+                .min(MAX_RETRY_AFTER_HINT),
+            detail,
+        },
         408 | 429 | 500..=599 => CatalogAccessError::Retryable {
             status: Some(response.status),
             detail,
@@ -551,6 +698,11 @@ impl UpstreamRequestCounters {
             &catalog::UPSTREAM_REQUESTS,
         )])
     }
+}
+
+/// Whether an answer is throttling: 429, or 503 with a `Retry-After`.
+fn is_throttled(status: u16, headers: &HeaderMap) -> bool {
+    status == 429 || (status == 503 && headers.contains_key(reqwest::header::RETRY_AFTER))
 }
 
 /// Records the end of one attempt: its status class (`error` without an HTTP status) and
@@ -685,10 +837,9 @@ impl HttpClient {
             RetryMode::IdempotentRead => &self.client,
             RetryMode::Once => &self.no_redirect,
         };
-        let max_attempts = match mode {
-            RetryMode::IdempotentRead => self.policy.retry.max_attempts.max(1),
-            RetryMode::Once => 1,
-        };
+        // A request sent once may still be resent after throttling (see the module docs).
+        let max_attempts = self.policy.retry.max_attempts.max(1);
+        let waiter = &self.policy.waiter;
         let method = request.method().clone();
         let path = request.url().path().to_owned();
         let mut pending = Some(request);
@@ -704,6 +855,8 @@ impl HttpClient {
             if !last {
                 pending = current.try_clone();
             }
+            // Only a throttled answer resends a request sent once.
+            let resend_on_failure = mode == RetryMode::IdempotentRead;
             if let Some(protocol) = self.protocol {
                 UPSTREAM_REQUESTS.record(protocol);
             }
@@ -722,21 +875,41 @@ impl HttpClient {
                             "the endpoint answered a redirect (HTTP {status}); requests that carry credentials in their body never follow redirects"
                         ))));
                     }
-                    if !last && pending.is_some() && is_retryable_status(status) {
-                        let wait = retry_after(resp.headers(), self.policy.retry.max_delay)
+                    if is_throttled(status, resp.headers()) {
+                        if let Some(protocol) = self.protocol {
+                            catalog::UPSTREAM_THROTTLED.inc(&[protocol_label(protocol)]);
+                        }
+                        let stated = retry_after(resp.headers(), waiter.now());
+                        let too_long = stated.is_some_and(|s| s > self.policy.max_retry_after);
+                        if !last && pending.is_some() && !too_long {
+                            let wait = stated.unwrap_or_else(|| self.policy.retry.backoff(attempt));
+                            tracing::debug!(%method, path = %bounded(&path), status, attempt, wait_ms = wait.as_millis() as u64, "upstream throttled; retrying after its Retry-After");
+                            waiter.sleep(wait).await;
+                            continue;
+                        }
+                        tracing::debug!(%method, path = %bounded(&path), status, attempt, "upstream throttled; giving up for now");
+                        return self.read_body(resp, stated).await;
+                    }
+                    if resend_on_failure
+                        && !last
+                        && pending.is_some()
+                        && is_retryable_status(status)
+                    {
+                        let wait = retry_after(resp.headers(), waiter.now())
+                            .map(|d| d.min(self.policy.retry.max_delay))
                             .unwrap_or_else(|| self.policy.retry.backoff(attempt));
                         tracing::debug!(%method, path = %bounded(&path), status, attempt, "retrying upstream read");
-                        tokio::time::sleep(wait).await;
+                        waiter.sleep(wait).await;
                         continue;
                     }
-                    self.read_body(resp).await
+                    self.read_body(resp, None).await
                 }
                 Err(e) => Err(map_reqwest_error(e)),
             };
             match outcome {
-                Err(e) if !last && pending.is_some() && transient(&e) => {
+                Err(e) if resend_on_failure && !last && pending.is_some() && transient(&e) => {
                     tracing::debug!(%method, path = %bounded(&path), attempt, error = %e, "retrying upstream read");
-                    tokio::time::sleep(self.policy.retry.backoff(attempt)).await;
+                    waiter.sleep(self.policy.retry.backoff(attempt)).await;
                 }
                 other => {
                     if let Ok(r) = &other {
@@ -748,7 +921,11 @@ impl HttpClient {
         }
     }
 
-    async fn read_body(&self, mut resp: reqwest::Response) -> Result<HttpResponse> {
+    async fn read_body(
+        &self,
+        mut resp: reqwest::Response,
+        retry_after: Option<Duration>,
+    ) -> Result<HttpResponse> {
         let max = self.policy.max_response_bytes;
         let status = resp.status().as_u16();
         let too_big = || {
@@ -772,6 +949,7 @@ impl HttpClient {
             status,
             headers,
             body: body.freeze(),
+            retry_after,
         })
     }
 }
@@ -789,15 +967,15 @@ fn transient(e: &CatalogAccessError) -> bool {
     )
 }
 
-fn retry_after(headers: &HeaderMap, cap: Duration) -> Option<Duration> {
-    let secs: u64 = headers
-        .get("retry-after")?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(secs).min(cap))
+/// The wait a `Retry-After` header states: delay-seconds, or an HTTP-date read against
+/// `now` (a date in the past is no wait). `None` when absent or unreadable.
+fn retry_after(headers: &HeaderMap, now: std::time::SystemTime) -> Option<Duration> {
+    let raw = headers.get("retry-after")?.to_str().ok()?.trim();
+    if let Ok(secs) = raw.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(raw).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// Renders an error and its sources on one line (reqwest hides the cause in `source()`).
@@ -964,6 +1142,34 @@ mod tests {
         let insecure = PolicyResolver::new(AddressPolicy::insecure(), hosts);
         assert!(insecure.resolve_host("private.evil.test").await.is_ok());
         assert!(insecure.resolve_host("metadata.evil.test").await.is_err());
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert("retry-after", v.parse().unwrap());
+            m
+        };
+        assert_eq!(retry_after(&h("7"), now), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after(&h(" 0 "), now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after(&h("Sun, 06 Nov 1994 08:50:37 GMT"), now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            retry_after(&h("Sun, 06 Nov 1994 08:00:00 GMT"), now),
+            Some(Duration::ZERO),
+            "a date in the past is no wait"
+        );
+        assert_eq!(retry_after(&h("soon"), now), None);
+        assert_eq!(retry_after(&h("-3"), now), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+        assert!(is_throttled(429, &HeaderMap::new()));
+        assert!(!is_throttled(503, &HeaderMap::new()));
+        assert!(is_throttled(503, &h("1")));
+        assert!(!is_throttled(500, &h("1")));
     }
 
     #[test]

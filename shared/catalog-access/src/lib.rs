@@ -19,5 +19,6 @@ pub mod spi;
 pub mod unity;
 
 pub use error::{BoundedText, CatalogAccessError, Result, VendingErrorKind};
+pub use error_kind::RETRY_AFTER_DETAIL;
 pub use factory::CatalogClientFactory;
 pub use spi::*;

@@ -236,6 +236,14 @@ fn token_status_error(endpoint: &str, resp: &HttpResponse) -> CatalogAccessError
         resp.status
     ));
     match resp.status {
+        429 | 503 if resp.retry_after.is_some() => CatalogAccessError::Throttled {
+            status: resp.status,
+            retry_after: resp
+                .retry_after
+                .unwrap_or_default()
+                .min(crate::http::MAX_RETRY_AFTER_HINT),
+            detail,
+        },
         408 | 429 | 500..=599 => CatalogAccessError::Retryable {
             status: Some(resp.status),
             detail,

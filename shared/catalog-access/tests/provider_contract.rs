@@ -12,8 +12,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_catalog_access::{CatalogAccessError, Clock, VendingErrorKind};
+use flotilla_catalog_access::http::{AdvancingSleep, Waiter};
+use flotilla_catalog_access::{
+    CatalogAccessError, CatalogClient, Clock, RETRY_AFTER_DETAIL, SystemClock, VendingErrorKind,
+};
 use flotilla_domain::clock::ManualClock;
+use flotilla_error::{Error, ErrorKind};
+use flotilla_testkit::fixture::conditions::{RetryAfter, Throttle};
 use support::{
     Contract, DeltaSharing, IcebergRest, OAuthContract, RealServerSwitches, Unity, statuses,
 };
@@ -190,6 +195,161 @@ async fn malformed_json_is_a_protocol_error<P: Contract>() {
     );
 }
 
+// ---- throttling (docs/reliability.md, "Upstream throttling is honoured") ----------------
+
+/// A client whose waits advance a manual clock (at a whole second, so an HTTP-date
+/// `Retry-After` names an exact wait) that the fixture also stamps its records and reads
+/// its dates with. Answers the client, the clock and the sleeper holding every wait.
+async fn throttle_client<P: Contract>(p: &P) -> (Box<dyn CatalogClient>, AdvancingSleep) {
+    let clock = ManualClock::new(SystemClock.now_secs() * 1000);
+    p.log().set_clock(Arc::new(clock.clone()));
+    p.conditions().set_clock(Arc::new(clock.clone()));
+    let (waiter, sleeps) = Waiter::advancing(&clock);
+    let mut options = support::options();
+    options.clock = Arc::new(clock);
+    options.http.waiter = waiter;
+    (p.client_with(options).await, sleeps)
+}
+
+async fn throttled_requests_are_retried_after_the_stated_retry_after<P: Contract>() {
+    let p = P::start().await;
+    let (c, sleeps) = throttle_client(&p).await;
+    // 429 with delay-seconds on the listing.
+    p.conditions().throttle(
+        Throttle::next(1)
+            .retry_after(RetryAfter::Seconds(7))
+            .on_path(P::LIST_PATH),
+    );
+    c.list_namespaces(None, None, None).await.unwrap();
+    let listed = p.requests_to(P::LIST_PATH);
+    assert_eq!(statuses(&listed), vec![Some(429), Some(200)]);
+    assert_eq!(listed[0].retry_after.as_deref(), Some("7"));
+    assert_eq!(
+        listed[1].at_ms - listed[0].at_ms,
+        7_000,
+        "retried 7 s later"
+    );
+    assert_eq!(sleeps.waits(), vec![Duration::from_secs(7)]);
+    // 503 with an HTTP-date, twice, on the table load.
+    p.conditions().throttle(
+        Throttle::next(2)
+            .with_status(503)
+            .retry_after(RetryAfter::Date(Duration::from_secs(12)))
+            .on_path(P::LOAD_PATH),
+    );
+    let (namespace, table) = p.sample();
+    c.load_table(&namespace, table, None).await.unwrap();
+    let loads = p.requests_to(P::LOAD_PATH);
+    assert_eq!(statuses(&loads), vec![Some(503), Some(503), Some(200)]);
+    assert!(
+        loads[0]
+            .retry_after
+            .as_deref()
+            .is_some_and(|d| d.ends_with(" GMT"))
+    );
+    for pair in loads.windows(2) {
+        assert_eq!(pair[1].at_ms - pair[0].at_ms, 12_000, "{loads:?}");
+    }
+    assert_eq!(sleeps.waits().len(), 3);
+    assert_eq!(p.conditions().throttled_requests(), 3);
+}
+
+async fn throttling_past_the_attempts_is_retryable_and_carries_the_hint<P: Contract>() {
+    let p = P::start().await;
+    let (c, sleeps) = throttle_client(&p).await;
+    let before = p.requests_to(P::LIST_PATH).len();
+    p.conditions().throttle(
+        Throttle::next(usize::MAX)
+            .retry_after(RetryAfter::Seconds(2))
+            .on_path(P::LIST_PATH),
+    );
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(
+        matches!(err, CatalogAccessError::Throttled { status: 429, retry_after, .. }
+            if retry_after == Duration::from_secs(2)),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    let mapped = Error::from(&err);
+    assert_eq!(mapped.kind, ErrorKind::Unavailable);
+    assert!(mapped.is_retryable());
+    assert_eq!(mapped.details[RETRY_AFTER_DETAIL], 2);
+    assert_eq!(
+        p.requests_to(P::LIST_PATH).len() - before,
+        3,
+        "max_attempts = 3"
+    );
+    assert_eq!(sleeps.waits(), vec![Duration::from_secs(2); 2]);
+    // A stated wait beyond the cap (30 s) is not waited out: one attempt, the hint kept.
+    p.conditions().clear_throttles();
+    p.conditions().throttle(
+        Throttle::next(1)
+            .retry_after(RetryAfter::Seconds(120))
+            .on_path(P::LIST_PATH),
+    );
+    let before = p.requests_to(P::LIST_PATH).len();
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(120)), "{err:?}");
+    assert_eq!(p.requests_to(P::LIST_PATH).len() - before, 1);
+    assert_eq!(sleeps.waits().len(), 2, "nothing waited");
+    // No Retry-After: bounded, jittered backoff, then a retryable error without a hint.
+    p.conditions().throttle(
+        Throttle::next(usize::MAX)
+            .retry_after(RetryAfter::Absent)
+            .on_path(P::LIST_PATH),
+    );
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CatalogAccessError::Retryable {
+                status: Some(429),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let backoffs = &sleeps.waits()[2..];
+    assert_eq!(backoffs.len(), 2);
+    assert!(
+        backoffs
+            .iter()
+            .all(|d| *d <= support::policy().retry.max_delay),
+        "{backoffs:?}"
+    );
+}
+
+async fn a_throttled_token_request_is_resent_after_its_retry_after<P: OAuthContract>() {
+    let p = P::start().await;
+    let clock = ManualClock::new(SystemClock.now_secs() * 1000);
+    p.log().set_clock(Arc::new(clock.clone()));
+    p.conditions().set_clock(Arc::new(clock.clone()));
+    let (waiter, sleeps) = Waiter::advancing(&clock);
+    let mut options = support::options();
+    options.clock = Arc::new(clock);
+    options.http.waiter = waiter;
+    p.conditions().throttle(
+        Throttle::next(1)
+            .retry_after(RetryAfter::Seconds(3))
+            .on_path(P::TOKEN_PATH),
+    );
+    let c = p.oauth_client_with(options).await;
+    c.list_namespaces(None, None, None).await.unwrap();
+    let posts = p.requests_to(P::TOKEN_PATH);
+    assert_eq!(statuses(&posts), vec![Some(429), Some(200)]);
+    assert!(posts.iter().all(|r| r.method == "POST"));
+    assert_eq!(posts[1].at_ms - posts[0].at_ms, 3_000);
+    assert_eq!(p.token_requests(), 1, "one token minted");
+    assert_eq!(sleeps.waits(), vec![Duration::from_secs(3)]);
+    // A 5xx leaves a POST's outcome unknown: it is not resent.
+    p.expire_issued_tokens();
+    p.inject_status(500, Some(1), P::TOKEN_PATH);
+    let before = p.requests_to(P::TOKEN_PATH).len();
+    let err = c.list_namespaces(None, None, None).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert_eq!(p.requests_to(P::TOKEN_PATH).len() - before, 1, "sent once");
+}
+
 // ---- token acquisition and 401 renewal ----------------------------------------------------
 
 async fn oauth_token_is_fetched_once_and_renewed_once_after_a_401<P: OAuthContract>() {
@@ -351,8 +511,11 @@ contract!(iceberg_rest, IcebergRest;
     a_transient_500_is_retried,
     persistent_5xx_and_429_are_retryable_after_bounded_attempts,
     malformed_json_is_a_protocol_error,
+    throttled_requests_are_retried_after_the_stated_retry_after,
+    throttling_past_the_attempts_is_retryable_and_carries_the_hint,
     oauth_token_is_fetched_once_and_renewed_once_after_a_401,
     oauth_token_is_refreshed_before_expiry,
+    a_throttled_token_request_is_resent_after_its_retry_after,
 );
 contract!(unity, Unity;
     missing_table_is_not_found,
@@ -362,8 +525,11 @@ contract!(unity, Unity;
     a_transient_500_is_retried,
     persistent_5xx_and_429_are_retryable_after_bounded_attempts,
     malformed_json_is_a_protocol_error,
+    throttled_requests_are_retried_after_the_stated_retry_after,
+    throttling_past_the_attempts_is_retryable_and_carries_the_hint,
     oauth_token_is_fetched_once_and_renewed_once_after_a_401,
     oauth_token_is_refreshed_before_expiry,
+    a_throttled_token_request_is_resent_after_its_retry_after,
     listings_drop_repeated_entries,
     a_listing_under_a_missing_parent_answered_empty_is_not_found,
     a_table_listed_but_gone_on_load_is_not_found,
@@ -377,6 +543,8 @@ contract!(delta_sharing, DeltaSharing;
     a_transient_500_is_retried,
     persistent_5xx_and_429_are_retryable_after_bounded_attempts,
     malformed_json_is_a_protocol_error,
+    throttled_requests_are_retried_after_the_stated_retry_after,
+    throttling_past_the_attempts_is_retryable_and_carries_the_hint,
     listings_drop_repeated_entries,
     a_listing_under_a_missing_parent_answered_empty_is_not_found,
     a_table_listed_but_gone_on_load_is_not_found,

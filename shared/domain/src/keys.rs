@@ -179,6 +179,22 @@ pub fn scheduler_state(account: &str, integration_id: &str) -> Key {
 }
 pub const SCHEDULER_STATE_PREFIX: &str = "SCHED#";
 
+/// The checkpoint of a reconciliation that runs over several invocations (legs): the head
+/// item of one chain of `subject` (`INT#{integration}` for a plan job, `OVL#{overlay}` for a
+/// single overlay). At most one chain per subject; a new chain replaces the head.
+pub fn checkpoint_head(account: &str, subject: &str) -> Key {
+    Key::new(account_pk(account), format!("CKPT#{subject}"))
+}
+/// One chunk of a checkpoint blob (`tag` names the chain and the blob) below the head.
+pub fn checkpoint_chunk(account: &str, subject: &str, tag: &str, n: u32) -> Key {
+    Key::new(account_pk(account), format!("CKPT#{subject}#{tag}#{n:04}"))
+}
+/// Every chunk of every chain of `subject` (the head excluded).
+pub fn checkpoint_chunks_prefix(subject: &str) -> String {
+    format!("CKPT#{subject}#")
+}
+pub const CHECKPOINT_PREFIX: &str = "CKPT#";
+
 // ---- due-time index --------------------------------------------------------------------
 
 /// Partitions of the due-time index. An integration always lands in the same one, so a

@@ -58,7 +58,7 @@ pub struct UpView {
 }
 
 /// Listing entries dropped because they were not direct children of what was listed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Dropped {
     pub namespaces: u64,
     pub tables: u64,
@@ -81,6 +81,9 @@ pub struct Discovered {
     pub dropped: Dropped,
     /// Whether the provider advertises identities that survive renames.
     pub stable_ids: bool,
+    /// Listed namespaces the upstream no longer had when their content was asked for (only
+    /// in a checkpointed leg; a single run fails with `UPSTREAM_CHANGED` instead).
+    pub vanished: Vec<NamespacePath>,
 }
 
 fn up(path: &NamespacePath) -> UpstreamNamespace {
@@ -254,6 +257,43 @@ pub async fn discover_with(
     opts: &RunOptions,
     budget: &Budget,
 ) -> Result<Discovered, ReconcileError> {
+    let walked = walk(client, selection, opts, budget).await?;
+    let mut out = contents(
+        client,
+        &walked,
+        &walked.namespaces,
+        hints,
+        opts,
+        budget,
+        false,
+    )
+    .await?;
+    out.invalid = walked.invalid;
+    out.dropped.namespaces += walked.dropped_namespaces;
+    budget.check_time()?;
+    Ok(out)
+}
+
+/// The namespace part of a walk: the capabilities and the selected namespaces.
+#[derive(Clone, Debug, Default)]
+pub struct Walk {
+    /// Selected namespaces, in breadth-first order.
+    pub namespaces: Vec<NamespacePath>,
+    /// Upstream namespace names Flotilla cannot hold.
+    pub invalid: Vec<Conflict>,
+    pub dropped_namespaces: u64,
+    pub stable_ids: bool,
+    /// Whether the upstream lists and loads views.
+    pub views: bool,
+}
+
+/// Step 1 of discovery: the capabilities, then the namespace tree of `selection`.
+pub async fn walk(
+    client: &dyn CatalogClient,
+    selection: &dyn Scope,
+    opts: &RunOptions,
+    budget: &Budget,
+) -> Result<Walk, ReconcileError> {
     let concurrency = opts.upstream_concurrency.max(1);
     let caps = call(budget, &[], "reading the catalog's capabilities", async {
         client.capabilities().await
@@ -268,10 +308,10 @@ pub async fn discover_with(
             ),
         });
     }
-    let with_views = caps.list_views && caps.load_views;
-    let mut out = Discovered {
+    let mut out = Walk {
         stable_ids: caps.stable_ids,
-        ..Discovered::default()
+        views: caps.list_views && caps.load_views,
+        ..Walk::default()
     };
 
     // 1. Namespaces, level by level: only the direct children of each listed parent.
@@ -302,7 +342,7 @@ pub async fn discover_with(
             for child in children {
                 let levels = child.0;
                 if levels.len() != parent_levels.len() + 1 || !levels.starts_with(&parent_levels) {
-                    out.dropped.namespaces += 1;
+                    out.dropped_namespaces += 1;
                     continue;
                 }
                 if !visited.insert(levels.clone()) {
@@ -331,6 +371,44 @@ pub async fn discover_with(
         frontier = next;
     }
 
+    Ok(out)
+}
+
+/// Steps 2 to 4 of discovery for `namespaces` (selected namespaces of `walked`): their
+/// properties where wanted, their tables and views, and the loads. With `vanished_is_empty`
+/// (a checkpointed leg), a namespace the upstream no longer has is reported in
+/// [`Discovered::vanished`] instead of failing the run.
+pub async fn contents(
+    client: &dyn CatalogClient,
+    walked: &Walk,
+    namespaces: &[NamespacePath],
+    hints: &dyn Hints,
+    opts: &RunOptions,
+    budget: &Budget,
+    vanished_is_empty: bool,
+) -> Result<Discovered, ReconcileError> {
+    let concurrency = opts.upstream_concurrency.max(1);
+    let with_views = walked.views;
+    let mut out = Discovered {
+        stable_ids: walked.stable_ids,
+        namespaces: namespaces.to_vec(),
+        ..Discovered::default()
+    };
+    let gone = std::sync::Mutex::new(BTreeSet::new());
+    let gone = &gone;
+    let vanish = |at: &[String], e: ReconcileError| -> Result<(), ReconcileError> {
+        if vanished_is_empty && let ReconcileError::UpstreamChanged { .. } = e {
+            if let Ok(p) = NamespacePath::new(at.to_vec()) {
+                gone.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(p);
+            }
+            return Ok(());
+        }
+        Err(e)
+    };
+    let vanish = &vanish;
+
     // 2. Upstream properties of the namespaces this overlay creates or created.
     let wanted: Vec<NamespacePath> = out
         .namespaces
@@ -358,7 +436,9 @@ pub async fn discover_with(
                 Err(ReconcileError::Upstream {
                     error: CatalogAccessError::NotFound(_),
                     ..
-                }) => Err(ReconcileError::UpstreamChanged { path: at }),
+                }) => {
+                    vanish(&at, ReconcileError::UpstreamChanged { path: at.clone() }).map(|()| None)
+                }
                 Err(e) => Err(e),
             }
         })
@@ -369,45 +449,18 @@ pub async fn discover_with(
 
     // 3. Tables and views of every selected namespace: only those in it.
     type Listing = (NamespacePath, Vec<TableIdent>, Vec<TableIdent>);
-    let listings: Vec<Listing> = stream::iter(out.namespaces.clone())
+    let listings: Vec<Option<Listing>> = stream::iter(out.namespaces.clone())
         .map(|ns| async move {
-            let upns = up(&ns);
             let at = ns.segments().to_vec();
-            let vanished = |e: ReconcileError| match e {
-                ReconcileError::Upstream {
-                    error: CatalogAccessError::NotFound(_),
-                    ..
-                } => ReconcileError::UpstreamChanged { path: at.clone() },
-                other => other,
-            };
-            let tables = all_pages(budget, &at, "listing tables", |t| {
-                let n = upns.clone();
-                async move { client.list_tables(&n, t.as_deref(), Some(PAGE_SIZE)).await }
-            })
-            .await
-            .map_err(vanished)?;
-            let views = if with_views {
-                match all_pages(budget, &at, "listing views", |t| {
-                    let n = upns.clone();
-                    async move { client.list_views(&n, t.as_deref(), Some(PAGE_SIZE)).await }
-                })
-                .await
-                {
-                    Ok(v) => v,
-                    Err(ReconcileError::Upstream {
-                        error: CatalogAccessError::Unsupported(_),
-                        ..
-                    }) => Vec::new(),
-                    Err(e) => return Err(vanished(e)),
-                }
-            } else {
-                Vec::new()
-            };
-            Ok::<_, ReconcileError>((ns, tables, views))
+            match listing(client, budget, ns, with_views).await {
+                Ok(l) => Ok(Some(l)),
+                Err(e) => vanish(&at, e).map(|()| None),
+            }
         })
         .buffer_unordered(concurrency)
         .try_collect()
         .await?;
+    let listings: Vec<Listing> = listings.into_iter().flatten().collect();
 
     let mut table_jobs: Vec<(NamespacePath, String, Option<String>)> = Vec::new();
     let mut view_jobs: Vec<(NamespacePath, String)> = Vec::new();
@@ -506,6 +559,59 @@ pub async fn discover_with(
         .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     out.views
         .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    budget.check_time()?;
+    let gone = std::mem::take(
+        &mut *gone
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    if !gone.is_empty() {
+        out.namespaces.retain(|n| !gone.contains(n));
+        out.namespace_properties.retain(|n, _| !gone.contains(n));
+        out.tables.retain(|t| !gone.contains(&t.namespace));
+        out.views.retain(|v| !gone.contains(&v.namespace));
+        out.vanished = gone.into_iter().collect();
+    }
     Ok(out)
+}
+
+/// All pages of the tables and views of one selected namespace.
+async fn listing(
+    client: &dyn CatalogClient,
+    budget: &Budget,
+    ns: NamespacePath,
+    with_views: bool,
+) -> Result<(NamespacePath, Vec<TableIdent>, Vec<TableIdent>), ReconcileError> {
+    let upns = up(&ns);
+    let at = ns.segments().to_vec();
+    let vanished = |e: ReconcileError| match e {
+        ReconcileError::Upstream {
+            error: CatalogAccessError::NotFound(_),
+            ..
+        } => ReconcileError::UpstreamChanged { path: at.clone() },
+        other => other,
+    };
+    let tables = all_pages(budget, &at, "listing tables", |t| {
+        let n = upns.clone();
+        async move { client.list_tables(&n, t.as_deref(), Some(PAGE_SIZE)).await }
+    })
+    .await
+    .map_err(vanished)?;
+    let views = if with_views {
+        match all_pages(budget, &at, "listing views", |t| {
+            let n = upns.clone();
+            async move { client.list_views(&n, t.as_deref(), Some(PAGE_SIZE)).await }
+        })
+        .await
+        {
+            Ok(v) => v,
+            Err(ReconcileError::Upstream {
+                error: CatalogAccessError::Unsupported(_),
+                ..
+            }) => Vec::new(),
+            Err(e) => return Err(vanished(e)),
+        }
+    } else {
+        Vec::new()
+    };
+    Ok((ns, tables, views))
 }

@@ -37,6 +37,7 @@
 pub mod bounds;
 #[cfg(feature = "capture")]
 pub mod capture;
+pub mod chain;
 pub mod discover;
 pub mod metrics;
 pub mod plan;
@@ -69,7 +70,7 @@ use flotilla_base::store::read;
 use flotilla_services::state::AppState;
 
 /// Counts of one kind of resource in a run's summary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct KindCounts {
     pub created: u64,
     pub updated: u64,
@@ -424,6 +425,11 @@ pub struct RunOptions {
     /// When set, the run refuses to start unless the overlay is at this generation (the
     /// SQS worker passes the generation its message observed).
     pub expect_generation: Option<u64>,
+    /// Namespaces whose content a queued run discovers per batch ([`chain`]).
+    pub namespaces_per_batch: usize,
+    /// When set (epoch ms), a queued run's budget ends no later than this: the reconciler
+    /// shares one invocation's budget among the records of its batch.
+    pub deadline_ms: Option<i64>,
 }
 
 impl Default for RunOptions {
@@ -432,6 +438,8 @@ impl Default for RunOptions {
             upstream_concurrency: 16,
             relations_per_transaction: 25,
             expect_generation: None,
+            namespaces_per_batch: chain::NAMESPACES_PER_BATCH,
+            deadline_ms: None,
         }
     }
 }

@@ -62,8 +62,20 @@ impl Publisher<'_> {
                 }
             }
         }
-        // Claims: keep those the inventory needs.
-        let needed = |p: &NamespacePath| desired.namespaces.contains(p);
+        self.release_claims(&desired.namespaces, target, summary)
+            .await
+    }
+
+    /// Releases this overlay's claims on namespaces outside `needed` (deepest first) and
+    /// prunes the overlay-created namespaces they leave empty and unclaimed.
+    pub(crate) async fn release_claims(
+        &self,
+        needed: &std::collections::BTreeSet<NamespacePath>,
+        target: &TargetState,
+        summary: &mut ReconcileSummary,
+    ) -> Result<(), ReconcileError> {
+        let cat = &self.overlay.catalog_id;
+        let needed = |p: &NamespacePath| needed.contains(p);
         let mut release: Vec<(&NamespacePath, &Stored<ClaimRecord>)> =
             target.claims.iter().filter(|(p, _)| !needed(p)).collect();
         release.sort_by(|a, b| b.0.depth().cmp(&a.0.depth()).then(a.0.cmp(b.0)));
@@ -92,7 +104,7 @@ impl Publisher<'_> {
         for (path, ns) in &target.namespaces {
             if ns.value.created_by_overlay
                 && !target.claimed_by_anyone.contains(path)
-                && !desired.namespaces.contains(path)
+                && !needed(path)
             {
                 prune.push(path.clone());
             }
@@ -101,6 +113,41 @@ impl Publisher<'_> {
         prune.dedup();
         for path in prune {
             flotilla_services::service::overlays::prune_namespace(self.state, cat, &path).await?;
+        }
+        Ok(())
+    }
+
+    /// Retires relations a checkpointed chain observed absent: each only when it is still at
+    /// the version the chain saw (a relation changed since was seen present by someone and
+    /// stays for the next run to decide).
+    pub(crate) async fn retire_listed(
+        &self,
+        listed: &[(Slot, u64, flotilla_domain::model::RelationKind)],
+        summary: &mut ReconcileSummary,
+    ) -> Result<(), ReconcileError> {
+        let cat = &self.overlay.catalog_id;
+        for batch in listed.chunks(self.per_tx) {
+            let mut ops: Vec<Op> = batch
+                .iter()
+                .map(|(slot, v, _)| Op::delete_at(slot_key(cat, slot), *v))
+                .collect();
+            ops.push(directory_bump(cat)?);
+            match self.commit(ops).await? {
+                Commit::Applied => {
+                    for (_, _, kind) in batch {
+                        counts_for(summary, *kind).retired += 1;
+                    }
+                }
+                Commit::Reread => {
+                    for (slot, v, kind) in batch {
+                        let ops =
+                            vec![Op::delete_at(slot_key(cat, slot), *v), directory_bump(cat)?];
+                        if let Commit::Applied = self.commit(ops).await? {
+                            counts_for(summary, *kind).retired += 1;
+                        }
+                    }
+                }
+            }
         }
         Ok(())
     }

@@ -20,8 +20,7 @@
 //! publication transaction asserts the overlay's and the integration's item versions, which
 //! move in the same transactions that bump the plan generation.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::Instant;
+use std::collections::BTreeMap;
 
 use flotilla_base::error::Result;
 use flotilla_base::store::{MAX_ATTEMPTS, Versioned, backoff, read, to_body};
@@ -36,13 +35,11 @@ use flotilla_services::service::schedule as sched;
 use flotilla_services::state::AppState;
 use serde::{Deserialize, Serialize};
 
-use super::discover::{Discovered, Hints, discover_with};
+use super::chain::{self, CheckpointRef, Located, Subject};
+use super::discover::{Discovered, Hints};
 use super::target::TargetState;
 use super::work::{MessageOutcome, ReconcileMessage};
-use super::{
-    Connector, ObservedRecords, ReconcileError, RunOptions, Stage, bounds, finish, materialize,
-    new_summary, observe, publish, selection_of,
-};
+use super::{Connector, ObservedRecords, ReconcileError, RunOptions, observe};
 
 /// How long a plan job holds its integration before a tick may take it again.
 pub const LEASE_MS: i64 = 15 * 60_000;
@@ -65,11 +62,14 @@ pub struct PlanMessage {
     pub plan_generation: u64,
 }
 
-/// A queue message: a scheduled plan, or one overlay (a direct request).
+/// A queue message: a scheduled plan, or one overlay (a direct request), or the follow-up
+/// leg of either's checkpointed run (`docs/reconciliation.md`, "Checkpointed runs").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkMessage {
     Overlay(ReconcileMessage),
     Plan(PlanMessage),
+    /// The plan or overlay message the chain started from, and the chain and leg to run.
+    Leg(Box<WorkMessage>, CheckpointRef),
 }
 
 impl From<ReconcileMessage> for WorkMessage {
@@ -88,8 +88,16 @@ impl WorkMessage {
     /// Parses a body: a plan message names an `integration_id`, an overlay message an
     /// `overlay_id`; anything else is a poison message.
     pub fn parse(body: &str) -> Result<Self, String> {
-        let v: serde_json::Value =
+        let mut v: serde_json::Value =
             serde_json::from_str(body).map_err(|e| format!("malformed reconcile message: {e}"))?;
+        if let Some(ck) = v.as_object_mut().and_then(|o| o.remove("checkpoint")) {
+            let ck: CheckpointRef =
+                serde_json::from_value(ck).map_err(|e| format!("malformed checkpoint: {e}"))?;
+            flotilla_domain::names::validate_resource_id(&ck.run)
+                .map_err(|e| format!("malformed checkpoint run: {e}"))?;
+            let base = Self::parse(&v.to_string())?;
+            return Ok(WorkMessage::Leg(Box::new(base), ck));
+        }
         if v.get("integration_id").is_none() {
             return ReconcileMessage::parse(body).map(WorkMessage::Overlay);
         }
@@ -106,7 +114,27 @@ impl WorkMessage {
         match self {
             WorkMessage::Overlay(m) => m.to_body(),
             WorkMessage::Plan(m) => serde_json::to_string(m).unwrap_or_default(),
+            WorkMessage::Leg(base, ck) => {
+                let mut v: serde_json::Value =
+                    serde_json::from_str(&base.to_body()).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert(
+                        "checkpoint".into(),
+                        serde_json::to_value(ck).unwrap_or_default(),
+                    );
+                }
+                v.to_string()
+            }
         }
+    }
+
+    /// The follow-up of this message for the chain leg `ck`.
+    pub fn leg(&self, ck: CheckpointRef) -> WorkMessage {
+        let base = match self {
+            WorkMessage::Leg(base, _) => base.as_ref().clone(),
+            other => other.clone(),
+        };
+        WorkMessage::Leg(Box::new(base), ck)
     }
 
     /// What identifies a queued message (a second one with the same identity is a duplicate).
@@ -122,6 +150,10 @@ impl WorkMessage {
                 format!("INT#{}", m.integration_id),
                 m.plan_generation,
             ),
+            WorkMessage::Leg(base, ck) => {
+                let (a, s, g) = base.ident();
+                (a, format!("{s}#LEG#{}#{}", ck.run, ck.leg), g)
+            }
         }
     }
 }
@@ -394,8 +426,8 @@ async fn backfill_account(store: &dyn Metastore, account: &str, now_ms: i64) -> 
 /// What the destinations of a shared pass hold: a table is loaded conditionally only when
 /// every overlay that selects it holds it under the same upstream ETag, and a namespace's
 /// properties are loaded when any overlay that selects it creates (or created) it.
-struct SharedHints<'a> {
-    members: Vec<(&'a Selection, &'a TargetState, &'a str)>,
+pub(crate) struct SharedHints<'a> {
+    pub(crate) members: Vec<(&'a Selection, &'a TargetState, &'a str)>,
 }
 
 impl Hints for SharedHints<'_> {
@@ -472,6 +504,12 @@ pub fn share(d: &Discovered, sel: &Selection) -> Discovered {
             .collect(),
         dropped: d.dropped,
         stable_ids: d.stable_ids,
+        vanished: d
+            .vanished
+            .iter()
+            .filter(|n| sel.selects(n))
+            .cloned()
+            .collect(),
     }
 }
 
@@ -535,11 +573,47 @@ async fn settle(
     ))
 }
 
+/// Clears the lease a stopped chain of `m`'s (older) plan generation held.
+async fn release(store: &dyn Metastore, m: &PlanMessage) -> Result<()> {
+    for attempt in 0..MAX_ATTEMPTS {
+        let Some(cur) = sched::load(store, &m.account_id, &m.integration_id).await? else {
+            return Ok(());
+        };
+        if cur.value.lease_until_ms.is_none() {
+            return Ok(());
+        }
+        let mut next = cur.value.clone();
+        next.lease_until_ms = None;
+        let tx = Transaction {
+            ops: sched::write_ops(&m.account_id, &m.integration_id, Some(&cur), &next)?,
+        };
+        match store.transact(tx).await {
+            Ok(()) => return Ok(()),
+            Err(MetastoreError::ConditionFailed { .. }) => backoff(attempt).await,
+            Err(e) if e.is_retryable() || e.is_outcome_unknown() => backoff(attempt).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(flotilla_base::error::Error::unavailable(
+        "scheduler state update did not converge",
+    ))
+}
+
 /// Takes the lease for `m`'s job: answers the leased state, or why the message is not run.
 pub async fn lease(
     store: &dyn Metastore,
     m: &PlanMessage,
     now_ms: i64,
+) -> Result<Versioned<SchedulerState>, MessageOutcome> {
+    lease_with(store, m, now_ms, false).await
+}
+
+/// [`lease`]; a leg of a checkpointed run (`continuing`) renews the lease its chain holds.
+async fn lease_with(
+    store: &dyn Metastore,
+    m: &PlanMessage,
+    now_ms: i64,
+    continuing: bool,
 ) -> Result<Versioned<SchedulerState>, MessageOutcome> {
     let failed = |e: flotilla_base::error::Error| MessageOutcome::Failed {
         retryable: true,
@@ -558,7 +632,7 @@ pub async fn lease(
                 current: cur.value.plan_generation,
             });
         }
-        if cur.value.lease_until_ms.is_some_and(|l| l > now_ms) {
+        if !continuing && cur.value.lease_until_ms.is_some_and(|l| l > now_ms) {
             return Err(MessageOutcome::Duplicate);
         }
         let mut next = cur.value.clone();
@@ -598,6 +672,9 @@ pub struct PlanReport {
     pub failures: Vec<(String, ReconcileError)>,
     /// Discovery passes (0 or 1: one per job, however many overlays share it).
     pub discoveries: usize,
+    /// The run continues in this leg of a checkpointed chain (the overlays that finished
+    /// early are in `reconciled` and `failures`).
+    pub next: Option<CheckpointRef>,
 }
 
 /// Runs one scheduled plan job (see the module documentation).
@@ -609,7 +686,32 @@ pub async fn handle_plan(
     let span =
         tracing::info_span!("plan", account_id = %m.account_id, integration_id = %m.integration_id);
     let _enter = span.enter();
-    match run_plan(state, connector, m, &RunOptions::default()).await {
+    plan_outcome(
+        m,
+        run_plan(state, connector, m, &RunOptions::default()).await,
+    )
+}
+
+fn handle_plan_with<'a>(
+    state: &'a AppState,
+    connector: &'a dyn Connector,
+    m: &'a PlanMessage,
+    ck: Option<&'a CheckpointRef>,
+    opts: &'a RunOptions,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = MessageOutcome> + Send + 'a>> {
+    Box::pin(async move {
+        let span = tracing::info_span!("plan", account_id = %m.account_id,
+            integration_id = %m.integration_id, leg = ck.map_or(1, |c| c.leg));
+        let _enter = span.enter();
+        plan_outcome(m, run_plan_leg(state, connector, m, ck, opts).await)
+    })
+}
+
+fn plan_outcome(m: &PlanMessage, r: Result<PlanReport, MessageOutcome>) -> MessageOutcome {
+    match r {
+        Ok(PlanReport { next: Some(ck), .. }) => MessageOutcome::Continued {
+            next: Box::new(WorkMessage::Plan(m.clone()).leg(ck)),
+        },
         Ok(report) => report_outcome(report),
         Err(outcome) => outcome,
     }
@@ -639,6 +741,17 @@ pub async fn run_plan(
     m: &PlanMessage,
     opts: &RunOptions,
 ) -> Result<PlanReport, MessageOutcome> {
+    run_plan_leg(state, connector, m, None, opts).await
+}
+
+/// [`run_plan`] for the message that starts a run (`ck` is `None`) or a follow-up leg.
+pub async fn run_plan_leg(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &PlanMessage,
+    ck: Option<&CheckpointRef>,
+    opts: &RunOptions,
+) -> Result<PlanReport, MessageOutcome> {
     let store = state.store.as_ref();
     let now = state.clock.now_ms();
     let metastore = |e: flotilla_base::error::Error| MessageOutcome::Failed {
@@ -655,7 +768,38 @@ pub async fn run_plan(
     )
     .await
     .map_err(metastore)?;
-    let leased = lease(store, m, now).await?;
+    let subj = Subject {
+        account: &m.account_id,
+        key: format!("INT#{}", m.integration_id),
+        generation: m.plan_generation,
+        plan: Some(&m.integration_id),
+    };
+    let located = chain::locate(state, &subj, ck).await.map_err(metastore)?;
+    let resend = |r: CheckpointRef| PlanReport {
+        next: Some(r),
+        ..PlanReport::default()
+    };
+    let chain = match located {
+        Located::Stale => return Err(MessageOutcome::Duplicate),
+        Located::Resend(r) => return Ok(resend(r)),
+        Located::Fresh => None,
+        Located::Run(c) => Some(c),
+    };
+    let leased = match lease_with(store, m, now, chain.is_some()).await {
+        Ok(l) => l,
+        Err(MessageOutcome::Superseded { current }) if chain.is_some() => {
+            // The plan changed between two legs: the chain stops and gives its lease back,
+            // so the new plan's message starts afresh without waiting for the lease.
+            if let Some(c) = &chain {
+                chain::delete_chain(state, &subj, c.run())
+                    .await
+                    .map_err(metastore)?;
+            }
+            release(store, m).await.map_err(metastore)?;
+            return Err(MessageOutcome::Superseded { current });
+        }
+        Err(e) => return Err(e),
+    };
     if integration.is_none_or(|i| i.value.paused) {
         settle(store, m, now, Settle::Complete, &[])
             .await
@@ -665,40 +809,53 @@ pub async fn run_plan(
     let mut report = PlanReport::default();
     let mut gone = Vec::new();
     let mut observed: Vec<ObservedRecords> = Vec::new();
-    let ids: Vec<String> = leased
-        .value
-        .active_overlays()
-        .map(|(id, _)| id.clone())
-        .collect();
-    for id in ids {
-        match observe(state, &m.account_id, &id).await {
-            Ok(o) if o.overlay.integration_id == m.integration_id => observed.push(o),
-            Ok(_) | Err(ReconcileError::NotFound) => gone.push(id),
-            // Paused or being deleted since the state was read: no demand.
-            Err(ReconcileError::Paused(_) | ReconcileError::Deleting(_)) => {}
+    if chain.is_none() {
+        let ids: Vec<String> = leased
+            .value
+            .active_overlays()
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            match observe(state, &m.account_id, &id).await {
+                Ok(o) if o.overlay.integration_id == m.integration_id => observed.push(o),
+                Ok(_) | Err(ReconcileError::NotFound) => gone.push(id),
+                // Paused or being deleted since the state was read: no demand.
+                Err(ReconcileError::Paused(_) | ReconcileError::Deleting(_)) => {}
+                Err(e) => report.failures.push((id, e)),
+            }
+        }
+        if observed.is_empty() {
+            let how = if report.failures.iter().any(|(_, e)| e.is_retryable()) {
+                Settle::Retry
+            } else {
+                Settle::Complete
+            };
+            settle(store, m, state.clock.now_ms(), how, &gone)
+                .await
+                .map_err(metastore)?;
+            return Ok(report);
+        }
+    }
+    let leg: std::pin::Pin<Box<dyn std::future::Future<Output = chain::LegOutcome> + Send + '_>> =
+        Box::pin(chain::run_leg(
+            state, connector, &subj, observed, chain, opts,
+        ));
+    let out = leg.await;
+    report.discoveries += out.discoveries;
+    for (id, r) in out.results {
+        match r {
+            Ok(_) => report.reconciled += 1,
             Err(e) => report.failures.push((id, e)),
         }
     }
-    if observed.is_empty() {
-        let how = if report.failures.iter().any(|(_, e)| e.is_retryable()) {
-            Settle::Retry
-        } else {
-            Settle::Complete
-        };
-        settle(store, m, state.clock.now_ms(), how, &gone)
-            .await
-            .map_err(metastore)?;
+    if out.lost {
+        return Err(MessageOutcome::Duplicate);
+    }
+    if out.next.is_some() {
+        // The chain continues: the lease stays (each leg renews it).
+        report.next = out.next;
         return Ok(report);
     }
-    Box::pin(shared_pass(
-        state,
-        connector,
-        m,
-        &observed,
-        opts,
-        &mut report,
-    ))
-    .await;
     let how = if report.failures.iter().any(|(_, e)| e.is_retryable()) {
         Settle::Retry
     } else {
@@ -710,148 +867,46 @@ pub async fn run_plan(
     Ok(report)
 }
 
-/// Per overlay: what it needs before discovery (its selection, fence and target).
-struct Member {
-    selection: Selection,
-    fence: publish::Fence,
-    target: TargetState,
-}
-
-/// One discovery for every observed overlay, then each overlay's own publication.
-async fn shared_pass(
-    state: &AppState,
-    connector: &dyn Connector,
-    m: &PlanMessage,
-    observed: &[ObservedRecords],
-    opts: &RunOptions,
-    report: &mut PlanReport,
-) {
-    let started = Instant::now();
-    let started_ms = state.clock.now_ms();
-    let mut results: HashMap<usize, Result<(), (Stage, ReconcileError)>> = HashMap::new();
-    let mut members: Vec<(usize, Member)> = Vec::new();
-    for (i, o) in observed.iter().enumerate() {
-        let prepared = async {
-            let selection = selection_of(&o.overlay)?;
-            let fence = publish::Fence::establish(state, &m.account_id, o)
-                .await
-                .map_err(|e| (Stage::Connect, e))?;
-            let target = TargetState::load(state.store.as_ref(), &o.overlay)
-                .await
-                .map_err(|e| (Stage::Discovery, ReconcileError::Api(e)))?;
-            Ok::<_, (Stage, ReconcileError)>(Member {
-                selection,
-                fence,
-                target,
-            })
-        }
-        .await;
-        match prepared {
-            Ok(member) => members.push((i, member)),
-            Err(e) => {
-                results.insert(i, Err(e));
-            }
-        }
-    }
-    let mut summaries: Vec<_> = observed
-        .iter()
-        .map(|o| new_summary(o, started_ms))
-        .collect();
-    if !members.is_empty() {
-        let budget = bounds::Budget::new(
-            state.clock.clone(),
-            started_ms,
-            state.config.reconcile.clone(),
-        );
-        let integration = &observed[members[0].0].integration;
-        let discovered = match connector.connect(state, integration).await {
-            Err(e) => Err((Stage::Connect, e)),
-            Ok(client) => {
-                let scope: Vec<Selection> =
-                    members.iter().map(|(_, x)| x.selection.clone()).collect();
-                let hints = SharedHints {
-                    members: members
-                        .iter()
-                        .map(|(i, x)| (&x.selection, &x.target, observed[*i].overlay.id.as_str()))
-                        .collect(),
-                };
-                report.discoveries += 1;
-                discover_with(client.as_ref(), &scope, &hints, opts, &budget)
-                    .await
-                    .map_err(|e| (Stage::Discovery, e))
-            }
-        };
-        for (i, member) in members {
-            let result = match &discovered {
-                Err(e) => Err(e.clone()),
-                Ok(d) => {
-                    // The plan may have changed since the job started: stop before
-                    // publishing anything of an older plan.
-                    match sched::load(state.store.as_ref(), &m.account_id, &m.integration_id).await
-                    {
-                        Ok(Some(s)) if s.value.plan_generation == m.plan_generation => {
-                            let mine = share(d, &member.selection);
-                            materialize(
-                                state,
-                                &observed[i],
-                                member.fence,
-                                &member.target,
-                                &mine,
-                                &budget,
-                                opts,
-                                &mut summaries[i],
-                            )
-                            .await
-                        }
-                        Ok(_) => Err((Stage::Publication, ReconcileError::FenceLost)),
-                        Err(e) => Err((Stage::Publication, ReconcileError::Api(e))),
-                    }
-                }
-            };
-            results.insert(i, result);
-        }
-    }
-    for (i, (o, summary)) in observed.iter().zip(summaries).enumerate() {
-        let result = results
-            .remove(&i)
-            .unwrap_or(Err((Stage::Connect, ReconcileError::FenceLost)));
-        match finish(
-            state,
-            &m.account_id,
-            &o.overlay.id,
-            summary,
-            started,
-            started_ms,
-            result,
-        )
-        .await
-        {
-            Ok(_) => report.reconciled += 1,
-            Err(e) => report.failures.push((o.overlay.id.clone(), e)),
-        }
-    }
-}
-
 /// Handles any queue message (a plan or one overlay), counting the outcome.
 pub async fn handle_work(
     state: &AppState,
     connector: &dyn Connector,
     m: &WorkMessage,
 ) -> MessageOutcome {
-    match m {
-        WorkMessage::Overlay(m) => super::work::handle_message(state, connector, m).await,
-        WorkMessage::Plan(m) => {
-            use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
-            // Boxed and erased: the job's future is deep, and hosts nest it in their own.
-            let job: std::pin::Pin<
-                Box<dyn std::future::Future<Output = MessageOutcome> + Send + '_>,
-            > = Box::pin(handle_plan(state, connector, m));
-            let outcome = job.await;
-            RECONCILE_RUNS.inc(&[outcome.label()]);
-            if let MessageOutcome::Failed { kind, .. } = &outcome {
-                RECONCILE_FAILURES.inc(&[kind]);
-            }
-            outcome
+    handle_work_with(state, connector, m, &RunOptions::default()).await
+}
+
+/// [`handle_work`] with the run's tunables (tests and benchmarks choose the batch size).
+pub async fn handle_work_with(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &WorkMessage,
+    opts: &RunOptions,
+) -> MessageOutcome {
+    let (base, ck) = match m {
+        WorkMessage::Leg(base, ck) => (base.as_ref(), Some(ck)),
+        other => (other, None),
+    };
+    match base {
+        WorkMessage::Overlay(m) => {
+            super::work::handle_message_leg(state, connector, m, ck, opts).await
         }
+        // Boxed and erased: the job's future is deep, and hosts nest it in their own.
+        WorkMessage::Plan(m) => count_plan(handle_plan_with(state, connector, m, ck, opts).await),
+        WorkMessage::Leg(..) => MessageOutcome::Failed {
+            retryable: false,
+            code: "INVALID_ARGUMENT",
+            reason: "a follow-up message names another follow-up".into(),
+            kind: "internal",
+        },
     }
+}
+
+fn count_plan(outcome: MessageOutcome) -> MessageOutcome {
+    use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
+    RECONCILE_RUNS.inc(&[outcome.label()]);
+    if let MessageOutcome::Failed { kind, .. } = &outcome {
+        RECONCILE_FAILURES.inc(&[kind]);
+    }
+    outcome
 }

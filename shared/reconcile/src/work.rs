@@ -20,7 +20,7 @@ use flotilla_domain::model::{IntegrationRecord, OverlayRecord, OverlayStatus};
 use flotilla_metastore::{Consistency, Metastore, Query, query_all};
 use serde::{Deserialize, Serialize};
 
-use super::{Connector, ReconcileError, ReconcileSummary, RunOptions, reconcile};
+use super::{Connector, ReconcileError, ReconcileSummary, RunOptions, observe};
 use flotilla_base::error::Result;
 use flotilla_services::state::AppState;
 
@@ -60,6 +60,11 @@ pub enum MessageOutcome {
     },
     /// Another delivery of the same plan holds the integration's lease.
     Duplicate,
+    /// The run is checkpointed and continues in this follow-up message, which the host
+    /// sends before acknowledging (`docs/reconciliation.md`, "Checkpointed runs").
+    Continued {
+        next: Box<crate::schedule::WorkMessage>,
+    },
     /// The overlay is at another generation than the message observed.
     Superseded {
         current: u64,
@@ -95,6 +100,7 @@ impl MessageOutcome {
         match self {
             MessageOutcome::Reconciled(_) | MessageOutcome::Planned { .. } => "reconciled",
             MessageOutcome::Duplicate => "superseded",
+            MessageOutcome::Continued { .. } => "continued",
             MessageOutcome::Superseded { .. } => "superseded",
             MessageOutcome::Gone => "gone",
             MessageOutcome::Paused => "paused",
@@ -142,9 +148,21 @@ pub async fn handle_message(
     connector: &dyn Connector,
     m: &ReconcileMessage,
 ) -> MessageOutcome {
+    handle_message_leg(state, connector, m, None, &RunOptions::default()).await
+}
+
+/// [`handle_message`] for the message that starts a run (`ck` is `None`) or one leg of its
+/// checkpointed run.
+pub async fn handle_message_leg(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &ReconcileMessage,
+    ck: Option<&crate::chain::CheckpointRef>,
+    opts: &RunOptions,
+) -> MessageOutcome {
     use flotilla_telemetry::catalog::{RECONCILE_DURATION, RECONCILE_FAILURES, RECONCILE_RUNS};
     #[cfg_attr(not(feature = "capture"), allow(unused_mut))]
-    let mut outcome = run_message(state, connector, m).await;
+    let mut outcome = run_message(state, connector, m, ck, opts).await;
     #[cfg(feature = "capture")]
     if matches!(outcome, MessageOutcome::Reconciled(_))
         && let Some(failed) = crate::capture::after_reconcile(state, connector, m).await
@@ -166,6 +184,8 @@ async fn run_message(
     state: &AppState,
     connector: &dyn Connector,
     m: &ReconcileMessage,
+    ck: Option<&crate::chain::CheckpointRef>,
+    opts: &RunOptions,
 ) -> MessageOutcome {
     let span =
         tracing::info_span!("reconcile", account_id = %m.account_id, overlay_id = %m.overlay_id);
@@ -187,11 +207,10 @@ async fn run_message(
             };
         }
     }
-    let opts = RunOptions {
-        expect_generation: Some(m.observed_generation),
-        ..RunOptions::default()
+    let result = match run_chained(state, connector, m, ck, opts).await {
+        Ok(r) => r,
+        Err(outcome) => return outcome,
     };
-    let result = reconcile(state, connector, &m.account_id, &m.overlay_id, &opts).await;
     let outcome = match result {
         Ok(summary) => MessageOutcome::Reconciled(Box::new(summary)),
         Err(ReconcileError::NotFound) => MessageOutcome::Gone,
@@ -229,6 +248,74 @@ async fn run_message(
         ),
     }
     outcome
+}
+
+/// One leg of the overlay's run: the whole run when it fits in one invocation, else one
+/// leg of its checkpointed chain. A message that is not run answers its outcome as the error.
+async fn run_chained(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &ReconcileMessage,
+    ck: Option<&crate::chain::CheckpointRef>,
+    base: &RunOptions,
+) -> Result<Result<ReconcileSummary, ReconcileError>, MessageOutcome> {
+    use crate::chain::{Located, Subject, locate, run_leg};
+    let subj = Subject {
+        account: &m.account_id,
+        key: format!("OVL#{}", m.overlay_id),
+        generation: m.observed_generation,
+        plan: None,
+    };
+    let metastore = |e: flotilla_base::error::Error| MessageOutcome::Failed {
+        retryable: e.is_retryable(),
+        code: e.kind.as_str(),
+        reason: e.to_string(),
+        kind: failure_kind(&ReconcileError::Api(e)),
+    };
+    let chain = match locate(state, &subj, ck).await.map_err(metastore)? {
+        Located::Stale => return Err(MessageOutcome::Duplicate),
+        Located::Resend(r) => {
+            return Err(MessageOutcome::Continued {
+                next: Box::new(crate::schedule::WorkMessage::Overlay(m.clone()).leg(r)),
+            });
+        }
+        Located::Fresh => None,
+        Located::Run(c) => Some(c),
+    };
+    let observed = match chain {
+        Some(_) => Vec::new(),
+        None => {
+            let o = match observe(state, &m.account_id, &m.overlay_id).await {
+                Ok(o) => o,
+                Err(e) => return Ok(Err(e)),
+            };
+            if o.overlay.generation != m.observed_generation {
+                return Ok(Err(ReconcileError::FenceLost));
+            }
+            vec![o]
+        }
+    };
+    let opts = RunOptions {
+        expect_generation: Some(m.observed_generation),
+        ..base.clone()
+    };
+    let leg: std::pin::Pin<
+        Box<dyn std::future::Future<Output = crate::chain::LegOutcome> + Send + '_>,
+    > = Box::pin(run_leg(state, connector, &subj, observed, chain, &opts));
+    let out = leg.await;
+    if out.lost {
+        return Err(MessageOutcome::Duplicate);
+    }
+    if let Some(next) = out.next {
+        return Err(MessageOutcome::Continued {
+            next: Box::new(crate::schedule::WorkMessage::Overlay(m.clone()).leg(next)),
+        });
+    }
+    match out.results.into_iter().next() {
+        Some((_, r)) => Ok(r),
+        // The chain stopped before its overlay was observed again (gone or being deleted).
+        None => Ok(Err(ReconcileError::NotFound)),
+    }
 }
 
 /// Every active overlay whose refresh interval has elapsed since its last run started, or

@@ -225,6 +225,7 @@ pub const RUN_OUTCOME: Label = Label::closed(
     "Outcome",
     &[
         "reconciled",
+        "continued",
         "superseded",
         "gone",
         "paused",
@@ -312,6 +313,13 @@ pub static UPSTREAM_RESPONSES: MetricDef = MetricDef::counter(
     &[INTEGRATION_TYPE, STATUS_CLASS],
 )
 .with_rollups(&[&[STAGE, STATUS_CLASS.dimension]]);
+pub static UPSTREAM_THROTTLED: MetricDef = MetricDef::counter(
+    "flotilla_upstream_throttled_total",
+    "UpstreamThrottled",
+    "Upstream catalog throttled answers (429, or 503 with Retry-After), by protocol.",
+    &[INTEGRATION_TYPE],
+)
+.with_rollups(&[&[STAGE]]);
 pub static UPSTREAM_LATENCY: MetricDef = MetricDef::timing_ms(
     "flotilla_upstream_request_duration_ms",
     "UpstreamLatency",
@@ -401,6 +409,7 @@ pub static ALL: &[&MetricDef] = &[
     &METASTORE_LATENCY,
     &UPSTREAM_REQUESTS,
     &UPSTREAM_RESPONSES,
+    &UPSTREAM_THROTTLED,
     &UPSTREAM_LATENCY,
     &DIRECTORY_REFRESHES,
     &DIRECTORY_STALE,

@@ -15,11 +15,12 @@ use flotilla_catalog_access::{
 use flotilla_testkit::delta_sharing_fixture::{
     DEFAULT_RECIPIENT_TOKEN, DeltaSharingFixture, SharingTable,
 };
+use flotilla_testkit::fixture::conditions::Conditions;
 use flotilla_testkit::iceberg_fixture as iceberg;
 use flotilla_testkit::iceberg_fixture::{
     FixtureAuth, IcebergFault, IcebergFaultRule, IcebergFixture,
 };
-use flotilla_testkit::recorder::RecordedRequest;
+use flotilla_testkit::recorder::{RecordedRequest, RequestLog};
 use flotilla_testkit::unity_fixture::{
     API_PREFIX, DEFAULT_BEARER_TOKEN, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET, Fault, FaultRule,
     UnityFixture, UnityTable,
@@ -98,6 +99,10 @@ pub trait Contract: Sized {
     fn inject_malformed(&self, path: &str);
     /// Every request the fixture recorded, in arrival order.
     fn requests(&self) -> Vec<RecordedRequest>;
+    /// The fixture's network conditions (latency, throttling).
+    fn conditions(&self) -> &Conditions;
+    /// The fixture's request log (to stamp arrivals with a test clock).
+    fn log(&self) -> RequestLog;
     /// The recorded requests whose path ends with `suffix`.
     fn requests_to(&self, suffix: &str) -> Vec<RecordedRequest> {
         self.requests()
@@ -110,6 +115,8 @@ pub trait Contract: Sized {
 /// Providers authenticating with OAuth2 client credentials against their fixture's token
 /// endpoint.
 pub trait OAuthContract: Contract {
+    /// Path of the fixture's token endpoint.
+    const TOKEN_PATH: &'static str;
     /// A client connected with `options`, authenticating with the fixture's client
     /// credentials (the fixture switched to OAuth where that is a mode).
     async fn oauth_client_with(&self, options: ConnectOptions) -> Box<dyn CatalogClient>;
@@ -190,6 +197,14 @@ macro_rules! two_level_contract {
 
         fn requests(&self) -> Vec<RecordedRequest> {
             self.0.requests()
+        }
+
+        fn conditions(&self) -> &Conditions {
+            self.0.conditions()
+        }
+
+        fn log(&self) -> RequestLog {
+            self.0.log()
         }
 
         fn set_vend_lifetime(&self, _now: SystemTime, lifetime: Duration) {
@@ -346,9 +361,18 @@ impl Contract for IcebergRest {
     fn requests(&self) -> Vec<RecordedRequest> {
         self.0.log().entries()
     }
+
+    fn conditions(&self) -> &Conditions {
+        self.0.conditions()
+    }
+
+    fn log(&self) -> RequestLog {
+        self.0.log().clone()
+    }
 }
 
 impl OAuthContract for IcebergRest {
+    const TOKEN_PATH: &'static str = iceberg::TOKEN_PATH;
     async fn oauth_client_with(&self, options: ConnectOptions) -> Box<dyn CatalogClient> {
         self.0.set_auth(FixtureAuth::OAuth);
         let auth = CatalogAuthentication::OauthClientCredentials {
@@ -435,6 +459,7 @@ impl Contract for Unity {
 }
 
 impl OAuthContract for Unity {
+    const TOKEN_PATH: &'static str = flotilla_testkit::unity_fixture::TOKEN_PATH;
     async fn oauth_client_with(&self, options: ConnectOptions) -> Box<dyn CatalogClient> {
         UnityProvider
             .connect(

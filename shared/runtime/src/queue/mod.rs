@@ -153,6 +153,12 @@ pub async fn handle_delivery(
         return DeliveryResult::Redelivering;
     }
     queue.queued().remove(&ident(&d.message));
+    if let flotilla_reconcile::work::MessageOutcome::Continued { next } = &outcome
+        && let Err(e) = queue.send(std::slice::from_ref(next.as_ref())).await
+    {
+        // The checkpoint stays: the next schedule's message resumes the chain.
+        tracing::error!(error = %e, "the follow-up leg of a checkpointed run was not queued");
+    }
     if outcome.redeliver() {
         let (account_id, subject, _) = d.message.ident();
         tracing::error!(
