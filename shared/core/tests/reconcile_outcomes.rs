@@ -916,6 +916,58 @@ async fn the_worker_retries_by_error_kind_internal_is_acknowledged_unavailable_r
     assert!(matches!(out, MessageOutcome::Reconciled(_)), "{out:?}");
 }
 
+/// An upstream that keeps throttling (429 with a `Retry-After` longer than a call waits out)
+/// fails the run as `UPSTREAM_UNAVAILABLE`, retryable: the worker reports the message for
+/// redelivery and records no permanent failure; the hint reaches the status's cause. Once
+/// the upstream stops throttling, the same message runs. (The provider contract suite shows
+/// all three providers answer the same `Throttled` error.)
+#[tokio::test]
+async fn a_throttled_upstream_fails_the_run_retryably_and_the_message_is_redelivered() {
+    use flotilla_core::reconcile::work::{MessageOutcome, handle_message};
+    use flotilla_testkit::fixture::conditions::{RetryAfter, Throttle};
+    let env = Env::new(sample_fixture().await, json!([])).await;
+    let msg = current_message(&env);
+    env.fx.conditions().throttle(
+        Throttle::next(usize::MAX)
+            .retry_after(RetryAfter::Seconds(120))
+            .on_path("/namespaces"),
+    );
+    let out = handle_message(&env.h.state, &AdapterConnector, &msg).await;
+    assert!(
+        matches!(
+            out,
+            MessageOutcome::Failed {
+                retryable: true,
+                code: "UPSTREAM_UNAVAILABLE",
+                kind: "upstream",
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert!(out.redeliver(), "a throttled run is redelivered");
+    assert_eq!(out.label(), "retry");
+    let run = env.last_run().await;
+    assert_eq!(run["outcome"], "FAILED", "{run}");
+    assert_eq!(run["error"]["code"], "UPSTREAM_UNAVAILABLE", "{run}");
+    assert_eq!(run["error"]["retryable"], true, "{run}");
+    assert!(
+        run["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("retry after 120s")),
+        "{run}"
+    );
+    // The 120 s wait was not waited out: one throttled answer, no resend.
+    let throttled = env.fx.log().with_status(429);
+    assert_eq!(throttled.len(), 1, "{throttled:?}");
+    assert_eq!(throttled[0].retry_after.as_deref(), Some("120"));
+    assert_eq!(env.catalog_items().await, vec![], "nothing was published");
+
+    env.fx.conditions().clear_throttles();
+    let out = handle_message(&env.h.state, &AdapterConnector, &msg).await;
+    assert!(matches!(out, MessageOutcome::Reconciled(_)), "{out:?}");
+}
+
 /// A corrupt overlay record makes the worker's generation check fail `INTERNAL`: the message
 /// is acknowledged, not redelivered until the dead-letter queue.
 #[tokio::test]

@@ -242,6 +242,12 @@ pub fn due_tick_cursor() -> Key {
     Key::new(SYSTEM_PK, "DUECURSOR")
 }
 
+/// The scheduler's tick lease: held by one tick at a time (expiry on the injected clock), so
+/// two overlapping ticks never both enqueue the same due work.
+pub fn tick_lease() -> Key {
+    Key::new(SYSTEM_PK, "TICKLEASE")
+}
+
 /// Where the bounded backfill of the due index resumes (integrations that predate it).
 pub fn due_backfill_cursor() -> Key {
     Key::new(SYSTEM_PK, "DUEBACKFILL")

@@ -12,6 +12,12 @@
 //!   connects once, discovers the union of the active overlays' selections once, and has
 //!   every overlay publish its own share under its own fence, recording its own status.
 //!   Completion moves the due entry to completion + the shortest requested interval.
+//! - A tick runs under the **tick lease** (`SYSTEM/TICKLEASE`, [`TICK_LEASE_MS`]): a
+//!   conditional create taken at its start and deleted (with the cursor write) at its end.
+//!   A tick that finds it held, and not expired on the injected clock, returns without work
+//!   ([`TickReport::held_elsewhere`]): EventBridge may deliver a schedule twice and
+//!   `flotilla serve`'s loop may overlap a slow tick, and neither may enqueue the same due
+//!   work twice. A crashed tick's lease is taken over once it expires.
 //! - The **backfill** ([`backfill`]) gives integrations that predate the index their
 //!   scheduler state, a bounded number of accounts per tick, until it has visited them all.
 //!
@@ -46,6 +52,10 @@ pub const LEASE_MS: i64 = 15 * 60_000;
 /// When a job that failed for a transient reason is due again (the queue usually redelivers
 /// it before then).
 pub const RETRY_MS: i64 = 5 * 60_000;
+/// How long a tick holds the tick lease: longer than a tick may run (the scheduler
+/// function's 60 s timeout), shorter than the schedule's period (5 minutes), so a crashed
+/// tick delays at most the ticks inside the lease.
+pub const TICK_LEASE_MS: i64 = 2 * 60_000;
 /// Due integrations one tick takes at most; the rest wait for the next tick.
 pub const MAX_DUE_PER_TICK: usize = 500;
 /// Accounts the backfill visits per tick.
@@ -170,6 +180,46 @@ pub struct TickReport {
     pub idle: usize,
     /// Whether the tick stopped at `max_due` with more due entries left.
     pub more: bool,
+    /// Another tick holds the tick lease: this one did nothing.
+    pub held_elsewhere: bool,
+}
+
+/// The tick lease's body.
+#[derive(Debug, Serialize, Deserialize)]
+struct TickLease {
+    expires_ms: i64,
+}
+
+/// Takes the tick lease: answers the version it holds, or `None` when another tick holds
+/// it. The usual case (the last tick released it) costs one conditional create and no read.
+async fn take_tick_lease(store: &dyn Metastore, now_ms: i64) -> Result<Option<u64>> {
+    let key = keys::tick_lease();
+    let body = to_body(&TickLease {
+        expires_ms: now_ms.saturating_add(TICK_LEASE_MS),
+    })?;
+    match store
+        .transact(Transaction::new().with(Op::create(key.clone(), body.clone())))
+        .await
+    {
+        Ok(()) => return Ok(Some(1)),
+        Err(MetastoreError::ConditionFailed { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // Held, or left behind by a tick that crashed: taken over only once expired.
+    let Some(held) = read::<TickLease>(store, key.clone(), Consistency::Strong).await? else {
+        return Ok(None);
+    };
+    if held.value.expires_ms > now_ms {
+        return Ok(None);
+    }
+    match store
+        .transact(Transaction::new().with(Op::replace(key, held.version, body)))
+        .await
+    {
+        Ok(()) => Ok(Some(held.version + 1)),
+        Err(MetastoreError::ConditionFailed { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Where the next tick resumes: the shard it starts with and, per shard, the page token
@@ -181,8 +231,48 @@ struct TickCursor {
     after: BTreeMap<u32, String>,
 }
 
-/// One tick: the due integrations, at most `max_due` of them.
+/// One tick: the due integrations, at most `max_due` of them; nothing when another tick
+/// holds the tick lease.
 pub async fn tick(store: &dyn Metastore, now_ms: i64, max_due: usize) -> Result<TickReport> {
+    let Some(version) = take_tick_lease(store, now_ms).await? else {
+        return Ok(TickReport {
+            held_elsewhere: true,
+            ..TickReport::default()
+        });
+    };
+    let release = Op::delete_at(keys::tick_lease(), version);
+    match tick_leased(store, now_ms, max_due).await {
+        Ok((report, cursor)) => {
+            let mut tx = Transaction::new().with(release);
+            if let Some(put) = cursor {
+                tx.push(put);
+            }
+            match store.transact(tx).await {
+                Ok(()) => {}
+                // The lease expired and another tick took it: its cursor wins; the messages
+                // found here are still due (a plan job's lease absorbs a duplicate).
+                Err(MetastoreError::ConditionFailed { .. }) => {
+                    tracing::warn!("the tick outlived its lease; its cursor is dropped");
+                }
+                Err(e) => return Err(e.into()),
+            }
+            Ok(report)
+        }
+        Err(e) => {
+            // Released so the next tick need not wait for the expiry; if this fails too
+            // the lease expires.
+            let _ = store.transact(Transaction::new().with(release)).await;
+            Err(e)
+        }
+    }
+}
+
+/// The tick's work under the lease: the report, and the cursor write if it moved.
+async fn tick_leased(
+    store: &dyn Metastore,
+    now_ms: i64,
+    max_due: usize,
+) -> Result<(TickReport, Option<Op>)> {
     let cursor_key = keys::due_tick_cursor();
     let stored = read::<TickCursor>(store, cursor_key.clone(), Consistency::Eventual).await?;
     let before = stored.as_ref().map(|c| c.value.clone()).unwrap_or_default();
@@ -238,12 +328,12 @@ pub async fn tick(store: &dyn Metastore, now_ms: i64, max_due: usize) -> Result<
             cursor.next_shard = (first + 1) % keys::DUE_SHARDS;
         }
     }
-    if cursor != before {
-        store
-            .transact(Transaction::new().with(Op::put(cursor_key, to_body(&cursor)?)))
-            .await?;
-    }
-    Ok(report)
+    let write = if cursor == before {
+        None
+    } else {
+        Some(Op::put(cursor_key, to_body(&cursor)?))
+    };
+    Ok((report, write))
 }
 
 /// One due entry: a message, or the entry's removal when it is stale or idle.

@@ -201,6 +201,9 @@ pub async fn schedule_once(
     let report = tick(store, now, MAX_DUE_PER_TICK)
         .await
         .map_err(|e| QueueError::Unavailable(e.to_string()))?;
+    if report.held_elsewhere {
+        tracing::info!("another scheduler tick holds the tick lease; this one enqueued nothing");
+    }
     if report.more {
         tracing::info!("more integrations are due than one tick takes; the next tick continues");
     }

@@ -246,6 +246,7 @@ pub async fn validate(
             let summary = match &e {
                 CatalogAccessError::Connection(_)
                 | CatalogAccessError::Retryable { .. }
+                | CatalogAccessError::Throttled { .. }
                 | CatalogAccessError::Config(_) => e.to_string(),
                 _ => format!("the endpoint did not answer as a {protocol} catalog: {e}"),
             };
