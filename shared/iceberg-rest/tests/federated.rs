@@ -15,7 +15,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use flotilla_core::reconcile::AdapterConnector;
 use flotilla_core::reconcile::capture::{self, CaptureOptions};
-use flotilla_core::reconcile::work::{MessageOutcome, ReconcileMessage, handle_message};
+use flotilla_core::reconcile::schedule::WorkMessage;
+use flotilla_core::reconcile::work::{
+    CaptureMessage, MessageOutcome, ReconcileMessage, handle_message,
+};
 use flotilla_core::state::AppState;
 use flotilla_iceberg_rest::IcebergConfig;
 use flotilla_iceberg_rest::vending::{StsVending, Vending};
@@ -63,6 +66,12 @@ struct Env {
     endpoint: String,
     http: reqwest::Client,
     moto: String,
+    /// The host's in-process reconcile queue (the routes enqueue capture jobs on it); the
+    /// test drains it by running the worker on every delivery.
+    queue: flotilla_runtime::queue::ChannelQueue,
+    deliveries: std::sync::Mutex<
+        tokio::sync::mpsc::UnboundedReceiver<flotilla_runtime::queue::Delivery>,
+    >,
     _dir: tempfile::TempDir,
 }
 
@@ -115,6 +124,32 @@ impl Env {
         );
     }
 
+    /// Runs the worker on every message waiting in the queue (the worker of `flotilla serve`
+    /// would), in order; answers each message and what handling it came to.
+    async fn drain(&self) -> Vec<(WorkMessage, MessageOutcome)> {
+        let mut out = Vec::new();
+        loop {
+            let next = self.deliveries.lock().unwrap().try_recv();
+            let Ok(d) = next else { break };
+            let message = d.message.clone();
+            let (result, outcome) = flotilla_runtime::queue::handle_delivery_outcome(
+                &self.state,
+                &AdapterConnector,
+                &self.queue,
+                d,
+                &flotilla_runtime::queue::WorkerOptions::default(),
+            )
+            .await;
+            assert_eq!(
+                result,
+                flotilla_runtime::queue::DeliveryResult::Done,
+                "{outcome:?}"
+            );
+            out.push((message, outcome));
+        }
+        out
+    }
+
     /// One queued reconciliation (and the capture it carries).
     async fn run_queue(&self, overlay: &str) {
         let (_, ov) = self
@@ -160,6 +195,7 @@ async fn setup_with(s3: Option<(&str, &str, &str)>, allow_insecure: bool) -> Env
         warehouse_root: None,
     };
     let stack = flotilla_runtime::local::build(&opts).expect("local stack");
+    let work = stack.work;
     let root = opts.warehouse_root().canonicalize().unwrap();
     let (state, vending, moto) = match s3 {
         Some((moto, _, _)) => {
@@ -196,6 +232,8 @@ async fn setup_with(s3: Option<(&str, &str, &str)>, allow_insecure: bool) -> Env
         endpoint: format!("http://{addr}"),
         http: reqwest::Client::new(),
         moto,
+        queue: work.queue,
+        deliveries: std::sync::Mutex::new(work.deliveries),
         _dir: dir,
     };
     let r = env
@@ -570,7 +608,30 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
         )
         .await;
     assert_eq!(s, 200, "{v}");
-    assert_eq!(v["revalidation"][0]["captured"], 1, "{v}");
+    // It queued exactly one well-formed revalidation job (one active overlay), which the
+    // worker runs: the table is captured again.
+    let (_, ov) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/overlays/{overlay}"),
+            None,
+        )
+        .await;
+    let expected = CaptureMessage {
+        account_id: "acme".into(),
+        overlay_id: overlay.clone(),
+        observed_generation: ov["generation"].as_u64().unwrap(),
+        revalidate: true,
+    };
+    assert_eq!(v["revalidation"], json!([{"overlay_id": overlay, "queued": expected.to_json()}]), "{v}");
+    let ran = env.drain().await;
+    assert_eq!(ran.len(), 1, "{ran:?}");
+    assert_eq!(ran[0].0, WorkMessage::Capture(expected));
+    assert!(
+        matches!(ran[0].1, MessageOutcome::Captured { captured: 1, .. }),
+        "{:?}",
+        ran[0].1
+    );
     let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(v["state"], "VALID", "{v}");
     assert_eq!(v["validation_errors"], json!([]));

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use super::discover::{Discovered, Hints, discover_with};
 use super::target::TargetState;
-use super::work::{MessageOutcome, ReconcileMessage};
+use super::work::{CaptureMessage, MessageOutcome, ReconcileMessage};
 use super::{
     Connector, ObservedRecords, ReconcileError, RunOptions, Stage, bounds, finish, materialize,
     new_summary, observe, publish, selection_of,
@@ -65,11 +65,19 @@ pub struct PlanMessage {
     pub plan_generation: u64,
 }
 
-/// A queue message: a scheduled plan, or one overlay (a direct request).
+/// A queue message: a scheduled plan, one overlay (a direct request), or one overlay's
+/// capture job (enqueued by the API).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkMessage {
     Overlay(ReconcileMessage),
     Plan(PlanMessage),
+    Capture(CaptureMessage),
+}
+
+impl From<CaptureMessage> for WorkMessage {
+    fn from(m: CaptureMessage) -> Self {
+        WorkMessage::Capture(m)
+    }
 }
 
 impl From<ReconcileMessage> for WorkMessage {
@@ -85,11 +93,15 @@ impl From<PlanMessage> for WorkMessage {
 }
 
 impl WorkMessage {
-    /// Parses a body: a plan message names an `integration_id`, an overlay message an
-    /// `overlay_id`; anything else is a poison message.
+    /// Parses a body: a capture message has a `kind`, a plan message names an
+    /// `integration_id`, an overlay message an `overlay_id`; anything else is a poison
+    /// message.
     pub fn parse(body: &str) -> Result<Self, String> {
         let v: serde_json::Value =
             serde_json::from_str(body).map_err(|e| format!("malformed reconcile message: {e}"))?;
+        if v.get("kind").is_some() {
+            return CaptureMessage::parse(body).map(WorkMessage::Capture);
+        }
         if v.get("integration_id").is_none() {
             return ReconcileMessage::parse(body).map(WorkMessage::Overlay);
         }
@@ -106,6 +118,7 @@ impl WorkMessage {
         match self {
             WorkMessage::Overlay(m) => m.to_body(),
             WorkMessage::Plan(m) => serde_json::to_string(m).unwrap_or_default(),
+            WorkMessage::Capture(m) => m.to_body(),
         }
     }
 
@@ -121,6 +134,15 @@ impl WorkMessage {
                 m.account_id.clone(),
                 format!("INT#{}", m.integration_id),
                 m.plan_generation,
+            ),
+            WorkMessage::Capture(m) => (
+                m.account_id.clone(),
+                format!(
+                    "{}#{}",
+                    if m.revalidate { "REVALIDATE" } else { "CAPTURE" },
+                    m.overlay_id
+                ),
+                m.observed_generation,
             ),
         }
     }
@@ -840,6 +862,7 @@ pub async fn handle_work(
 ) -> MessageOutcome {
     match m {
         WorkMessage::Overlay(m) => super::work::handle_message(state, connector, m).await,
+        WorkMessage::Capture(m) => super::work::handle_capture(state, connector, m).await,
         WorkMessage::Plan(m) => {
             use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
             // Boxed and erased: the job's future is deep, and hosts nest it in their own.
