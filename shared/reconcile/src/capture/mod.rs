@@ -204,9 +204,12 @@ pub async fn plan(
             continue;
         }
         let pointer = pointers.remove(&rec.id);
-        let current = pointer
-            .as_ref()
-            .is_some_and(|p| Some(&p.value.metadata_location) == rec.metadata_location.as_ref());
+        // A table reported not readable is tried again by every job: what made it unreadable
+        // (vending, the host's flags, storage) may have changed without a new metadata file.
+        let current = pointer.as_ref().is_some_and(|p| {
+            Some(&p.value.metadata_location) == rec.metadata_location.as_ref()
+                && p.value.validation != ValidationState::NotReadable
+        });
         if current && !opts.revalidate {
             unchanged += 1;
             continue;
