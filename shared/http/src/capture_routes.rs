@@ -103,5 +103,8 @@ async fn capture_overlay(
     Q(q): Q<CaptureQuery>,
 ) -> HttpResult<Response> {
     let queued = service::enqueue_capture(&state, &a, &id, q.revalidate).await?;
-    Ok(super::json_response(axum::http::StatusCode::ACCEPTED, queued))
+    Ok(super::json_response(
+        axum::http::StatusCode::ACCEPTED,
+        queued,
+    ))
 }

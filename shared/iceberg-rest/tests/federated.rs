@@ -69,9 +69,8 @@ struct Env {
     /// The host's in-process reconcile queue (the routes enqueue capture jobs on it); the
     /// test drains it by running the worker on every delivery.
     queue: flotilla_runtime::queue::ChannelQueue,
-    deliveries: std::sync::Mutex<
-        tokio::sync::mpsc::UnboundedReceiver<flotilla_runtime::queue::Delivery>,
-    >,
+    deliveries:
+        std::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<flotilla_runtime::queue::Delivery>>,
     _dir: tempfile::TempDir,
 }
 
@@ -623,7 +622,11 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
         observed_generation: ov["generation"].as_u64().unwrap(),
         revalidate: true,
     };
-    assert_eq!(v["revalidation"], json!([{"overlay_id": overlay, "queued": expected.to_json()}]), "{v}");
+    assert_eq!(
+        v["revalidation"],
+        json!([{"overlay_id": overlay, "queued": expected.to_json()}]),
+        "{v}"
+    );
     let ran = env.drain().await;
     assert_eq!(ran.len(), 1, "{ran:?}");
     assert_eq!(ran[0].0, WorkMessage::Capture(expected));
@@ -887,8 +890,9 @@ async fn generation(env: &Env, overlay: &str) -> u64 {
 
 /// The capture pointer of a table, read strongly.
 async fn pointer(env: &Env, catalog: &str, ns: &[&str], name: &str) -> Option<Value> {
-    let ns = flotilla_domain::names::NamespacePath::new(ns.iter().map(|s| (*s).to_owned()).collect())
-        .unwrap();
+    let ns =
+        flotilla_domain::names::NamespacePath::new(ns.iter().map(|s| (*s).to_owned()).collect())
+            .unwrap();
     let rel = env
         .state
         .store
@@ -930,7 +934,10 @@ async fn the_capture_route_queues_one_fenced_job_for_the_worker() {
         )
         .await;
     assert_eq!(s, 200, "{v}");
-    assert!(env.drain().await.is_empty(), "a direct reconcile queues nothing");
+    assert!(
+        env.drain().await.is_empty(),
+        "a direct reconcile queues nothing"
+    );
 
     // Queued, not run: nothing is captured until the worker runs the one message.
     let (s, v) = env.call(reqwest::Method::POST, &capture, None).await;
@@ -952,7 +959,13 @@ async fn the_capture_route_queues_one_fenced_job_for_the_worker() {
         "well-formed on the wire"
     );
     assert!(
-        matches!(ran[0].1, MessageOutcome::Captured { captured: 1, unchanged: 0 }),
+        matches!(
+            ran[0].1,
+            MessageOutcome::Captured {
+                captured: 1,
+                unchanged: 0
+            }
+        ),
         "{:?}",
         ran[0].1
     );
@@ -962,7 +975,11 @@ async fn the_capture_route_queues_one_fenced_job_for_the_worker() {
     // Queued at one generation, then the overlay is paused (a new generation): the worker
     // acknowledges the revalidation without running it.
     let (s, _) = env
-        .call(reqwest::Method::POST, &format!("{capture}?revalidate=true"), None)
+        .call(
+            reqwest::Method::POST,
+            &format!("{capture}?revalidate=true"),
+            None,
+        )
         .await;
     assert_eq!(s, 202);
     let (s, v) = env
@@ -980,12 +997,18 @@ async fn the_capture_route_queues_one_fenced_job_for_the_worker() {
         "{:?}",
         ran[0].1
     );
-    assert_eq!(pointer(&env, &lake, &["sales"], "orders").await.unwrap(), first);
+    assert_eq!(
+        pointer(&env, &lake, &["sales"], "orders").await.unwrap(),
+        first
+    );
 
     // Paused: the route refuses; a message at the paused generation does nothing at all.
     let (s, v) = env.call(reqwest::Method::POST, &capture, None).await;
     assert_eq!(s, 409, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("paused"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("paused"),
+        "{v}"
+    );
     assert!(env.drain().await.is_empty());
     let counting = CountingMetastore::new(Shared(env.state.store.clone()));
     let counters = counting.counters();
@@ -1104,7 +1127,11 @@ async fn a_table_not_readable_is_tried_again_by_the_next_capture() {
         .iter()
         .map(|t| t.relation.value.name.as_str())
         .collect();
-    assert_eq!(planned, ["remote"], "only the unreadable table is tried again");
+    assert_eq!(
+        planned,
+        ["remote"],
+        "only the unreadable table is tried again"
+    );
     assert_eq!(plan.unchanged, 1);
     let (s, _) = env
         .call(
@@ -1116,7 +1143,16 @@ async fn a_table_not_readable_is_tried_again_by_the_next_capture() {
     assert_eq!(s, 202);
     let ran = env.drain().await;
     assert!(
-        matches!(ran[..], [(_, MessageOutcome::Captured { captured: 1, unchanged: 1 })]),
+        matches!(
+            ran[..],
+            [(
+                _,
+                MessageOutcome::Captured {
+                    captured: 1,
+                    unchanged: 1
+                }
+            )]
+        ),
         "{ran:?}"
     );
     let again = pointer(&env, &lake, &["sales"], "remote").await.unwrap();

@@ -139,7 +139,11 @@ impl WorkMessage {
                 m.account_id.clone(),
                 format!(
                     "{}#{}",
-                    if m.revalidate { "REVALIDATE" } else { "CAPTURE" },
+                    if m.revalidate {
+                        "REVALIDATE"
+                    } else {
+                        "CAPTURE"
+                    },
                     m.overlay_id
                 ),
                 m.observed_generation,

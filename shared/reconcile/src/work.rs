@@ -248,7 +248,8 @@ pub async fn handle_capture(
     m: &CaptureMessage,
 ) -> MessageOutcome {
     use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
-    let span = tracing::info_span!("capture", account_id = %m.account_id, overlay_id = %m.overlay_id);
+    let span =
+        tracing::info_span!("capture", account_id = %m.account_id, overlay_id = %m.overlay_id);
     let _enter = span.enter();
     let fenced = ReconcileMessage {
         account_id: m.account_id.clone(),

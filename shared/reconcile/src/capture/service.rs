@@ -276,7 +276,11 @@ pub async fn enqueue_revalidation(
     let prefix = keys::integration_dependency_prefix(integration_id);
     let deps = query_all(
         state.store.as_ref(),
-        Query::new(keys::account_pk(account), prefix.as_str(), Consistency::Strong),
+        Query::new(
+            keys::account_pk(account),
+            prefix.as_str(),
+            Consistency::Strong,
+        ),
     )
     .await?;
     let mut out = Vec::new();

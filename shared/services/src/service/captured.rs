@@ -56,7 +56,10 @@ pub async fn sweep_op(state: &AppState, catalog: &CatalogRecord) -> Result<Optio
         catalog_id: catalog.id.clone(),
         warehouse,
     };
-    Ok(Some(Op::put(keys::capture_sweep(&catalog.id), to_body(&sweep)?)))
+    Ok(Some(Op::put(
+        keys::capture_sweep(&catalog.id),
+        to_body(&sweep)?,
+    )))
 }
 
 /// Deletes every captured object of a deleted catalog, then its sweep record. Answers how
@@ -80,10 +83,11 @@ pub async fn sweep(state: &AppState, catalog_id: &str) -> Result<usize> {
                 .open(&warehouse)
                 .map_err(|e| unavailable(&e))?;
             let prefix = object_store::path::Path::from(CAPTURE_DIR);
-            let listed: Vec<object_store::ObjectMeta> = ObjectStore::list(objects.as_ref(), Some(&prefix))
-                .try_collect()
-                .await
-                .map_err(|e| unavailable(&e))?;
+            let listed: Vec<object_store::ObjectMeta> =
+                ObjectStore::list(objects.as_ref(), Some(&prefix))
+                    .try_collect()
+                    .await
+                    .map_err(|e| unavailable(&e))?;
             for meta in &listed {
                 match objects.delete(&meta.location).await {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
@@ -94,13 +98,16 @@ pub async fn sweep(state: &AppState, catalog_id: &str) -> Result<usize> {
         }
     };
     store
-        .transact(Transaction::new().with(Op::delete_at(
-            keys::capture_sweep(catalog_id),
-            rec.version,
-        )))
+        .transact(
+            Transaction::new().with(Op::delete_at(keys::capture_sweep(catalog_id), rec.version)),
+        )
         .await?;
     if deleted > 0 {
-        tracing::info!(catalog_id, objects = deleted, "captured state of a deleted catalog swept");
+        tracing::info!(
+            catalog_id,
+            objects = deleted,
+            "captured state of a deleted catalog swept"
+        );
     }
     Ok(deleted)
 }
@@ -128,7 +135,9 @@ pub async fn sweep_pending(state: &AppState) -> usize {
         };
         match sweep(state, catalog_id).await {
             Ok(_) => done += 1,
-            Err(e) => tracing::warn!(catalog_id, error = %e, "capture sweep failed; kept for the next pass"),
+            Err(e) => {
+                tracing::warn!(catalog_id, error = %e, "capture sweep failed; kept for the next pass")
+            }
         }
     }
     done
