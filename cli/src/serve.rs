@@ -62,7 +62,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     let app =
         flotilla_iceberg_rest::router(stack.state.clone(), iceberg_config(&opts.warehouse_root()));
     // The same scheduler and reconciler as the Lambdas, in-process (stopped on drop).
-    let _reconcile = flotilla_runtime::local::spawn_reconcile(&stack.state);
+    let _reconcile = flotilla_runtime::local::spawn_reconcile(&stack.state, stack.work);
     tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "flotilla serve ready on http://{addr}");
     // Hyper's own parse-error answers (400/414/431) get the API's error shape.
     let listener = flotilla_core::http::wire::JsonErrorListener(listener);

@@ -28,6 +28,19 @@ struct ReconcileMessage {
     observed_generation: u64,
 }
 
+/// Body of one capture message (`kind: "capture"`): one overlay's capture job, queued by the
+/// API at the overlay generation it observed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct CaptureMessage {
+    kind: String,
+    account_id: String,
+    overlay_id: String,
+    observed_generation: u64,
+    revalidate: bool,
+}
+
 /// Input of the query function: which catalog's directory.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -276,12 +289,17 @@ fn reconciler_samples_are_sqs_batches_of_reconcile_messages() {
                 .body
                 .as_deref()
                 .unwrap_or_else(|| panic!("{file}: body missing"));
-            let message: ReconcileMessage = serde_json::from_str(body)
-                .unwrap_or_else(|e| panic!("{file}: reconcile message: {e}"));
-            assert!(
-                !message.account_id.is_empty() && !message.overlay_id.is_empty(),
-                "{file}"
-            );
+            let (account_id, overlay_id) = if body.contains("\"kind\"") {
+                let m: CaptureMessage = serde_json::from_str(body)
+                    .unwrap_or_else(|e| panic!("{file}: capture message: {e}"));
+                assert_eq!(m.kind, "capture", "{file}");
+                (m.account_id, m.overlay_id)
+            } else {
+                let m: ReconcileMessage = serde_json::from_str(body)
+                    .unwrap_or_else(|e| panic!("{file}: reconcile message: {e}"));
+                (m.account_id, m.overlay_id)
+            };
+            assert!(!account_id.is_empty() && !overlay_id.is_empty(), "{file}");
         }
     }
 }

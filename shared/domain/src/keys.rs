@@ -253,6 +253,13 @@ pub fn due_backfill_cursor() -> Key {
     Key::new(SYSTEM_PK, "DUEBACKFILL")
 }
 
+/// The captured state objects of a deleted catalog still to be deleted from its warehouse
+/// (`_flotilla/capture/` below it): written with the catalog's deletion, removed once swept.
+pub fn capture_sweep(catalog_id: &str) -> Key {
+    Key::new(SYSTEM_PK, format!("CAPSWEEP#{catalog_id}"))
+}
+pub const CAPTURE_SWEEP_PREFIX: &str = "CAPSWEEP#";
+
 // ---- catalog partition -----------------------------------------------------------------
 
 pub fn catalog_pk(catalog_id: &str) -> String {
@@ -546,6 +553,7 @@ mod tests {
         );
         assert_eq!(relation("c1", &p(&["a"]), "t"), k("CAT#c1", "REL#a\u{1E}t"));
         assert_eq!(capture_pointer("c1", "r1"), k("CAT#c1", "CAPTURE#r1"));
+        assert_eq!(capture_sweep("c1"), k("SYSTEM", "CAPSWEEP#c1"));
         assert_eq!(
             validation_error("c1", "r1", "v7", 3),
             k("CAT#c1", "VALERR#r1#v7#000003")

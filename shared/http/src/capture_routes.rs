@@ -1,6 +1,6 @@
 //! Capture, validation and visibility of overlay tables (`docs/capture.md`): a table's
 //! validation state, the catalog's current validation errors, the per-table visibility
-//! override, and an on-demand capture of one overlay.
+//! override, and an on-demand capture of one overlay (queued for the reconcile workers).
 
 use axum::Router;
 use axum::extract::State;
@@ -13,8 +13,7 @@ use super::ok;
 use crate::error::HttpResult;
 use flotilla_base::error::Error;
 use flotilla_domain::names::NamespacePath;
-use flotilla_reconcile::AdapterConnector;
-use flotilla_reconcile::capture::{self, CaptureOptions, service};
+use flotilla_reconcile::capture::service;
 use flotilla_services::state::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -96,18 +95,16 @@ pub(crate) struct CaptureQuery {
     pub revalidate: bool,
 }
 
+/// Queues the overlay's capture job (the workers run it) and answers `202` with the message.
 async fn capture_overlay(
     State(state): State<AppState>,
     Scope(AccountScope { account: a, .. }): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<CaptureQuery>,
 ) -> HttpResult<Response> {
-    let opts = CaptureOptions {
-        revalidate: q.revalidate,
-        ..CaptureOptions::default()
-    };
-    let summary = capture::capture(&state, &AdapterConnector, &a, &id, &opts)
-        .await
-        .map_err(Error::from)?;
-    Ok(ok(serde_json::to_value(&summary).unwrap_or_default()))
+    let queued = service::enqueue_capture(&state, &a, &id, q.revalidate).await?;
+    Ok(super::json_response(
+        axum::http::StatusCode::ACCEPTED,
+        queued,
+    ))
 }

@@ -100,15 +100,10 @@ async fn get_integration(
 ) -> HttpResult<Response> {
     let mut v = integrations::get(&state, &a, &id).await?;
     if q.revalidate {
-        // Describing may request revalidation: every overlay of the integration validates
-        // its tables' captured files again.
-        v["revalidation"] = flotilla_reconcile::capture::service::revalidate_integration(
-            &state,
-            &flotilla_reconcile::AdapterConnector,
-            &a,
-            &id,
-        )
-        .await?;
+        // Describing may request revalidation: one job per active overlay of the
+        // integration, queued for the workers, validates its tables' captured files again.
+        v["revalidation"] =
+            flotilla_reconcile::capture::service::enqueue_revalidation(&state, &a, &id).await?;
     }
     Ok(ok(v))
 }

@@ -38,6 +38,17 @@ pub mod bounds;
 #[cfg(feature = "capture")]
 pub mod capture;
 pub mod chain;
+/// Without the capture runner (feature `capture`): what capture stores and what the API
+/// answers about it (validation state, error records, the visibility override), which need
+/// only the metastore. The API compiles this, and enqueues capture jobs instead of running
+/// them.
+#[cfg(not(feature = "capture"))]
+pub mod capture {
+    #[path = "record.rs"]
+    pub mod record;
+    #[path = "service.rs"]
+    pub mod service;
+}
 pub mod discover;
 pub mod metrics;
 pub mod plan;

@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use super::chain::{self, CheckpointRef, Located, Subject};
 use super::discover::{Discovered, Hints};
 use super::target::TargetState;
-use super::work::{MessageOutcome, ReconcileMessage};
+use super::work::{CaptureMessage, MessageOutcome, ReconcileMessage};
 use super::{Connector, ObservedRecords, ReconcileError, RunOptions, observe};
 
 /// How long a plan job holds its integration before a tick may take it again.
@@ -72,14 +72,22 @@ pub struct PlanMessage {
     pub plan_generation: u64,
 }
 
-/// A queue message: a scheduled plan, or one overlay (a direct request), or the follow-up
-/// leg of either's checkpointed run (`docs/reconciliation.md`, "Checkpointed runs").
+/// A queue message: a scheduled plan, one overlay (a direct request), one overlay's capture
+/// job (enqueued by the API), or the follow-up leg of a plan's or an overlay's checkpointed
+/// run (`docs/reconciliation.md`, "Checkpointed runs").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkMessage {
     Overlay(ReconcileMessage),
     Plan(PlanMessage),
     /// The plan or overlay message the chain started from, and the chain and leg to run.
     Leg(Box<WorkMessage>, CheckpointRef),
+    Capture(CaptureMessage),
+}
+
+impl From<CaptureMessage> for WorkMessage {
+    fn from(m: CaptureMessage) -> Self {
+        WorkMessage::Capture(m)
+    }
 }
 
 impl From<ReconcileMessage> for WorkMessage {
@@ -95,11 +103,15 @@ impl From<PlanMessage> for WorkMessage {
 }
 
 impl WorkMessage {
-    /// Parses a body: a plan message names an `integration_id`, an overlay message an
-    /// `overlay_id`; anything else is a poison message.
+    /// Parses a body: a capture message has a `kind`, a plan message names an
+    /// `integration_id`, an overlay message an `overlay_id`; anything else is a poison
+    /// message.
     pub fn parse(body: &str) -> Result<Self, String> {
         let mut v: serde_json::Value =
             serde_json::from_str(body).map_err(|e| format!("malformed reconcile message: {e}"))?;
+        if v.get("kind").is_some() {
+            return CaptureMessage::parse(body).map(WorkMessage::Capture);
+        }
         if let Some(ck) = v.as_object_mut().and_then(|o| o.remove("checkpoint")) {
             let ck: CheckpointRef =
                 serde_json::from_value(ck).map_err(|e| format!("malformed checkpoint: {e}"))?;
@@ -135,6 +147,7 @@ impl WorkMessage {
                 }
                 v.to_string()
             }
+            WorkMessage::Capture(m) => m.to_body(),
         }
     }
 
@@ -164,6 +177,19 @@ impl WorkMessage {
                 let (a, s, g) = base.ident();
                 (a, format!("{s}#LEG#{}#{}", ck.run, ck.leg), g)
             }
+            WorkMessage::Capture(m) => (
+                m.account_id.clone(),
+                format!(
+                    "{}#{}",
+                    if m.revalidate {
+                        "REVALIDATE"
+                    } else {
+                        "CAPTURE"
+                    },
+                    m.overlay_id
+                ),
+                m.observed_generation,
+            ),
         }
     }
 }
@@ -980,6 +1006,8 @@ pub async fn handle_work_with(
     match base {
         WorkMessage::Overlay(m) => {
             super::work::handle_message_leg(state, connector, m, ck, opts).await
+        }
+        WorkMessage::Capture(m) => super::work::handle_capture(state, connector, m).await,
         }
         // Boxed and erased: the job's future is deep, and hosts nest it in their own.
         WorkMessage::Plan(m) => count_plan(handle_plan_with(state, connector, m, ck, opts).await),

@@ -50,6 +50,73 @@ impl ReconcileMessage {
     }
 }
 
+/// The body of one capture message (`events/reconciler/capture.json`): run one overlay's
+/// capture job (`docs/capture.md`) at the overlay generation the sender observed, validating
+/// every table again when `revalidate` is set. The API enqueues it (`POST
+/// .../overlays/{id}/capture`, describing an integration with `?revalidate=true`); the workers
+/// run it. Its `kind` is always `"capture"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaptureMessage {
+    pub account_id: String,
+    pub overlay_id: String,
+    pub observed_generation: u64,
+    pub revalidate: bool,
+}
+
+/// The wire form of [`CaptureMessage`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaptureWire {
+    kind: String,
+    account_id: String,
+    overlay_id: String,
+    observed_generation: u64,
+    revalidate: bool,
+}
+
+impl CaptureMessage {
+    /// The `kind` of a capture message body.
+    pub const KIND: &'static str = "capture";
+
+    /// Parses a message body; anything else is a poison message.
+    pub fn parse(body: &str) -> Result<Self, String> {
+        let w: CaptureWire =
+            serde_json::from_str(body).map_err(|e| format!("malformed capture message: {e}"))?;
+        if w.kind != Self::KIND {
+            return Err(format!(
+                "malformed capture message: unknown kind {:?} (expected \"capture\")",
+                w.kind
+            ));
+        }
+        flotilla_domain::names::validate_account_id(&w.account_id)
+            .map_err(|e| format!("malformed account_id: {e}"))?;
+        flotilla_domain::names::validate_resource_id(&w.overlay_id)
+            .map_err(|e| format!("malformed overlay_id: {e}"))?;
+        Ok(Self {
+            account_id: w.account_id,
+            overlay_id: w.overlay_id,
+            observed_generation: w.observed_generation,
+            revalidate: w.revalidate,
+        })
+    }
+
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(&CaptureWire {
+            kind: Self::KIND.to_owned(),
+            account_id: self.account_id.clone(),
+            overlay_id: self.overlay_id.clone(),
+            observed_generation: self.observed_generation,
+            revalidate: self.revalidate,
+        })
+        .unwrap_or_default()
+    }
+
+    /// The message as JSON (what the API reports it queued).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.to_body()).unwrap_or_default()
+    }
+}
+
 /// What handling one message came to.
 #[derive(Debug)]
 pub enum MessageOutcome {
@@ -57,6 +124,12 @@ pub enum MessageOutcome {
     /// A scheduled plan job ran: this many overlays published their share (none failed).
     Planned {
         reconciled: usize,
+    },
+    /// A capture message's job ran: tables captured and unchanged (none failed for a
+    /// transient reason).
+    Captured {
+        captured: u64,
+        unchanged: u64,
     },
     /// Another delivery of the same plan holds the integration's lease.
     Duplicate,
@@ -98,7 +171,9 @@ impl MessageOutcome {
 
     pub fn label(&self) -> &'static str {
         match self {
-            MessageOutcome::Reconciled(_) | MessageOutcome::Planned { .. } => "reconciled",
+            MessageOutcome::Reconciled(_)
+            | MessageOutcome::Planned { .. }
+            | MessageOutcome::Captured { .. } => "reconciled",
             MessageOutcome::Duplicate => "superseded",
             MessageOutcome::Continued { .. } => "continued",
             MessageOutcome::Superseded { .. } => "superseded",
@@ -178,6 +253,117 @@ pub async fn handle_message_leg(
         _ => {}
     }
     outcome
+}
+
+/// Handles one capture message: runs the overlay's capture job if the message is still
+/// current. Fenced like a reconcile message: an overlay that is gone, paused or at another
+/// generation is acknowledged without work, and the job itself refuses (and the message is
+/// acknowledged) when the overlay moves on while it runs. A transient failure is delivered
+/// again; a permanent one is logged and acknowledged. Counted like reconcile messages.
+pub async fn handle_capture(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &CaptureMessage,
+) -> MessageOutcome {
+    use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
+    let span =
+        tracing::info_span!("capture", account_id = %m.account_id, overlay_id = %m.overlay_id);
+    let _enter = span.enter();
+    let fenced = ReconcileMessage {
+        account_id: m.account_id.clone(),
+        overlay_id: m.overlay_id.clone(),
+        observed_generation: m.observed_generation,
+    };
+    let outcome = match current_generation(state, &fenced).await {
+        Ok(None) => MessageOutcome::Gone,
+        Ok(Some(g)) if g != m.observed_generation => MessageOutcome::Superseded { current: g },
+        Ok(Some(_)) => run_capture(state, connector, m).await,
+        Err(e) => MessageOutcome::Failed {
+            retryable: e.is_retryable(),
+            code: e.kind.as_str(),
+            reason: e.to_string(),
+            kind: failure_kind(&ReconcileError::Api(e)),
+        },
+    };
+    match &outcome {
+        MessageOutcome::Failed { reason, code, .. } => {
+            tracing::warn!(outcome = outcome.label(), code, reason = %reason, "capture message failed")
+        }
+        other => tracing::info!(outcome = other.label(), "capture message handled"),
+    }
+    RECONCILE_RUNS.inc(&[outcome.label()]);
+    if let MessageOutcome::Failed { kind, .. } = &outcome {
+        RECONCILE_FAILURES.inc(&[kind]);
+    }
+    outcome
+}
+
+#[cfg(feature = "capture")]
+async fn run_capture(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &CaptureMessage,
+) -> MessageOutcome {
+    let opts = crate::capture::CaptureOptions {
+        revalidate: m.revalidate,
+        expect_generation: Some(m.observed_generation),
+        ..crate::capture::CaptureOptions::default()
+    };
+    match crate::capture::capture(state, connector, &m.account_id, &m.overlay_id, &opts).await {
+        Ok(s) if s.has_retryable_failure() => MessageOutcome::Failed {
+            retryable: true,
+            code: "CAPTURE_INCOMPLETE",
+            reason: format!("{} tables were not captured", s.failed.len()),
+            kind: "incomplete",
+        },
+        Ok(s) => MessageOutcome::Captured {
+            captured: s.captured,
+            unchanged: s.unchanged,
+        },
+        Err(ReconcileError::NotFound | ReconcileError::Deleting(_)) => MessageOutcome::Gone,
+        Err(ReconcileError::Paused(_)) => MessageOutcome::Paused,
+        Err(ReconcileError::FenceLost) => {
+            let fenced = ReconcileMessage {
+                account_id: m.account_id.clone(),
+                overlay_id: m.overlay_id.clone(),
+                observed_generation: m.observed_generation,
+            };
+            match current_generation(state, &fenced).await {
+                Ok(None) => MessageOutcome::Gone,
+                Ok(Some(g)) if g != m.observed_generation => {
+                    MessageOutcome::Superseded { current: g }
+                }
+                _ => MessageOutcome::Failed {
+                    retryable: true,
+                    code: ReconcileError::FenceLost.code(),
+                    reason: ReconcileError::FenceLost.to_string(),
+                    kind: "fence_lost",
+                },
+            }
+        }
+        Err(e) => MessageOutcome::Failed {
+            retryable: e.is_retryable(),
+            kind: failure_kind(&e),
+            code: e.code(),
+            reason: e.cause(),
+        },
+    }
+}
+
+/// A host built without the capture runner cannot run the job (no such host consumes the
+/// queue: the reconciler and `flotilla serve` both compile it).
+#[cfg(not(feature = "capture"))]
+async fn run_capture(
+    _state: &AppState,
+    _connector: &dyn Connector,
+    _m: &CaptureMessage,
+) -> MessageOutcome {
+    MessageOutcome::Failed {
+        retryable: false,
+        code: "UNSUPPORTED",
+        reason: "this host does not run capture jobs".into(),
+        kind: "internal",
+    }
 }
 
 async fn run_message(

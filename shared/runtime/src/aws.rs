@@ -72,6 +72,17 @@ pub async fn build_state(settings: &AwsSettings) -> AppState {
         .with_index_stores(flotilla_services::service::index_catalogs::warehouse_stores_from_env());
     #[cfg(feature = "secrets-manager")]
     let state = state.with_credentials(secrets_store(settings).await);
+    // The reconcile queue, for the routes that enqueue work (on-demand capture,
+    // revalidation): without `FLOTILLA_RECONCILE_QUEUE_URL` they answer that no queue is
+    // configured.
+    #[cfg(feature = "sqs")]
+    let state = match &settings.reconcile_queue_url {
+        Some(url) => state.with_work_sender(Arc::new(crate::queue::SqsQueue::new(
+            crate::queue::sqs_client(settings.endpoint.as_deref()).await,
+            url.clone(),
+        ))),
+        None => state,
+    };
     state.with_metric_source(counters)
 }
 

@@ -69,6 +69,16 @@ pub struct LocalStack {
     pub state: AppState,
     /// Where a generated operator token was written, when none was configured.
     pub generated_token_file: Option<PathBuf>,
+    /// The in-process reconcile queue: the state's work sender (the routes that enqueue
+    /// capture jobs send to it) and its deliveries, consumed by [`spawn_reconcile`]'s worker
+    /// (or drained by a test).
+    pub work: LocalQueue,
+}
+
+/// The in-process reconcile queue of a local stack.
+pub struct LocalQueue {
+    pub queue: crate::queue::ChannelQueue,
+    pub deliveries: tokio::sync::mpsc::UnboundedReceiver<crate::queue::Delivery>,
 }
 
 pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
@@ -134,9 +144,12 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         flotilla_services::service::index_catalogs::local_warehouse_stores(warehouse_policy),
     )
     .with_credentials(Arc::new(credentials));
+    let (queue, deliveries) = crate::queue::ChannelQueue::new();
+    let state = state.with_work_sender(Arc::new(queue.clone()));
     Ok(LocalStack {
         state,
         generated_token_file,
+        work: LocalQueue { queue, deliveries },
     })
 }
 
@@ -215,16 +228,20 @@ impl Drop for ReconcileTasks {
     }
 }
 
-/// Starts the same scheduler and reconciler the Lambdas run, in-process: a pass every
-/// `FLOTILLA_SCHEDULE_SECS` seconds (default 60) enqueues due overlays, one worker runs them.
-pub fn spawn_reconcile(state: &AppState) -> ReconcileTasks {
-    use crate::queue::{ChannelQueue, WorkerOptions, run_channel_worker, run_scheduler_loop};
+/// Starts the same scheduler and reconciler the Lambdas run, in-process, on the stack's
+/// queue: a pass every `FLOTILLA_SCHEDULE_SECS` seconds (default 60) enqueues due overlays,
+/// one worker runs them and the jobs the routes enqueue.
+pub fn spawn_reconcile(state: &AppState, work: LocalQueue) -> ReconcileTasks {
+    use crate::queue::{WorkerOptions, run_channel_worker, run_scheduler_loop};
     let every = std::env::var("FLOTILLA_SCHEDULE_SECS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|s| *s > 0)
         .unwrap_or(60);
-    let (queue, rx) = ChannelQueue::new();
+    let LocalQueue {
+        queue,
+        deliveries: rx,
+    } = work;
     let connector: flotilla_reconcile::DynConnector =
         Arc::new(flotilla_reconcile::AdapterConnector);
     let worker = tokio::spawn(run_channel_worker(

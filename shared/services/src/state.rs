@@ -46,6 +46,17 @@ pub trait AccountCleanup: Send + Sync {
     async fn cleanup_item(&self, account: &str, item: &Item) -> Result<()>;
 }
 
+/// Where the API hands work to the reconcile workers: the reconcile queue (SQS on AWS, the
+/// in-process queue of `flotilla serve`). The HTTP layer only enqueues through it; the workers
+/// (the reconciler function, `flotilla serve`'s worker) parse and run the messages. Each body
+/// is one queue message, already serialized by its kind (`flotilla_reconcile::work`).
+#[async_trait]
+pub trait WorkSender: Send + Sync {
+    /// Queues every body, or fails (`UNAVAILABLE`) without a guarantee about which were
+    /// queued; a duplicate of a message still waiting may be dropped by the queue.
+    async fn send_bodies(&self, bodies: &[String]) -> Result<()>;
+}
+
 /// Renders one block of Prometheus text for `/v1/admin/metrics`.
 pub use flotilla_base::MetricsRenderer;
 
@@ -92,6 +103,9 @@ pub struct AppState {
     /// The deployment's own AWS identity and endpoints (the standard SDK configuration),
     /// which assume-role and ambient integrations sign with.
     pub aws: Arc<flotilla_catalog_access::sigv4::AwsDeployment>,
+    /// The reconcile queue, for routes that enqueue work (on-demand capture, revalidation);
+    /// `None` when the host has no queue (those routes then answer `UNAVAILABLE`).
+    pub work: Option<Arc<dyn WorkSender>>,
 }
 
 impl AppState {
@@ -126,7 +140,14 @@ impl AppState {
             sessions: Arc::new(crate::sessions::SessionCache::default()),
             #[cfg(feature = "upstream")]
             aws: Arc::new(flotilla_catalog_access::sigv4::AwsDeployment::from_environment()),
+            work: None,
         }
+    }
+
+    /// The reconcile queue the routes that enqueue work send to.
+    pub fn with_work_sender(mut self, sender: Arc<dyn WorkSender>) -> Self {
+        self.work = Some(sender);
+        self
     }
 
     #[cfg(feature = "upstream")]

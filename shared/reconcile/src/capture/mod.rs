@@ -213,9 +213,13 @@ pub async fn plan(
                 .as_ref()
                 .is_some_and(|p| delta::is_current(&rec, &p.value))
         } else {
-            pointer
-                .as_ref()
-                .is_some_and(|p| Some(&p.value.metadata_location) == rec.metadata_location.as_ref())
+            // A table reported not readable is tried again by every job: what made it
+            // unreadable (vending, the host's flags, storage) may have changed without a new
+            // metadata file.
+            pointer.as_ref().is_some_and(|p| {
+                Some(&p.value.metadata_location) == rec.metadata_location.as_ref()
+                    && p.value.validation != ValidationState::NotReadable
+            })
         };
         if current && !opts.revalidate {
             unchanged += 1;

@@ -218,45 +218,91 @@ pub async fn set_override(
     ))
 }
 
-/// Revalidates every overlay of an integration (describing it with `revalidate=true`): one
-/// capture job per overlay with every table validated again. Answers one entry per overlay:
-/// its job's summary, or the reason it did not run.
-pub async fn revalidate_integration(
+/// The reconcile queue the API enqueues capture jobs on, or why there is none.
+fn work_sender(state: &AppState) -> Result<&dyn flotilla_services::state::WorkSender> {
+    state.work.as_deref().ok_or_else(|| {
+        Error::failed_precondition(
+            "this host has no reconcile queue (FLOTILLA_RECONCILE_QUEUE_URL is not set), so \
+             capture jobs cannot be queued",
+        )
+        .with_detail("reason", "NO_QUEUE")
+    })
+}
+
+/// The capture message of an overlay as a job would observe it now: refused (as the job
+/// would refuse it) when the overlay is unknown, paused, being deleted, or its integration is.
+async fn capture_message(
     state: &AppState,
-    connector: &dyn crate::Connector,
+    account: &str,
+    overlay_id: &str,
+    revalidate: bool,
+) -> Result<crate::work::CaptureMessage> {
+    match crate::observe(state, account, overlay_id).await {
+        Ok(o) => Ok(crate::work::CaptureMessage {
+            account_id: account.to_owned(),
+            overlay_id: o.overlay.id.clone(),
+            observed_generation: o.overlay.generation,
+            revalidate,
+        }),
+        Err(crate::ReconcileError::Paused(what)) => Err(Error::failed_precondition(format!(
+            "{what} is paused; unpause it to capture its tables"
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST .../overlays/{id}/capture[?revalidate=true]`: checks the overlay (`404` unknown,
+/// `409` paused or being deleted) and queues one capture job at its current generation for
+/// the workers (`docs/capture.md`). Answers the message queued.
+pub async fn enqueue_capture(
+    state: &AppState,
+    account: &str,
+    overlay_id: &str,
+    revalidate: bool,
+) -> Result<Value> {
+    let m = capture_message(state, account, overlay_id, revalidate).await?;
+    work_sender(state)?.send_bodies(&[m.to_body()]).await?;
+    Ok(json!({"queued": m.to_json()}))
+}
+
+/// Describing an integration with `revalidate=true`: one revalidation job queued per active
+/// overlay of the integration. Answers one entry per overlay: the message queued, or why none
+/// was (paused, being deleted).
+pub async fn enqueue_revalidation(
+    state: &AppState,
     account: &str,
     integration_id: &str,
 ) -> Result<Value> {
+    let prefix = keys::integration_dependency_prefix(integration_id);
     let deps = query_all(
         state.store.as_ref(),
         Query::new(
             keys::account_pk(account),
-            keys::integration_dependency_prefix(integration_id),
+            prefix.as_str(),
             Consistency::Strong,
         ),
     )
     .await?;
-    let prefix = keys::integration_dependency_prefix(integration_id);
-    let opts = super::CaptureOptions {
-        revalidate: true,
-        ..super::CaptureOptions::default()
-    };
     let mut out = Vec::new();
+    let mut bodies = Vec::new();
     for item in deps {
         let Some(overlay_id) = item.key.sk.strip_prefix(prefix.as_str()) else {
             continue;
         };
-        let entry = match super::capture(state, connector, account, overlay_id, &opts).await {
-            Ok(s) => {
-                let mut v = serde_json::to_value(&s).unwrap_or(Value::Null);
-                v["overlay_id"] = json!(overlay_id);
-                v
+        match capture_message(state, account, overlay_id, true).await {
+            Ok(m) => {
+                bodies.push(m.to_body());
+                out.push(json!({"overlay_id": overlay_id, "queued": m.to_json()}));
             }
-            Err(e) => {
-                json!({"overlay_id": overlay_id, "error": {"code": e.code(), "message": e.cause()}})
-            }
-        };
-        out.push(entry);
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => out.push(json!({
+                "overlay_id": overlay_id,
+                "error": {"code": e.kind.as_str(), "message": e.message},
+            })),
+        }
+    }
+    if !bodies.is_empty() {
+        work_sender(state)?.send_bodies(&bodies).await?;
     }
     Ok(Value::Array(out))
 }

@@ -171,8 +171,9 @@ pub struct CatalogFiles {
     pub warehouse: String,
 }
 
-/// The directory of captured state below a catalog's warehouse.
-pub const CAPTURE_DIR: &str = "_flotilla/capture";
+/// The directory of captured state below a catalog's warehouse (swept when the catalog is
+/// deleted).
+pub use flotilla_services::service::captured::CAPTURE_DIR;
 
 impl CatalogFiles {
     pub fn open(state: &AppState, catalog: &CatalogRecord) -> Result<Self, String> {

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flotilla_reconcile::schedule::{WorkMessage, handle_work};
+use flotilla_reconcile::work::MessageOutcome;
 use flotilla_reconcile::{Connector, DynConnector};
 use flotilla_services::AppState;
 use tokio::sync::mpsc;
@@ -40,6 +41,39 @@ pub enum QueueError {
 #[async_trait]
 pub trait ReconcileQueue: Send + Sync {
     async fn send(&self, msgs: &[WorkMessage]) -> Result<(), QueueError>;
+}
+
+/// Parses bodies handed to a [`WorkSender`] (the API's side of the queue): a body that is no
+/// work message is refused before anything is sent.
+fn parse_bodies(bodies: &[String]) -> flotilla_base::error::Result<Vec<WorkMessage>> {
+    bodies
+        .iter()
+        .map(|b| {
+            WorkMessage::parse(b).map_err(|e| {
+                flotilla_base::error::Error::internal(format!("refusing to enqueue: {e}"))
+            })
+        })
+        .collect()
+}
+
+/// Sends work the API enqueues (`flotilla_services::state::WorkSender`) through a reconcile
+/// queue: the in-process queue under `flotilla serve`, SQS for the api function.
+pub(crate) async fn send_bodies(
+    queue: &dyn ReconcileQueue,
+    bodies: &[String],
+) -> flotilla_base::error::Result<()> {
+    let msgs = parse_bodies(bodies)?;
+    queue
+        .send(&msgs)
+        .await
+        .map_err(|e| flotilla_base::error::Error::unavailable(e.to_string()))
+}
+
+#[async_trait]
+impl flotilla_services::state::WorkSender for ChannelQueue {
+    async fn send_bodies(&self, bodies: &[String]) -> flotilla_base::error::Result<()> {
+        send_bodies(self, bodies).await
+    }
 }
 
 /// One in-process delivery: the message and how often it was received.
@@ -138,9 +172,23 @@ pub async fn handle_delivery(
     state: &AppState,
     connector: &dyn Connector,
     queue: &ChannelQueue,
-    mut d: Delivery,
+    d: Delivery,
     opts: &WorkerOptions,
 ) -> DeliveryResult {
+    handle_delivery_outcome(state, connector, queue, d, opts)
+        .await
+        .0
+}
+
+/// [`handle_delivery`], also answering what handling the message came to (tests that drain
+/// the queue assert it).
+pub async fn handle_delivery_outcome(
+    state: &AppState,
+    connector: &dyn Connector,
+    queue: &ChannelQueue,
+    mut d: Delivery,
+    opts: &WorkerOptions,
+) -> (DeliveryResult, MessageOutcome) {
     d.receives += 1;
     let outcome = handle_work(state, connector, &d.message).await;
     if outcome.redeliver() && d.receives < opts.max_receives {
@@ -150,7 +198,7 @@ pub async fn handle_delivery(
             tokio::time::sleep(delay).await;
             let _ = q.redeliver(d);
         });
-        return DeliveryResult::Redelivering;
+        return (DeliveryResult::Redelivering, outcome);
     }
     queue.queued().remove(&ident(&d.message));
     if let flotilla_reconcile::work::MessageOutcome::Continued { next } = &outcome
@@ -167,9 +215,9 @@ pub async fn handle_delivery(
             receives = d.receives,
             "reconcile message dead-lettered after repeated failures"
         );
-        return DeliveryResult::DeadLettered;
+        return (DeliveryResult::DeadLettered, outcome);
     }
-    DeliveryResult::Done
+    (DeliveryResult::Done, outcome)
 }
 
 /// Consumes the in-process queue until every sender is gone.

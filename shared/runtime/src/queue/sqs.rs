@@ -66,6 +66,13 @@ impl ReconcileQueue for SqsQueue {
     }
 }
 
+#[async_trait]
+impl flotilla_services::state::WorkSender for SqsQueue {
+    async fn send_bodies(&self, bodies: &[String]) -> flotilla_base::error::Result<()> {
+        super::send_bodies(self, bodies).await
+    }
+}
+
 /// The `AWSTraceHeader` system attribute of the current trace context, if there is one.
 fn trace_attribute() -> Result<Option<aws_sdk_sqs::types::MessageSystemAttributeValue>, QueueError>
 {

@@ -200,7 +200,14 @@ async fn cleanup(state: &AppState, id: &str, cleanups: &[Arc<dyn AccountCleanup>
         }
         for item in &victims {
             if let Some(catalog_id) = item.key.sk.strip_prefix(keys::CATALOG_PREFIX) {
+                // The account is fenced: its catalogs go, captured state objects with them.
+                #[cfg(feature = "index-catalogs")]
+                if let Some(op) = super::captured::sweep_op(state, &item.json()?).await? {
+                    store.transact(Transaction::new().with(op)).await?;
+                }
                 purge_catalog_partition(store, catalog_id).await?;
+                #[cfg(feature = "index-catalogs")]
+                super::captured::sweep(state, catalog_id).await?;
             }
             if let Some(integration_id) = item.key.sk.strip_prefix(keys::INTEGRATION_PREFIX) {
                 crate::service::integrations::purge_credentials(state, id, integration_id).await?;

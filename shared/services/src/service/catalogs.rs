@@ -371,10 +371,14 @@ pub async fn delete(
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         let name_key = keys::catalog_name(account, &cur.value.display_name);
-        let final_ops = vec![
+        #[allow(unused_mut)]
+        let mut final_ops = vec![
             Op::delete(name_key),
             Op::delete(keys::directory_generation(id)),
         ];
+        // Captured state objects in the warehouse: their sweep is recorded with the deletion.
+        #[cfg(feature = "index-catalogs")]
+        final_ops.extend(super::captured::sweep_op(state, &cur.value).await?);
         let outcome = guarded_delete(
             state,
             keys::catalog_guard(id),
@@ -388,6 +392,15 @@ pub async fn delete(
         match outcome {
             GuardedOutcome::Deleted => {
                 purge_catalog_partition(store, id).await?;
+                // Best effort here: a sweep that fails stays recorded, and the next catalog
+                // deletion on the host takes it up again.
+                #[cfg(feature = "index-catalogs")]
+                {
+                    if let Err(e) = super::captured::sweep(state, id).await {
+                        tracing::warn!(catalog_id = id, error = %e, "capture sweep failed; kept for the next pass");
+                    }
+                    super::captured::sweep_pending(state).await;
+                }
                 return Ok(());
             }
             GuardedOutcome::Retry => backoff(attempt).await,

@@ -2,6 +2,8 @@
 //! services read and write the metastore.
 
 pub mod accounts;
+#[cfg(feature = "index-catalogs")]
+pub mod captured;
 pub mod catalogs;
 pub mod directory;
 pub mod idempotency;
