@@ -58,6 +58,10 @@ fi
 # ---- 1a. Self-containment: no tracked file reaches outside the repository -------------
 log "scripts/check_self_contained.py"
 "$VENV/bin/python" "$ROOT/scripts/check_self_contained.py" "$ROOT"
+# No module of a crate depends on another in a cycle (docs/architecture.md, "Module cycles").
+log "scripts/check_module_cycles.py"
+"$VENV/bin/python" "$ROOT/scripts/check_module_cycles.py" --self-test
+(cd "$ROOT" && "$VENV/bin/python" scripts/check_module_cycles.py)
 # The one optional switch: an external ParqDB conformance set beside the clone runs as an
 # extra (shared/parqdb/tests/fixture_sets); a clone without it uses the project's own set.
 if [[ -z "${FLOTILLA_PARQDB_CONFORMANCE_DIR:-}" && -f "$ROOT/../shared/parqdb/fixtures/v1/catalog.json" ]]; then

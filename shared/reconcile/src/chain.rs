@@ -40,7 +40,8 @@ use flotilla_services::state::AppState;
 use serde::{Deserialize, Serialize};
 
 use super::discover::{self, Discovered, Dropped, Walk};
-use super::schedule::{SharedHints, share};
+pub use super::message::CheckpointRef;
+use super::share::{SharedHints, share};
 use super::target::{Slot, TargetState};
 use super::{
     Connector, KindCounts, ObservedRecords, ReconcileError, ReconcileSummary, RunOptions, Stage,
@@ -53,14 +54,6 @@ pub const NAMESPACES_PER_BATCH: usize = 64;
 const CHUNK_CHARS: usize = 64 * 1024;
 /// Chunks written per transaction.
 const CHUNKS_PER_TX: usize = 8;
-
-/// What a follow-up message names: the chain and the leg it runs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckpointRef {
-    pub run: String,
-    pub leg: u32,
-}
 
 /// The head of a chain (`CKPT#{subject}`).
 #[derive(Clone, Debug, Serialize, Deserialize)]

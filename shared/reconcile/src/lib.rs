@@ -38,6 +38,7 @@ pub mod bounds;
 #[cfg(feature = "capture")]
 pub mod capture;
 pub mod chain;
+pub mod message;
 /// Without the capture runner (feature `capture`): what capture stores and what the API
 /// answers about it (validation state, error records, the visibility override), which need
 /// only the metastore. The API compiles this, and enqueues capture jobs instead of running
@@ -56,6 +57,7 @@ pub mod preflight;
 pub mod publish;
 pub mod retire;
 pub mod schedule;
+pub mod share;
 pub mod status;
 pub mod target;
 pub mod work;

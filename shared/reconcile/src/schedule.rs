@@ -32,8 +32,6 @@ use flotilla_base::error::Result;
 use flotilla_base::store::{MAX_ATTEMPTS, Versioned, backoff, read, to_body};
 use flotilla_domain::keys;
 use flotilla_domain::model::{IntegrationRecord, OverlayRecord, SchedulerState};
-use flotilla_domain::names::NamespacePath;
-use flotilla_domain::selection::Selection;
 use flotilla_metastore::{
     Condition, Consistency, Metastore, MetastoreError, Op, PageToken, Query, Transaction, query_all,
 };
@@ -41,10 +39,9 @@ use flotilla_services::service::schedule as sched;
 use flotilla_services::state::AppState;
 use serde::{Deserialize, Serialize};
 
-use super::chain::{self, CheckpointRef, Located, Subject};
-use super::discover::{Discovered, Hints};
-use super::target::TargetState;
-use super::work::{CaptureMessage, MessageOutcome, ReconcileMessage};
+use super::chain::{self, Located, Subject};
+use super::message::MessageOutcome;
+pub use super::message::{CheckpointRef, PlanMessage, WorkMessage};
 use super::{Connector, ObservedRecords, ReconcileError, RunOptions, observe};
 
 /// How long a plan job holds its integration before a tick may take it again.
@@ -62,137 +59,6 @@ pub const MAX_DUE_PER_TICK: usize = 500;
 pub const BACKFILL_ACCOUNTS: usize = 16;
 /// Due entries read per index query.
 const INDEX_PAGE: usize = 100;
-
-/// A scheduled reconciliation of one integration's effective plan.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlanMessage {
-    pub account_id: String,
-    pub integration_id: String,
-    pub plan_generation: u64,
-}
-
-/// A queue message: a scheduled plan, one overlay (a direct request), one overlay's capture
-/// job (enqueued by the API), or the follow-up leg of a plan's or an overlay's checkpointed
-/// run (`docs/reconciliation.md`, "Checkpointed runs").
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WorkMessage {
-    Overlay(ReconcileMessage),
-    Plan(PlanMessage),
-    /// The plan or overlay message the chain started from, and the chain and leg to run.
-    Leg(Box<WorkMessage>, CheckpointRef),
-    Capture(CaptureMessage),
-}
-
-impl From<CaptureMessage> for WorkMessage {
-    fn from(m: CaptureMessage) -> Self {
-        WorkMessage::Capture(m)
-    }
-}
-
-impl From<ReconcileMessage> for WorkMessage {
-    fn from(m: ReconcileMessage) -> Self {
-        WorkMessage::Overlay(m)
-    }
-}
-
-impl From<PlanMessage> for WorkMessage {
-    fn from(m: PlanMessage) -> Self {
-        WorkMessage::Plan(m)
-    }
-}
-
-impl WorkMessage {
-    /// Parses a body: a capture message has a `kind`, a plan message names an
-    /// `integration_id`, an overlay message an `overlay_id`; anything else is a poison
-    /// message.
-    pub fn parse(body: &str) -> Result<Self, String> {
-        let mut v: serde_json::Value =
-            serde_json::from_str(body).map_err(|e| format!("malformed reconcile message: {e}"))?;
-        if v.get("kind").is_some() {
-            return CaptureMessage::parse(body).map(WorkMessage::Capture);
-        }
-        if let Some(ck) = v.as_object_mut().and_then(|o| o.remove("checkpoint")) {
-            let ck: CheckpointRef =
-                serde_json::from_value(ck).map_err(|e| format!("malformed checkpoint: {e}"))?;
-            flotilla_domain::names::validate_resource_id(&ck.run)
-                .map_err(|e| format!("malformed checkpoint run: {e}"))?;
-            let base = Self::parse(&v.to_string())?;
-            return Ok(WorkMessage::Leg(Box::new(base), ck));
-        }
-        if v.get("integration_id").is_none() {
-            return ReconcileMessage::parse(body).map(WorkMessage::Overlay);
-        }
-        let m: PlanMessage =
-            serde_json::from_value(v).map_err(|e| format!("malformed plan message: {e}"))?;
-        flotilla_domain::names::validate_account_id(&m.account_id)
-            .map_err(|e| format!("malformed account_id: {e}"))?;
-        flotilla_domain::names::validate_resource_id(&m.integration_id)
-            .map_err(|e| format!("malformed integration_id: {e}"))?;
-        Ok(WorkMessage::Plan(m))
-    }
-
-    pub fn to_body(&self) -> String {
-        match self {
-            WorkMessage::Overlay(m) => m.to_body(),
-            WorkMessage::Plan(m) => serde_json::to_string(m).unwrap_or_default(),
-            WorkMessage::Leg(base, ck) => {
-                let mut v: serde_json::Value =
-                    serde_json::from_str(&base.to_body()).unwrap_or_default();
-                if let Some(o) = v.as_object_mut() {
-                    o.insert(
-                        "checkpoint".into(),
-                        serde_json::to_value(ck).unwrap_or_default(),
-                    );
-                }
-                v.to_string()
-            }
-            WorkMessage::Capture(m) => m.to_body(),
-        }
-    }
-
-    /// The follow-up of this message for the chain leg `ck`.
-    pub fn leg(&self, ck: CheckpointRef) -> WorkMessage {
-        let base = match self {
-            WorkMessage::Leg(base, _) => base.as_ref().clone(),
-            other => other.clone(),
-        };
-        WorkMessage::Leg(Box::new(base), ck)
-    }
-
-    /// What identifies a queued message (a second one with the same identity is a duplicate).
-    pub fn ident(&self) -> (String, String, u64) {
-        match self {
-            WorkMessage::Overlay(m) => (
-                m.account_id.clone(),
-                format!("OVL#{}", m.overlay_id),
-                m.observed_generation,
-            ),
-            WorkMessage::Plan(m) => (
-                m.account_id.clone(),
-                format!("INT#{}", m.integration_id),
-                m.plan_generation,
-            ),
-            WorkMessage::Leg(base, ck) => {
-                let (a, s, g) = base.ident();
-                (a, format!("{s}#LEG#{}#{}", ck.run, ck.leg), g)
-            }
-            WorkMessage::Capture(m) => (
-                m.account_id.clone(),
-                format!(
-                    "{}#{}",
-                    if m.revalidate {
-                        "REVALIDATE"
-                    } else {
-                        "CAPTURE"
-                    },
-                    m.overlay_id
-                ),
-                m.observed_generation,
-            ),
-        }
-    }
-}
 
 /// What one tick did.
 #[derive(Debug, Default, Serialize)]
@@ -537,96 +403,6 @@ async fn backfill_account(store: &dyn Metastore, account: &str, now_ms: i64) -> 
         }
     }
     Ok(indexed)
-}
-
-/// What the destinations of a shared pass hold: a table is loaded conditionally only when
-/// every overlay that selects it holds it under the same upstream ETag, and a namespace's
-/// properties are loaded when any overlay that selects it creates (or created) it.
-pub(crate) struct SharedHints<'a> {
-    pub(crate) members: Vec<(&'a Selection, &'a TargetState, &'a str)>,
-}
-
-impl Hints for SharedHints<'_> {
-    fn etag(&self, ns: &NamespacePath, name: &str) -> Option<String> {
-        let mut tag: Option<&str> = None;
-        for (sel, target, overlay) in &self.members {
-            if !sel.selects(ns) {
-                continue;
-            }
-            let t = target.conditional_etag(ns, name, overlay)?;
-            if tag.is_some_and(|x| x != t) {
-                return None;
-            }
-            tag = Some(t);
-        }
-        tag.map(str::to_owned)
-    }
-
-    fn wants_properties(&self, ns: &NamespacePath) -> bool {
-        self.members.iter().any(|(sel, target, _)| {
-            sel.selects(ns)
-                && target
-                    .namespaces
-                    .get(ns)
-                    .is_none_or(|n| n.value.created_by_overlay)
-        })
-    }
-}
-
-/// One overlay's share of a shared discovery pass: exactly what a walk of its own selection
-/// would have found (the counts of dropped entries are the pass's).
-pub fn share(d: &Discovered, sel: &Selection) -> Discovered {
-    let visible_parent = |levels: &[String]| {
-        levels.len() <= 1
-            || NamespacePath::new(levels[..levels.len() - 1].to_vec())
-                .is_ok_and(|p| sel.may_select_below(&p))
-    };
-    Discovered {
-        namespaces: d
-            .namespaces
-            .iter()
-            .filter(|n| sel.selects(n))
-            .cloned()
-            .collect(),
-        namespace_properties: d
-            .namespace_properties
-            .iter()
-            .filter(|(n, _)| sel.selects(n))
-            .map(|(n, p)| (n.clone(), p.clone()))
-            .collect(),
-        tables: d
-            .tables
-            .iter()
-            .filter(|t| sel.selects(&t.namespace))
-            .cloned()
-            .collect(),
-        views: d
-            .views
-            .iter()
-            .filter(|v| sel.selects(&v.namespace))
-            .cloned()
-            .collect(),
-        both: d
-            .both
-            .iter()
-            .filter(|(n, _)| sel.selects(n))
-            .cloned()
-            .collect(),
-        invalid: d
-            .invalid
-            .iter()
-            .filter(|c| visible_parent(&c.path))
-            .cloned()
-            .collect(),
-        dropped: d.dropped,
-        stable_ids: d.stable_ids,
-        vanished: d
-            .vanished
-            .iter()
-            .filter(|n| sel.selects(n))
-            .cloned()
-            .collect(),
-    }
 }
 
 /// How a job leaves its integration's schedule.
@@ -983,7 +759,8 @@ pub async fn run_plan_leg(
     Ok(report)
 }
 
-/// Handles any queue message (a plan or one overlay), counting the outcome.
+/// Handles any queue message (a plan, one overlay, a capture job or a follow-up leg),
+/// counting the outcome.
 pub async fn handle_work(
     state: &AppState,
     connector: &dyn Connector,
@@ -1008,7 +785,6 @@ pub async fn handle_work_with(
             super::work::handle_message_leg(state, connector, m, ck, opts).await
         }
         WorkMessage::Capture(m) => super::work::handle_capture(state, connector, m).await,
-        }
         // Boxed and erased: the job's future is deep, and hosts nest it in their own.
         WorkMessage::Plan(m) => count_plan(handle_plan_with(state, connector, m, ck, opts).await),
         WorkMessage::Leg(..) => MessageOutcome::Failed {

@@ -18,176 +18,11 @@ use std::collections::{HashMap, HashSet};
 use flotilla_domain::keys;
 use flotilla_domain::model::{IntegrationRecord, OverlayRecord, OverlayStatus};
 use flotilla_metastore::{Consistency, Metastore, Query, query_all};
-use serde::{Deserialize, Serialize};
 
+pub use super::message::{CaptureMessage, MessageOutcome, ReconcileMessage};
 use super::{Connector, ReconcileError, ReconcileSummary, RunOptions, observe};
 use flotilla_base::error::Result;
 use flotilla_services::state::AppState;
-
-/// The body of one reconcile queue message (`events/reconciler/batch.json`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReconcileMessage {
-    pub account_id: String,
-    pub overlay_id: String,
-    pub observed_generation: u64,
-}
-
-impl ReconcileMessage {
-    /// Parses a message body; anything else is a poison message.
-    pub fn parse(body: &str) -> Result<Self, String> {
-        let m: Self =
-            serde_json::from_str(body).map_err(|e| format!("malformed reconcile message: {e}"))?;
-        flotilla_domain::names::validate_account_id(&m.account_id)
-            .map_err(|e| format!("malformed account_id: {e}"))?;
-        flotilla_domain::names::validate_resource_id(&m.overlay_id)
-            .map_err(|e| format!("malformed overlay_id: {e}"))?;
-        Ok(m)
-    }
-
-    pub fn to_body(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-}
-
-/// The body of one capture message (`events/reconciler/capture.json`): run one overlay's
-/// capture job (`docs/capture.md`) at the overlay generation the sender observed, validating
-/// every table again when `revalidate` is set. The API enqueues it (`POST
-/// .../overlays/{id}/capture`, describing an integration with `?revalidate=true`); the workers
-/// run it. Its `kind` is always `"capture"`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CaptureMessage {
-    pub account_id: String,
-    pub overlay_id: String,
-    pub observed_generation: u64,
-    pub revalidate: bool,
-}
-
-/// The wire form of [`CaptureMessage`].
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CaptureWire {
-    kind: String,
-    account_id: String,
-    overlay_id: String,
-    observed_generation: u64,
-    revalidate: bool,
-}
-
-impl CaptureMessage {
-    /// The `kind` of a capture message body.
-    pub const KIND: &'static str = "capture";
-
-    /// Parses a message body; anything else is a poison message.
-    pub fn parse(body: &str) -> Result<Self, String> {
-        let w: CaptureWire =
-            serde_json::from_str(body).map_err(|e| format!("malformed capture message: {e}"))?;
-        if w.kind != Self::KIND {
-            return Err(format!(
-                "malformed capture message: unknown kind {:?} (expected \"capture\")",
-                w.kind
-            ));
-        }
-        flotilla_domain::names::validate_account_id(&w.account_id)
-            .map_err(|e| format!("malformed account_id: {e}"))?;
-        flotilla_domain::names::validate_resource_id(&w.overlay_id)
-            .map_err(|e| format!("malformed overlay_id: {e}"))?;
-        Ok(Self {
-            account_id: w.account_id,
-            overlay_id: w.overlay_id,
-            observed_generation: w.observed_generation,
-            revalidate: w.revalidate,
-        })
-    }
-
-    pub fn to_body(&self) -> String {
-        serde_json::to_string(&CaptureWire {
-            kind: Self::KIND.to_owned(),
-            account_id: self.account_id.clone(),
-            overlay_id: self.overlay_id.clone(),
-            observed_generation: self.observed_generation,
-            revalidate: self.revalidate,
-        })
-        .unwrap_or_default()
-    }
-
-    /// The message as JSON (what the API reports it queued).
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.to_body()).unwrap_or_default()
-    }
-}
-
-/// What handling one message came to.
-#[derive(Debug)]
-pub enum MessageOutcome {
-    Reconciled(Box<ReconcileSummary>),
-    /// A scheduled plan job ran: this many overlays published their share (none failed).
-    Planned {
-        reconciled: usize,
-    },
-    /// A capture message's job ran: tables captured and unchanged (none failed for a
-    /// transient reason).
-    Captured {
-        captured: u64,
-        unchanged: u64,
-    },
-    /// Another delivery of the same plan holds the integration's lease.
-    Duplicate,
-    /// The run is checkpointed and continues in this follow-up message, which the host
-    /// sends before acknowledging (`docs/reconciliation.md`, "Checkpointed runs").
-    Continued {
-        next: Box<crate::schedule::WorkMessage>,
-    },
-    /// The overlay is at another generation than the message observed.
-    Superseded {
-        current: u64,
-    },
-    /// The overlay (or its account) no longer exists.
-    Gone,
-    /// The overlay or its integration is paused.
-    Paused,
-    /// The run failed. A retryable failure is delivered again (and dead-lettered
-    /// eventually); a permanent one is recorded and acknowledged.
-    Failed {
-        retryable: bool,
-        code: &'static str,
-        reason: String,
-        /// The `reason` label of `flotilla_reconcile_failures_total`.
-        kind: &'static str,
-    },
-}
-
-impl MessageOutcome {
-    /// Whether the message must be reported as a batch item failure.
-    pub fn redeliver(&self) -> bool {
-        matches!(
-            self,
-            MessageOutcome::Failed {
-                retryable: true,
-                ..
-            }
-        )
-    }
-
-    pub fn label(&self) -> &'static str {
-        match self {
-            MessageOutcome::Reconciled(_)
-            | MessageOutcome::Planned { .. }
-            | MessageOutcome::Captured { .. } => "reconciled",
-            MessageOutcome::Duplicate => "superseded",
-            MessageOutcome::Continued { .. } => "continued",
-            MessageOutcome::Superseded { .. } => "superseded",
-            MessageOutcome::Gone => "gone",
-            MessageOutcome::Paused => "paused",
-            MessageOutcome::Failed {
-                retryable: true, ..
-            } => "retry",
-            MessageOutcome::Failed {
-                retryable: false, ..
-            } => "failed",
-        }
-    }
-}
 
 async fn current_generation(state: &AppState, m: &ReconcileMessage) -> Result<Option<u64>> {
     let rec = flotilla_base::store::read::<OverlayRecord>(
@@ -462,7 +297,7 @@ async fn run_chained(
         Located::Stale => return Err(MessageOutcome::Duplicate),
         Located::Resend(r) => {
             return Err(MessageOutcome::Continued {
-                next: Box::new(crate::schedule::WorkMessage::Overlay(m.clone()).leg(r)),
+                next: Box::new(crate::message::WorkMessage::Overlay(m.clone()).leg(r)),
             });
         }
         Located::Fresh => None,
@@ -494,7 +329,7 @@ async fn run_chained(
     }
     if let Some(next) = out.next {
         return Err(MessageOutcome::Continued {
-            next: Box::new(crate::schedule::WorkMessage::Overlay(m.clone()).leg(next)),
+            next: Box::new(crate::message::WorkMessage::Overlay(m.clone()).leg(next)),
         });
     }
     match out.results.into_iter().next() {

@@ -271,8 +271,8 @@ pub async fn capture(
 pub async fn after_reconcile(
     state: &AppState,
     connector: &dyn Connector,
-    m: &crate::work::ReconcileMessage,
-) -> Option<crate::work::MessageOutcome> {
+    m: &crate::message::ReconcileMessage,
+) -> Option<crate::message::MessageOutcome> {
     let opts = CaptureOptions {
         expect_generation: Some(m.observed_generation),
         ..CaptureOptions::default()
@@ -289,7 +289,7 @@ pub async fn after_reconcile(
                 "capture"
             );
             s.has_retryable_failure()
-                .then(|| crate::work::MessageOutcome::Failed {
+                .then(|| crate::message::MessageOutcome::Failed {
                     retryable: true,
                     code: "CAPTURE_INCOMPLETE",
                     reason: format!("{} tables were not captured", s.failed.len()),
@@ -308,7 +308,7 @@ pub async fn after_reconcile(
             // A permanent failure is logged and acknowledged (the reconciliation it rode
             // on succeeded); a transient one is delivered again.
             e.is_retryable()
-                .then(|| crate::work::MessageOutcome::Failed {
+                .then(|| crate::message::MessageOutcome::Failed {
                     retryable: true,
                     code: e.code(),
                     reason: e.cause(),

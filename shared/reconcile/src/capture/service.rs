@@ -236,9 +236,9 @@ async fn capture_message(
     account: &str,
     overlay_id: &str,
     revalidate: bool,
-) -> Result<crate::work::CaptureMessage> {
+) -> Result<crate::message::CaptureMessage> {
     match crate::observe(state, account, overlay_id).await {
-        Ok(o) => Ok(crate::work::CaptureMessage {
+        Ok(o) => Ok(crate::message::CaptureMessage {
             account_id: account.to_owned(),
             overlay_id: o.overlay.id.clone(),
             observed_generation: o.overlay.generation,
