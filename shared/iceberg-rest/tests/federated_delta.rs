@@ -58,10 +58,40 @@ struct Env {
     http: reqwest::Client,
     lake: String,
     prefix: String,
+    /// The host's in-process reconcile queue (describing with `revalidate=true` enqueues
+    /// capture jobs on it); the test drains it by running the worker on every delivery.
+    queue: flotilla_runtime::queue::ChannelQueue,
+    deliveries:
+        std::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<flotilla_runtime::queue::Delivery>>,
     _dir: tempfile::TempDir,
 }
 
 impl Env {
+    /// Runs the worker on every message waiting in the queue, in order (the worker of
+    /// `flotilla serve` would); answers how many ran.
+    async fn drain(&self) -> usize {
+        let mut ran = 0;
+        loop {
+            let next = self.deliveries.lock().unwrap().try_recv();
+            let Ok(d) = next else { break };
+            let (result, outcome) = flotilla_runtime::queue::handle_delivery_outcome(
+                &self.state,
+                &AdapterConnector,
+                &self.queue,
+                d,
+                &flotilla_runtime::queue::WorkerOptions::default(),
+            )
+            .await;
+            assert_eq!(
+                result,
+                flotilla_runtime::queue::DeliveryResult::Done,
+                "{outcome:?}"
+            );
+            ran += 1;
+        }
+        ran
+    }
+
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
         let mut r = self
             .http
@@ -229,6 +259,7 @@ async fn setup() -> Env {
     };
     let stack = flotilla_runtime::local::build(&opts).expect("local stack");
     let root = opts.warehouse_root().canonicalize().unwrap();
+    let work = stack.work;
     let state = stack.state;
     let app = flotilla_iceberg_rest::router(
         state.clone(),
@@ -258,6 +289,8 @@ async fn setup() -> Env {
         http,
         lake: String::new(),
         prefix: String::new(),
+        queue: work.queue,
+        deliveries: std::sync::Mutex::new(work.deliveries),
         _dir: dir,
     };
     let (s, v) = env
@@ -457,6 +490,9 @@ async fn unity_delta_tables_are_captured_from_their_log_validated_and_not_served
         ))
         .await;
     assert_eq!(s, 200, "{v}");
+    // One revalidation job per active overlay, run by the worker.
+    assert_eq!(v["revalidation"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(env.drain().await, 1);
     let (_, v) = env.get(&validation).await;
     assert_eq!(v["state"], "VALID", "{v}");
     assert_eq!(v["validation_errors"], json!([]));

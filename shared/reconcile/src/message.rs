@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ReconcileSummary;
+use super::{ReconcileError, ReconcileSummary};
 
 /// The body of one reconcile queue message (`events/reconciler/batch.json`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,5 +308,22 @@ impl WorkMessage {
                 m.observed_generation,
             ),
         }
+    }
+}
+
+/// The `reason` label of a failed run.
+pub(crate) fn failure_kind(e: &ReconcileError) -> &'static str {
+    match e {
+        ReconcileError::Upstream { .. } | ReconcileError::Unstorable { .. } => "upstream",
+        ReconcileError::UpstreamChanged { .. } => "incomplete",
+        ReconcileError::Conflicts(_) => "conflict",
+        ReconcileError::Exceeded(_) => "limit",
+        ReconcileError::FenceLost => "fence_lost",
+        ReconcileError::Incomplete { .. } => "incomplete",
+        ReconcileError::Deleting(_) => "deleting",
+        ReconcileError::Api(e) if e.kind == flotilla_base::error::ErrorKind::Unavailable => {
+            "metastore"
+        }
+        _ => "internal",
     }
 }

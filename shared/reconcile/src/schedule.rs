@@ -422,11 +422,8 @@ async fn settle(
     how: Settle,
     gone: &[String],
 ) -> Result<()> {
-    for attempt in 0..MAX_ATTEMPTS {
-        let Some(cur) = sched::load(store, &m.account_id, &m.integration_id).await? else {
-            return Ok(());
-        };
-        let mut next = cur.value.clone();
+    update_state(store, m, |cur| {
+        let mut next = cur.clone();
         for g in gone {
             next.demand.remove(g);
         }
@@ -443,39 +440,44 @@ async fn settle(
                 .effective_interval_secs()
                 .map(|_| now_ms.saturating_add(RETRY_MS)),
         };
-        next.due_ms = match (by, cur.value.due_ms) {
+        next.due_ms = match (by, cur.due_ms) {
             (None, _) => None,
             // A change since the job started set its own due time (often now): keep the
             // earlier one.
-            (Some(b), Some(d)) if cur.value.plan_generation != m.plan_generation => Some(b.min(d)),
+            (Some(b), Some(d)) if cur.plan_generation != m.plan_generation => Some(b.min(d)),
             (Some(b), _) => Some(b),
         };
-        let tx = Transaction {
-            ops: sched::write_ops(&m.account_id, &m.integration_id, Some(&cur), &next)?,
-        };
-        match store.transact(tx).await {
-            Ok(()) => return Ok(()),
-            Err(MetastoreError::ConditionFailed { .. }) => backoff(attempt).await,
-            Err(e) if e.is_retryable() || e.is_outcome_unknown() => backoff(attempt).await,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(flotilla_base::error::Error::unavailable(
-        "scheduler state update did not converge",
-    ))
+        Some(next)
+    })
+    .await
 }
 
 /// Clears the lease a stopped chain of `m`'s (older) plan generation held.
 async fn release(store: &dyn Metastore, m: &PlanMessage) -> Result<()> {
+    update_state(store, m, |cur| {
+        cur.lease_until_ms.is_some().then(|| SchedulerState {
+            lease_until_ms: None,
+            ..cur.clone()
+        })
+    })
+    .await
+}
+
+/// Rewrites the integration's scheduler state (and its due entry) from its current value,
+/// retrying lost races: `change` answers the new state, or `None` when nothing is to change.
+/// Absent state (the integration is gone) changes nothing.
+async fn update_state(
+    store: &dyn Metastore,
+    m: &PlanMessage,
+    change: impl Fn(&SchedulerState) -> Option<SchedulerState>,
+) -> Result<()> {
     for attempt in 0..MAX_ATTEMPTS {
         let Some(cur) = sched::load(store, &m.account_id, &m.integration_id).await? else {
             return Ok(());
         };
-        if cur.value.lease_until_ms.is_none() {
+        let Some(next) = change(&cur.value) else {
             return Ok(());
-        }
-        let mut next = cur.value.clone();
-        next.lease_until_ms = None;
+        };
         let tx = Transaction {
             ops: sched::write_ops(&m.account_id, &m.integration_id, Some(&cur), &next)?,
         };
@@ -620,7 +622,7 @@ fn report_outcome(report: PlanReport) -> MessageOutcome {
             retryable: retry.is_some(),
             code: e.code(),
             reason: format!("overlay {overlay}: {}", e.cause()),
-            kind: super::work::failure_kind(e),
+            kind: super::message::failure_kind(e),
         },
     }
 }

@@ -19,6 +19,7 @@ use flotilla_domain::keys;
 use flotilla_domain::model::{IntegrationRecord, OverlayRecord, OverlayStatus};
 use flotilla_metastore::{Consistency, Metastore, Query, query_all};
 
+use super::message::failure_kind;
 pub use super::message::{CaptureMessage, MessageOutcome, ReconcileMessage};
 use super::{Connector, ReconcileError, ReconcileSummary, RunOptions, observe};
 use flotilla_base::error::Result;
@@ -34,20 +35,19 @@ async fn current_generation(state: &AppState, m: &ReconcileMessage) -> Result<Op
     Ok(rec.map(|r| r.value.generation))
 }
 
-/// The `reason` label of a failed run.
-pub(crate) fn failure_kind(e: &ReconcileError) -> &'static str {
-    match e {
-        ReconcileError::Upstream { .. } | ReconcileError::Unstorable { .. } => "upstream",
-        ReconcileError::UpstreamChanged { .. } => "incomplete",
-        ReconcileError::Conflicts(_) => "conflict",
-        ReconcileError::Exceeded(_) => "limit",
-        ReconcileError::FenceLost => "fence_lost",
-        ReconcileError::Incomplete { .. } => "incomplete",
-        ReconcileError::Deleting(_) => "deleting",
-        ReconcileError::Api(e) if e.kind == flotilla_base::error::ErrorKind::Unavailable => {
-            "metastore"
-        }
-        _ => "internal",
+/// What a run that lost its fence comes to: the overlay is gone, or moved to another
+/// generation (the message is stale), or it is still at the message's generation and the
+/// run is tried again.
+async fn fence_lost(state: &AppState, m: &ReconcileMessage) -> MessageOutcome {
+    match current_generation(state, m).await {
+        Ok(None) => MessageOutcome::Gone,
+        Ok(Some(g)) if g != m.observed_generation => MessageOutcome::Superseded { current: g },
+        _ => MessageOutcome::Failed {
+            retryable: true,
+            code: ReconcileError::FenceLost.code(),
+            reason: ReconcileError::FenceLost.to_string(),
+            kind: "fence_lost",
+        },
     }
 }
 
@@ -163,18 +163,7 @@ async fn run_capture(
                 overlay_id: m.overlay_id.clone(),
                 observed_generation: m.observed_generation,
             };
-            match current_generation(state, &fenced).await {
-                Ok(None) => MessageOutcome::Gone,
-                Ok(Some(g)) if g != m.observed_generation => {
-                    MessageOutcome::Superseded { current: g }
-                }
-                _ => MessageOutcome::Failed {
-                    retryable: true,
-                    code: ReconcileError::FenceLost.code(),
-                    reason: ReconcileError::FenceLost.to_string(),
-                    kind: "fence_lost",
-                },
-            }
+            fence_lost(state, &fenced).await
         }
         Err(e) => MessageOutcome::Failed {
             retryable: e.is_retryable(),
@@ -236,16 +225,7 @@ async fn run_message(
         Ok(summary) => MessageOutcome::Reconciled(Box::new(summary)),
         Err(ReconcileError::NotFound) => MessageOutcome::Gone,
         Err(ReconcileError::Paused(_)) => MessageOutcome::Paused,
-        Err(ReconcileError::FenceLost) => match current_generation(state, m).await {
-            Ok(None) => MessageOutcome::Gone,
-            Ok(Some(g)) if g != m.observed_generation => MessageOutcome::Superseded { current: g },
-            _ => MessageOutcome::Failed {
-                retryable: true,
-                code: ReconcileError::FenceLost.code(),
-                reason: ReconcileError::FenceLost.to_string(),
-                kind: "fence_lost",
-            },
-        },
+        Err(ReconcileError::FenceLost) => fence_lost(state, m).await,
         Err(e) => MessageOutcome::Failed {
             retryable: e.is_retryable(),
             kind: failure_kind(&e),

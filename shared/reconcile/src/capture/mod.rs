@@ -293,7 +293,7 @@ pub async fn after_reconcile(
                     retryable: true,
                     code: "CAPTURE_INCOMPLETE",
                     reason: format!("{} tables were not captured", s.failed.len()),
-                    kind: "capture",
+                    kind: "incomplete",
                 })
         }
         // Superseded, paused, gone or being deleted: a newer message or none applies.
@@ -312,7 +312,7 @@ pub async fn after_reconcile(
                     retryable: true,
                     code: e.code(),
                     reason: e.cause(),
-                    kind: "capture",
+                    kind: crate::message::failure_kind(&e),
                 })
         }
     }

@@ -46,6 +46,24 @@ pub async fn read_footer(
     path: &object_store::path::Path,
     size: u64,
 ) -> Result<ParquetMetaData, FooterError> {
+    footer_from(size, "the manifest", |range| async move {
+        store.get_range(path, range).await.map_err(storage_error)
+    })
+    .await
+}
+
+/// Reads a Parquet footer through ranged reads of a file of `size` bytes, whatever serves the
+/// bytes (an object store, a presigned URL): one read of the tail, and a second one only when
+/// the footer is longer than that. `stated_by` names what stated the size, for the message.
+pub async fn footer_from<F, Fut>(
+    size: u64,
+    stated_by: &str,
+    fetch: F,
+) -> Result<ParquetMetaData, FooterError>
+where
+    F: Fn(std::ops::Range<u64>) -> Fut,
+    Fut: std::future::Future<Output = Result<bytes::Bytes, FooterError>>,
+{
     use FooterError::Invalid;
     if size < 12 {
         return Err(Invalid(format!(
@@ -53,13 +71,10 @@ pub async fn read_footer(
         )));
     }
     let first = TAIL_GUESS.min(size);
-    let tail = store
-        .get_range(path, size - first..size)
-        .await
-        .map_err(storage_error)?;
+    let tail = fetch(size - first..size).await?;
     if tail.len() as u64 != first {
         return Err(Invalid(format!(
-            "the file is shorter than the {size} bytes the manifest states"
+            "the file is shorter than the {size} bytes {stated_by} states"
         )));
     }
     let end: [u8; 8] = tail[tail.len() - 8..]
@@ -79,10 +94,7 @@ pub async fn read_footer(
     let buf = if len + 8 <= first {
         tail.slice((first - 8 - len) as usize..(first - 8) as usize)
     } else {
-        store
-            .get_range(path, size - 8 - len..size - 8)
-            .await
-            .map_err(storage_error)?
+        fetch(size - 8 - len..size - 8).await?
     };
     ParquetMetaDataReader::decode_metadata(&buf)
         .map_err(|e| Invalid(format!("unreadable Parquet footer: {e}")))

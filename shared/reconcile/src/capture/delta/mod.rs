@@ -19,7 +19,7 @@ use flotilla_catalog_access::spi::{
 };
 use flotilla_domain::model::{RelationKind, RelationRecord};
 use futures::StreamExt;
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::ParquetMetaData;
 use serde_json::{Value, json};
 
 use super::iceberg::ReadError;
@@ -600,11 +600,6 @@ fn live_file(
     }
 }
 
-/// Bytes read from the end of a shared file in the first request.
-const TAIL_GUESS: u64 = 64 * 1024;
-/// The largest footer validation reads.
-const MAX_FOOTER: u64 = 16 * 1024 * 1024;
-
 /// Reads the footer of a shared file through its presigned URL (ranged reads).
 async fn shared_footer(
     client: &dyn CatalogClient,
@@ -623,37 +618,5 @@ async fn shared_footer(
                 other => Transient(crate::status::bound_text(&other.to_string())),
             })
     };
-    if size < 12 {
-        return Err(Invalid(format!(
-            "the file is {size} bytes, too small to be Parquet"
-        )));
-    }
-    let first = TAIL_GUESS.min(size);
-    let tail = fetch(size - first..size).await?;
-    if tail.len() as u64 != first {
-        return Err(Invalid(format!(
-            "the file is shorter than the {size} bytes the listing states"
-        )));
-    }
-    let end: [u8; 8] = tail[tail.len() - 8..]
-        .try_into()
-        .map_err(|_| Invalid("the footer is truncated".to_owned()))?;
-    let footer = parquet::file::metadata::FooterTail::try_from(end)
-        .map_err(|e| Invalid(format!("unreadable Parquet footer: {e}")))?;
-    if footer.is_encrypted_footer() {
-        return Err(Invalid("the Parquet footer is encrypted".into()));
-    }
-    let len = footer.metadata_length() as u64;
-    if len + 8 > size || len > MAX_FOOTER {
-        return Err(Invalid(format!(
-            "unreadable Parquet footer: metadata length {len} does not fit a {size}-byte file"
-        )));
-    }
-    let buf = if len + 8 <= first {
-        tail.slice((first - 8 - len) as usize..(first - 8) as usize)
-    } else {
-        fetch(size - 8 - len..size - 8).await?
-    };
-    ParquetMetaDataReader::decode_metadata(&buf)
-        .map_err(|e| Invalid(format!("unreadable Parquet footer: {e}")))
+    super::validate::footer_from(size, "the listing", fetch).await
 }
