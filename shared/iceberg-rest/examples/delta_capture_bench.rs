@@ -11,16 +11,8 @@
 //!
 //! Defaults: 1,000 tables x 10 files of 100 rows, each table ten commits (one file each).
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use async_trait::async_trait;
-use flotilla_core::reconcile::AdapterConnector;
-use flotilla_core::reconcile::capture::{self, CaptureOptions};
-use flotilla_metastore::metrics::CountingMetastore;
-use flotilla_metastore::{
-    Consistency, DynMetastore, Item, Key, Metastore, MetastoreError, Page, Query, Transaction,
-};
 use flotilla_testkit::delta_files::DeltaTable;
 use flotilla_testkit::unity_fixture::{
     DEFAULT_BEARER_TOKEN, UnityColumn, UnityFixture, UnityTable,
@@ -29,26 +21,8 @@ use serde_json::{Value, json};
 
 const OPERATOR: &str = "bench-operator-token";
 
-struct Shared(DynMetastore);
-
-#[async_trait]
-impl Metastore for Shared {
-    async fn get(&self, key: &Key, c: Consistency) -> Result<Option<Item>, MetastoreError> {
-        self.0.get(key, c).await
-    }
-    async fn batch_get(&self, keys: &[Key], c: Consistency) -> Result<Vec<Item>, MetastoreError> {
-        self.0.batch_get(keys, c).await
-    }
-    async fn query(&self, q: &Query) -> Result<Page, MetastoreError> {
-        self.0.query(q).await
-    }
-    async fn count(&self, pk: &str, sk: &str, c: Consistency) -> Result<u64, MetastoreError> {
-        self.0.count(pk, sk, c).await
-    }
-    async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
-        self.0.transact(tx).await
-    }
-}
+#[path = "support/capture_phases.rs"]
+mod phases;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -140,81 +114,12 @@ async fn main() {
     )
     .await;
 
-    // First capture of every table.
-    let t = Instant::now();
-    let first = capture::capture(
-        &state,
-        &AdapterConnector,
-        "acme",
-        &overlay,
-        &CaptureOptions::default(),
-    )
-    .await
-    .expect("capture");
-    let first_time = t.elapsed();
-    assert_eq!(first.captured as usize, tables, "{first:?}");
-    assert_eq!(first.file_errors, 0);
+    let phases = phases::run(&state, &overlay, tables, files, || upstream.log().len()).await;
 
-    // Nothing changed.
-    let counting = CountingMetastore::new(Shared(state.store.clone()));
-    let counters = counting.counters();
-    let mut counted = state.clone();
-    counted.store = Arc::new(counting);
-    let before = upstream.log().len();
-    let t = Instant::now();
-    let again = capture::capture(
-        &counted,
-        &AdapterConnector,
-        "acme",
-        &overlay,
-        &CaptureOptions::default(),
-    )
-    .await
-    .expect("capture");
-    let again_time = t.elapsed();
-    let upstream_requests = upstream.log().len() - before;
-    let snap = counters.snapshot();
-    assert_eq!(again.unchanged as usize, tables);
-
-    // Revalidation of every table (every footer read again; no metadata change).
-    let t = Instant::now();
-    let re = capture::capture(
-        &state,
-        &AdapterConnector,
-        "acme",
-        &overlay,
-        &CaptureOptions {
-            revalidate: true,
-            ..CaptureOptions::default()
-        },
-    )
-    .await
-    .expect("revalidate");
-    let re_time = t.elapsed();
-
-    let total_files = tables * files;
     let report = format!(
-        "Delta capture bench: {tables} Unity Delta tables x {files} Parquet files of {rows} rows, one commit each (local files; written in {:.1} s)\n\
-         first capture: {:.2} s, {:.1} ms/table, {} files recorded, {} footers validated, {:.0} files/s\n\
-         unchanged capture: {:.1} ms total; metastore: {} requests ({} get, {} query, {} transact), {} items read, {} items written; upstream requests: {}\n\
-         revalidation (every footer again): {:.2} s, {:.0} files/s, {} captured\n",
+        "Delta capture bench: {tables} Unity Delta tables x {files} Parquet files of {rows} rows, one commit each (local files; written in {:.1} s)\n{}",
         written.as_secs_f64(),
-        first_time.as_secs_f64(),
-        first_time.as_secs_f64() * 1000.0 / tables as f64,
-        first.files,
-        first.files_validated,
-        total_files as f64 / first_time.as_secs_f64(),
-        again_time.as_secs_f64() * 1000.0,
-        snap.requests(),
-        snap.get,
-        snap.query,
-        snap.transact,
-        snap.items_read,
-        snap.items_written,
-        upstream_requests,
-        re_time.as_secs_f64(),
-        re.files_validated as f64 / re_time.as_secs_f64(),
-        re.captured,
+        phases.report(),
     );
     print!("{report}");
     if let Some(path) = out {
