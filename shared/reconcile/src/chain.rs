@@ -52,6 +52,9 @@ use super::{
 pub const NAMESPACES_PER_BATCH: usize = 64;
 /// Characters of a checkpoint blob per chunk item (far below the 400 KB item limit).
 const CHUNK_CHARS: usize = 64 * 1024;
+/// The leg keeps `1 / CLOSING_SHARE` of its budget for its closing work.
+const CLOSING_SHARE: i64 = 10;
+
 /// Chunks written per transaction.
 const CHUNKS_PER_TX: usize = 8;
 
@@ -665,6 +668,13 @@ pub(crate) async fn run_leg(
             .min(d.saturating_sub(leg_started_ms))
             .max(1);
     }
+    // The leg's closing work (publishing the batch in hand, the checkpoint, the statuses)
+    // runs after its discovery stops: a tenth of the budget is kept for it, so the leg ends
+    // within the budget rather than after it.
+    limits.run_budget_ms = limits
+        .run_budget_ms
+        .saturating_sub(limits.run_budget_ms / CLOSING_SHARE)
+        .max(1);
     let budget = bounds::Budget::new(state.clock.clone(), leg_started_ms, limits);
     out.discoveries += 1;
     let result = match chain {
