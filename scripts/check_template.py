@@ -56,7 +56,8 @@ REQUIRED_ACTIONS = {
     # The Iceberg REST endpoint: metastore only (its S3 and sts:AssumeRole grants are
     # conditional on the warehouse bucket; check_iceberg_vending checks the role).
     "IcebergFunction": METASTORE_RW,
-    "ReconcilerFunction": METASTORE_RW | {"secretsmanager:GetSecretValue"},
+    "ReconcilerFunction": METASTORE_RW | {"secretsmanager:GetSecretValue", "sqs:SendMessage"},
+    "CaptureFunction": METASTORE_RW | {"secretsmanager:GetSecretValue"},
     "SchedulerFunction": {"dynamodb:GetItem", "dynamodb:Query", "sqs:SendMessage"},
     "FinalizeFunction": {"dynamodb:GetItem", "dynamodb:PutItem"},
     "QueryFunction": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"},
@@ -64,8 +65,8 @@ REQUIRED_ACTIONS = {
 # Environment each function needs beyond the globals (AwsSettings::from_env; the scheduler
 # refuses to start without the queue URL).
 REQUIRED_ENV = {
-    "ApiFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
-    "ReconcilerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
+    "ApiFunction": {"FLOTILLA_RECONCILE_QUEUE_URL", "FLOTILLA_CAPTURE_QUEUE_URL"},
+    "ReconcilerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL", "FLOTILLA_CAPTURE_QUEUE_URL"},
     "SchedulerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
     "IcebergFunction": {"FLOTILLA_ICEBERG_TOKEN_URL"},
 }
@@ -327,8 +328,8 @@ def check(template):
         return {k: v for k, v in resources.items() if v["Type"] == t}
 
     functions = of_type("AWS::Lambda::Function")
-    if len(functions) != 6:
-        fail(errors, f"expected 6 functions, found {sorted(functions)}")
+    if len(functions) != 7:
+        fail(errors, f"expected 7 functions, found {sorted(functions)}")
     for name, fn in functions.items():
         p = fn["Properties"]
         if p.get("Architectures") != ["arm64"]:

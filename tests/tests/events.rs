@@ -95,6 +95,7 @@ fn every_sample_belongs_to_a_function() {
         "api",
         "iceberg",
         "reconciler",
+        "capture",
         "scheduler",
         "finalize",
         "query",
@@ -265,8 +266,11 @@ fn iceberg_samples_are_http_api_v2_requests_for_the_iceberg_routes() {
 }
 
 #[test]
-fn reconciler_samples_are_sqs_batches_of_reconcile_messages() {
-    for (path, text) in samples("reconciler") {
+fn worker_samples_are_sqs_batches_of_work_messages() {
+    let reconciler = samples("reconciler");
+    let capture = samples("capture");
+    assert!(!capture.is_empty(), "events/capture/ holds a sample batch");
+    for (path, text) in reconciler.into_iter().chain(capture) {
         let file = path.display();
         let event: SqsEvent =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: not an SQS event: {e}"));

@@ -1,7 +1,7 @@
 //! End to end through the Lambda tooling: `cargo lambda watch` (the runtime emulator, which
 //! builds and runs the real function binaries) and `cargo lambda invoke` with the samples in
-//! `events/`, against the api, iceberg, reconciler and finalize functions, then query and
-//! scheduler.
+//! `events/`, against the api, iceberg, reconciler, capture and finalize functions, then
+//! query and scheduler.
 //! The metastore is a DynamoDB table on moto created with `flotilla admin create-table`, and
 //! the reconcile queue is an SQS queue on moto; the functions reach both through
 //! `FLOTILLA_AWS_ENDPOINT`.
@@ -446,6 +446,15 @@ async fn cargo_lambda_invokes_the_samples_against_moto() {
     assert_eq!(
         response["batchItemFailures"],
         serde_json::json!([{"itemIdentifier": batch["Records"][1]["messageId"]}]),
+        "{response}"
+    );
+
+    // capture: the sample's overlays do not exist here either, so both capture jobs are
+    // acknowledged.
+    let response = call("capture", &sample("capture/batch.json"));
+    assert_eq!(
+        response["batchItemFailures"],
+        serde_json::json!([]),
         "{response}"
     );
 

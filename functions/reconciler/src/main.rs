@@ -1,11 +1,14 @@
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
-//! The reconciler Lambda: SQS batches of reconcile messages (partial batch failures).
+//! The reconciler Lambda: SQS batches of reconcile messages (partial batch failures), with
+//! the queue workers' handler (`flotilla_runtime::worker`). The capture job that follows a
+//! reconciliation is queued for the capture function, never run here.
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use flotilla_reconcile::AdapterConnector;
-use flotilla_runtime::queue::{SqsQueue, sqs_client};
+use flotilla_runtime::queue::ReconcileQueue;
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
+use flotilla_runtime::worker::{CaptureRun, Worker};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
@@ -15,26 +18,18 @@ async fn main() -> Result<(), Error> {
     let state = flotilla_runtime::aws::build_state(&settings).await;
     let telemetry = LambdaTelemetry::new(&state, "reconciler");
     // The follow-up legs of checkpointed runs go back to the reconcile queue.
-    let queue = match settings.reconcile_queue_url.clone() {
-        Some(url) => Some(SqsQueue::new(
-            sqs_client(settings.endpoint.as_deref()).await,
-            url,
-        )),
-        None => None,
+    let queue = flotilla_runtime::aws::queue(&settings).await;
+    let worker = Worker {
+        state: &state,
+        connector: &AdapterConnector,
+        queue: queue.as_ref().map(|q| q as &dyn ReconcileQueue),
+        capture: CaptureRun::Queue,
     };
-    let (state, telemetry, queue) = (&state, &telemetry, queue.as_ref());
+    let telemetry = &telemetry;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let meta = Invocation::new(event.context.request_id, event.context.xray_trace_id);
         Ok::<_, Error>(
-            flotilla_fn_reconciler::invoke(
-                state,
-                &AdapterConnector,
-                queue.map(|q| q as &dyn flotilla_runtime::queue::ReconcileQueue),
-                telemetry,
-                meta,
-                event.payload,
-            )
-            .await,
+            flotilla_runtime::worker::invoke(worker, telemetry, meta, event.payload).await,
         )
     }))
     .await

@@ -17,10 +17,10 @@ use flotilla_core::reconcile::work::ReconcileMessage;
 use flotilla_core::reconcile::{AdapterConnector, Connector, ReconcileError};
 use flotilla_core::{AppState, Config};
 use flotilla_domain::model::IntegrationRecord;
-use flotilla_fn_reconciler::handle_batch;
 use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_metastore::{Consistency, Query, query_all};
 use flotilla_runtime::queue::{SqsQueue, schedule_once};
+use flotilla_runtime::worker::{CaptureRun, Worker, handle_batch, handle_batch_with};
 use flotilla_testkit::iceberg_fixture::{FixtureAuth, IcebergFixture};
 use flotilla_testkit::moto;
 use http_body_util::BodyExt;
@@ -186,6 +186,11 @@ async fn send_raw(client: &aws_sdk_sqs::Client, url: &str, body: &str) {
 /// what succeeded, make the reported failures visible again at once (instead of waiting out
 /// the visibility timeout). Answers how many records the batch held.
 async fn poll_once(env: &Env, client: &aws_sdk_sqs::Client, url: &str) -> usize {
+    poll_with(Worker::new(&env.state, &AdapterConnector), client, url).await
+}
+
+/// [`poll_once`] through a given worker.
+async fn poll_with(worker: Worker<'_>, client: &aws_sdk_sqs::Client, url: &str) -> usize {
     let got = client
         .receive_message()
         .queue_url(url)
@@ -205,7 +210,7 @@ async fn poll_once(env: &Env, client: &aws_sdk_sqs::Client, url: &str) -> usize 
         r.body = m.body().map(str::to_owned);
         event.records.push(r);
     }
-    let response = handle_batch(&env.state, &AdapterConnector, event).await;
+    let response = handle_batch_with(worker, event).await;
     let failed: HashSet<String> = response
         .batch_item_failures
         .iter()
@@ -311,6 +316,92 @@ async fn sqs_duplicate_delivery_stale_generation_and_poison_message_to_dlq() {
         .await
         .expect("schedule");
     assert_eq!(n, 0, "interval not elapsed since the run");
+}
+
+async fn bodies(client: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    let got = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .expect("receive");
+    got.messages()
+        .iter()
+        .filter_map(|m| m.body().map(str::to_owned))
+        .collect()
+}
+
+/// The reconciler function links no capture runner: after a reconciliation it plans the
+/// capture job from stored state and sends it to the capture queue, never to the reconcile
+/// queue; the capture function consumes it there. A reconciliation whose capture is current
+/// queues nothing, and one whose capture job cannot be queued is delivered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconciler_queues_capture_jobs_on_the_capture_queue() {
+    let env = env().await;
+    let client = sqs();
+    let (url, _) = queues(&client, 3).await;
+    let (capture_url, _) = queues(&client, 3).await;
+    let routed =
+        SqsQueue::new(client.clone(), url.clone()).with_capture_queue(Some(capture_url.clone()));
+    let state = env.state.clone().with_work_sender(Arc::new(routed));
+    let reconciler = Worker {
+        capture: CaptureRun::Queue,
+        ..Worker::new(&state, &AdapterConnector)
+    };
+    let current = ReconcileMessage {
+        account_id: "acme".into(),
+        overlay_id: env.overlay.clone(),
+        observed_generation: 1,
+    };
+
+    // Without a queue for the job, the reconciled message is delivered again.
+    let mut no_queue = env.state.clone();
+    no_queue.work = None;
+    let without = Worker {
+        capture: CaptureRun::Queue,
+        ..Worker::new(&no_queue, &AdapterConnector)
+    };
+    let r = handle_batch_with(without, batch_of("m-no-queue", &current)).await;
+    let failed: Vec<&str> = r
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["m-no-queue"]);
+    assert_eq!(
+        relation_count(&env).await,
+        4,
+        "the reconciliation itself ran"
+    );
+
+    // With the deployment's queues: acknowledged, and the job is on the capture queue only.
+    send_raw(&client, &url, &current.to_body()).await;
+    assert_eq!(poll_with(reconciler, &client, &url).await, 1);
+    assert!(bodies(&client, &url).await.is_empty(), "acknowledged");
+    let queued = bodies(&client, &capture_url).await;
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    let job = flotilla_core::reconcile::schedule::WorkMessage::parse(&queued[0])
+        .expect("capture message");
+    assert_eq!(
+        job,
+        flotilla_core::reconcile::schedule::WorkMessage::Capture(
+            flotilla_core::reconcile::work::CaptureMessage {
+                account_id: "acme".into(),
+                overlay_id: env.overlay.clone(),
+                observed_generation: 1,
+                revalidate: false,
+            }
+        )
+    );
+    // The capture function runs it and acknowledges it.
+    send_raw(&client, &capture_url, &queued[0]).await;
+    let capture = Worker::new(&env.state, &AdapterConnector);
+    assert_eq!(poll_with(capture, &client, &capture_url).await, 1);
+    assert!(
+        bodies(&client, &capture_url).await.is_empty(),
+        "acknowledged"
+    );
 }
 
 #[tokio::test]

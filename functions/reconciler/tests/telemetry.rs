@@ -1,5 +1,5 @@
 //! What the reconciler writes for the sample batch (`events/reconciler/batch.json`) plus a
-//! poison record, through [`flotilla_fn_reconciler::invoke`] as `main` runs it: EMF lines
+//! poison record, through [`flotilla_runtime::worker::invoke`] as `main` runs it: EMF lines
 //! that match the metric catalogue with no account, overlay, generation or message id as a
 //! dimension, and JSON log lines that carry the function, the request id, the message id
 //! and the trace id each record arrived with.
@@ -84,10 +84,8 @@ async fn sample_batch_writes_catalogue_emf_lines_and_logs_with_ids() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let meta = Invocation::new("lambda-req-7c41", Some(LAMBDA_TRACE.into()));
-    let response = flotilla_fn_reconciler::invoke(
-        &state,
-        &AdapterConnector,
-        None,
+    let response = flotilla_runtime::worker::invoke(
+        flotilla_runtime::worker::Worker::new(&state, &AdapterConnector),
         &telemetry,
         meta,
         sample_batch(),

@@ -18,6 +18,7 @@ use flotilla_core::reconcile::capture::{self, CaptureOptions};
 use flotilla_core::reconcile::schedule::WorkMessage;
 use flotilla_core::reconcile::work::{
     CaptureMessage, MessageOutcome, ReconcileMessage, handle_capture, handle_message,
+    handle_message_leg,
 };
 use flotilla_core::state::AppState;
 use flotilla_iceberg_rest::IcebergConfig;
@@ -1094,6 +1095,83 @@ async fn the_capture_route_queues_one_fenced_job_for_the_worker() {
 /// A table reported not readable is tried again by the next capture even though its
 /// metadata location did not change (what made it unreadable may have); a readable,
 /// unchanged table still costs nothing.
+/// A host that queues capture (the reconciler function, `CaptureRun::Queue`) reconciles
+/// without capturing, then queues exactly one capture job at the message's generation when
+/// some table needs it, and none when every table's capture is current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciler_that_queues_capture_sends_one_job_and_none_when_current() {
+    let env = setup_with(None, true).await;
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.add_table(&["sales"], "orders");
+    let (_, overlay, lake, _) = overlay_of(&env, &upstream).await;
+    let m = ReconcileMessage {
+        account_id: "acme".into(),
+        overlay_id: overlay.clone(),
+        observed_generation: generation(&env, &overlay).await,
+    };
+    let queued = flotilla_core::reconcile::RunOptions {
+        capture: flotilla_core::reconcile::CaptureRun::Queue,
+        ..Default::default()
+    };
+    let reconcile = || handle_message_leg(&env.state, &AdapterConnector, &m, None, &queued);
+
+    let outcome = reconcile().await;
+    assert!(
+        matches!(outcome, MessageOutcome::Reconciled(_)),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        pointer_count(&env, &lake).await,
+        0,
+        "reconciled, not captured"
+    );
+    let ran = env.drain().await;
+    assert_eq!(ran.len(), 1, "{ran:?}");
+    assert_eq!(
+        ran[0].0,
+        WorkMessage::Capture(CaptureMessage {
+            account_id: "acme".into(),
+            overlay_id: overlay.clone(),
+            observed_generation: m.observed_generation,
+            revalidate: false,
+        })
+    );
+    assert!(
+        matches!(ran[0].1, MessageOutcome::Captured { captured: 1, .. }),
+        "{:?}",
+        ran[0].1
+    );
+    assert_eq!(pointer_count(&env, &lake).await, 1);
+
+    // Nothing changed upstream: the capture is current, and no job is queued.
+    let outcome = reconcile().await;
+    assert!(
+        matches!(outcome, MessageOutcome::Reconciled(_)),
+        "{outcome:?}"
+    );
+    assert!(
+        env.drain().await.is_empty(),
+        "nothing to capture, nothing queued"
+    );
+
+    // The table is retired upstream: its pointer is an orphan, and a job retires it.
+    assert!(upstream.remove_table(&["sales"], "orders"));
+    let outcome = reconcile().await;
+    assert!(
+        matches!(outcome, MessageOutcome::Reconciled(_)),
+        "{outcome:?}"
+    );
+    let ran = env.drain().await;
+    assert_eq!(ran.len(), 1, "{ran:?}");
+    assert!(matches!(ran[0].0, WorkMessage::Capture(_)), "{ran:?}");
+    assert_eq!(
+        pointer_count(&env, &lake).await,
+        0,
+        "the orphan pointer is retired"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_not_readable_is_tried_again_by_the_next_capture() {
     let env = setup_with(None, true).await;

@@ -39,16 +39,20 @@ pub mod bounds;
 pub mod capture;
 pub mod chain;
 pub mod message;
-/// Without the capture runner (feature `capture`): what capture stores and what the API
-/// answers about it (validation state, error records, the visibility override), which need
-/// only the metastore. The API compiles this, and enqueues capture jobs instead of running
-/// them.
+/// Without the capture runner (feature `capture`): what capture stores, what the API answers
+/// about it (validation state, error records, the visibility override) and which tables a job
+/// would capture, all of which need only the metastore. The api and the reconciler compile
+/// this, and queue capture jobs for the capture workers instead of running them.
 #[cfg(not(feature = "capture"))]
 pub mod capture {
     #[path = "record.rs"]
     pub mod record;
+    #[path = "select.rs"]
+    pub mod select;
     #[path = "service.rs"]
     pub mod service;
+
+    pub use select::{CaptureOptions, CapturePlan, PlannedTable, plan};
 }
 pub mod discover;
 pub mod metrics;
@@ -443,6 +447,33 @@ pub struct RunOptions {
     /// When set (epoch ms), a queued run's budget ends no later than this: the reconciler
     /// shares one invocation's budget among the records of its batch.
     pub deadline_ms: Option<i64>,
+    /// Where the capture job of a reconciled overlay runs.
+    pub capture: CaptureRun,
+}
+
+/// Where the capture job that follows a reconciliation runs (`docs/capture.md`, "Capture
+/// jobs").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureRun {
+    /// In the same message, right after the reconciliation: a host that compiles the
+    /// capture runner (feature `capture`), such as `flotilla serve`.
+    Inline,
+    /// Planned from stored state after the reconciliation and, when some table needs it (or
+    /// a pointer is to be retired), sent as a capture message through the host's work
+    /// sender ([`AppState::work`](flotilla_services::state::AppState)) to the capture
+    /// workers: the reconciler function, which does not link the capture runner.
+    Queue,
+}
+
+impl Default for CaptureRun {
+    /// Inline where the runner is compiled, queued where it is not.
+    fn default() -> Self {
+        if cfg!(feature = "capture") {
+            CaptureRun::Inline
+        } else {
+            CaptureRun::Queue
+        }
+    }
 }
 
 impl Default for RunOptions {
@@ -453,6 +484,7 @@ impl Default for RunOptions {
             expect_generation: None,
             namespaces_per_batch: chain::NAMESPACES_PER_BATCH,
             deadline_ms: None,
+            capture: CaptureRun::default(),
         }
     }
 }

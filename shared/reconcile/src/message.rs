@@ -33,7 +33,7 @@ impl ReconcileMessage {
     }
 }
 
-/// The body of one capture message (`events/reconciler/capture.json`): run one overlay's
+/// The body of one capture message (`events/capture/batch.json`): run one overlay's
 /// capture job (`docs/capture.md`) at the overlay generation the sender observed, validating
 /// every table again when `revalidate` is set. The API enqueues it (`POST
 /// .../overlays/{id}/capture`, describing an integration with `?revalidate=true`); the workers

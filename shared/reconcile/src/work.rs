@@ -19,9 +19,10 @@ use flotilla_domain::keys;
 use flotilla_domain::model::{IntegrationRecord, OverlayRecord, OverlayStatus};
 use flotilla_metastore::{Consistency, Metastore, Query, query_all};
 
+use super::message::WorkMessage;
 use super::message::failure_kind;
 pub use super::message::{CaptureMessage, MessageOutcome, ReconcileMessage};
-use super::{Connector, ReconcileError, ReconcileSummary, RunOptions, observe};
+use super::{CaptureRun, Connector, ReconcileError, ReconcileSummary, RunOptions, observe};
 use flotilla_base::error::Result;
 use flotilla_services::state::AppState;
 
@@ -71,11 +72,9 @@ pub async fn handle_message_leg(
     opts: &RunOptions,
 ) -> MessageOutcome {
     use flotilla_telemetry::catalog::{RECONCILE_DURATION, RECONCILE_FAILURES, RECONCILE_RUNS};
-    #[cfg_attr(not(feature = "capture"), allow(unused_mut))]
     let mut outcome = run_message(state, connector, m, ck, opts).await;
-    #[cfg(feature = "capture")]
     if matches!(outcome, MessageOutcome::Reconciled(_))
-        && let Some(failed) = crate::capture::after_reconcile(state, connector, m).await
+        && let Some(failed) = after_reconcile(state, connector, m, opts.capture).await
     {
         outcome = failed;
     }
@@ -88,6 +87,95 @@ pub async fn handle_message_leg(
         _ => {}
     }
     outcome
+}
+
+/// The capture job that follows a reconciliation, run where `how` says. `None` when it
+/// completed, had nothing to do, was queued, or no longer applies; otherwise the outcome the
+/// reconcile message reports (a transient failure is delivered again: the reconciliation is
+/// then a no-op run, and the capture is tried again).
+async fn after_reconcile(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &ReconcileMessage,
+    how: CaptureRun,
+) -> Option<MessageOutcome> {
+    match how {
+        #[cfg(feature = "capture")]
+        CaptureRun::Inline => crate::capture::after_reconcile(state, connector, m).await,
+        // Without the runner there is nowhere to run it but the capture workers.
+        #[cfg(not(feature = "capture"))]
+        CaptureRun::Inline => {
+            let _ = connector;
+            queue_capture(state, m).await
+        }
+        CaptureRun::Queue => queue_capture(state, m).await,
+    }
+}
+
+/// Plans the capture job of a reconciled overlay from stored state and, when it has work,
+/// sends its capture message through the host's work sender. A transient failure to plan or
+/// to send is delivered again; a permanent one is logged and acknowledged (the
+/// reconciliation succeeded, and the next one plans again).
+async fn queue_capture(state: &AppState, m: &ReconcileMessage) -> Option<MessageOutcome> {
+    use crate::capture::CaptureOptions;
+    let opts = CaptureOptions {
+        expect_generation: Some(m.observed_generation),
+        ..CaptureOptions::default()
+    };
+    let plan = match crate::capture::plan(state, &m.account_id, &m.overlay_id, &opts).await {
+        Ok(plan) => plan,
+        // Superseded, paused, gone or being deleted: a newer message or none applies.
+        Err(
+            ReconcileError::FenceLost
+            | ReconcileError::NotFound
+            | ReconcileError::Paused(_)
+            | ReconcileError::Deleting(_),
+        ) => return None,
+        Err(e) => {
+            tracing::warn!(code = e.code(), cause = %e.cause(), "capture could not be planned");
+            return e.is_retryable().then(|| MessageOutcome::Failed {
+                retryable: true,
+                code: e.code(),
+                reason: e.cause(),
+                kind: failure_kind(&e),
+            });
+        }
+    };
+    if !plan.has_work() {
+        tracing::info!(unchanged = plan.unchanged, "capture is current");
+        return None;
+    }
+    let message = WorkMessage::Capture(CaptureMessage {
+        account_id: m.account_id.clone(),
+        overlay_id: m.overlay_id.clone(),
+        observed_generation: m.observed_generation,
+        revalidate: false,
+    });
+    let sent = match state.work.as_deref() {
+        Some(work) => work.send_bodies(&[message.to_body()]).await,
+        None => Err(flotilla_base::error::Error::unavailable(
+            "this host has no queue for capture jobs",
+        )),
+    };
+    match sent {
+        Ok(()) => {
+            tracing::info!(
+                tables = plan.tables.len(),
+                retire = plan.orphans.len(),
+                "capture job queued"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(cause = %e, "the capture job was not queued; the message is delivered again");
+            Some(MessageOutcome::Failed {
+                retryable: true,
+                code: "UNAVAILABLE",
+                reason: format!("the capture job was not queued: {e}"),
+                kind: "incomplete",
+            })
+        }
+    }
 }
 
 /// Handles one capture message: runs the overlay's capture job if the message is still
@@ -174,8 +262,10 @@ async fn run_capture(
     }
 }
 
-/// A host built without the capture runner cannot run the job (no such host consumes the
-/// queue: the reconciler and `flotilla serve` both compile it).
+/// A host built without the capture runner cannot run the job: capture messages belong on
+/// the capture queue (`FLOTILLA_CAPTURE_QUEUE_URL`). One that reaches such a host anyway (a
+/// deployment that routes them elsewhere) is delivered again, and so kept until it reaches
+/// the dead-letter queue, rather than acknowledged and lost.
 #[cfg(not(feature = "capture"))]
 async fn run_capture(
     _state: &AppState,
@@ -183,9 +273,9 @@ async fn run_capture(
     _m: &CaptureMessage,
 ) -> MessageOutcome {
     MessageOutcome::Failed {
-        retryable: false,
+        retryable: true,
         code: "UNSUPPORTED",
-        reason: "this host does not run capture jobs".into(),
+        reason: "this host does not run capture jobs; send them to the capture queue".into(),
         kind: "internal",
     }
 }

@@ -18,7 +18,7 @@ fn message(revalidate: bool) -> CaptureMessage {
 fn the_sample_capture_event_parses_into_capture_messages() {
     let raw = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../events/reconciler/capture.json"
+        "/../../events/capture/batch.json"
     ))
     .expect("sample");
     let v: serde_json::Value = serde_json::from_str(&raw).expect("json");

@@ -25,6 +25,9 @@ pub enum AwsConfigError {
 pub struct AwsSettings {
     pub table: String,
     pub reconcile_queue_url: Option<String>,
+    /// `FLOTILLA_CAPTURE_QUEUE_URL`: where capture messages go (the capture function's
+    /// queue); without it they go to the reconcile queue.
+    pub capture_queue_url: Option<String>,
     pub secret_prefix: String,
     /// `FLOTILLA_AWS_ENDPOINT`: an emulator endpoint (tests and `cargo lambda watch`).
     pub endpoint: Option<String>,
@@ -36,6 +39,7 @@ impl AwsSettings {
         Ok(Self {
             table: var("FLOTILLA_TABLE").ok_or(AwsConfigError::Missing("FLOTILLA_TABLE"))?,
             reconcile_queue_url: var("FLOTILLA_RECONCILE_QUEUE_URL"),
+            capture_queue_url: var("FLOTILLA_CAPTURE_QUEUE_URL"),
             secret_prefix: var("FLOTILLA_SECRET_PREFIX").unwrap_or_else(|| "flotilla/dev".into()),
             endpoint: var("FLOTILLA_AWS_ENDPOINT"),
         })
@@ -72,18 +76,29 @@ pub async fn build_state(settings: &AwsSettings) -> AppState {
         .with_index_stores(flotilla_services::service::index_catalogs::warehouse_stores_from_env());
     #[cfg(feature = "secrets-manager")]
     let state = state.with_credentials(secrets_store(settings).await);
-    // The reconcile queue, for the routes that enqueue work (on-demand capture,
-    // revalidation): without `FLOTILLA_RECONCILE_QUEUE_URL` they answer that no queue is
-    // configured.
+    // The queues, for the routes that enqueue work (on-demand capture, revalidation) and the
+    // reconciler's capture jobs: without `FLOTILLA_RECONCILE_QUEUE_URL` the routes answer
+    // that no queue is configured.
     #[cfg(feature = "sqs")]
-    let state = match &settings.reconcile_queue_url {
-        Some(url) => state.with_work_sender(Arc::new(crate::queue::SqsQueue::new(
-            crate::queue::sqs_client(settings.endpoint.as_deref()).await,
-            url.clone(),
-        ))),
+    let state = match queue(settings).await {
+        Some(q) => state.with_work_sender(Arc::new(q)),
         None => state,
     };
     state.with_metric_source(counters)
+}
+
+/// The deployment's queues: reconcile messages to `FLOTILLA_RECONCILE_QUEUE_URL`, capture
+/// messages to `FLOTILLA_CAPTURE_QUEUE_URL` when it is set. `None` without a reconcile queue.
+#[cfg(feature = "sqs")]
+pub async fn queue(settings: &AwsSettings) -> Option<crate::queue::SqsQueue> {
+    let url = settings.reconcile_queue_url.clone()?;
+    Some(
+        crate::queue::SqsQueue::new(
+            crate::queue::sqs_client(settings.endpoint.as_deref()).await,
+            url,
+        )
+        .with_capture_queue(settings.capture_queue_url.clone()),
+    )
 }
 
 /// Secrets Manager under `FLOTILLA_SECRET_PREFIX` (sent to `FLOTILLA_AWS_ENDPOINT` when set).

@@ -10,3 +10,5 @@ pub mod local;
 #[cfg(feature = "queue")]
 pub mod queue;
 pub mod telemetry;
+#[cfg(feature = "worker")]
+pub mod worker;

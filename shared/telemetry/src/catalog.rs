@@ -183,6 +183,7 @@ pub const FUNCTIONS: &[&str] = &[
     "api",
     "iceberg",
     "reconciler",
+    "capture",
     "scheduler",
     "finalize",
     "query",

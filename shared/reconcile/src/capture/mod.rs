@@ -21,18 +21,17 @@
 pub mod delta;
 pub mod iceberg;
 pub mod record;
+pub mod select;
 pub mod service;
 pub mod storage;
 pub mod validate;
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use flotilla_base::error::Error;
-use flotilla_base::store::{Versioned, read, to_body};
+use flotilla_base::store::{Versioned, to_body};
 use flotilla_catalog_access::spi::{CatalogClient, UpstreamNamespace as UpNs};
 use flotilla_domain::keys;
-use flotilla_domain::model::{CatalogRecord, RelationKind, RelationRecord};
 use flotilla_metastore::{
     Condition, Consistency, MetastoreError, Op, OpOutcome, Query, Transaction, query_all,
 };
@@ -40,55 +39,12 @@ use futures::StreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
 use serde::Serialize;
 
-use crate::publish::Fence;
-use crate::{Connector, ObservedRecords, ReconcileError, observe};
+use crate::{Connector, ReconcileError};
 use flotilla_services::state::AppState;
 use record::{CapturePointer, CapturedFile, CapturedTable, ValidationErrorRecord, ValidationState};
 use storage::{CatalogFiles, StorageError, UpstreamFiles};
 
-/// Tunables of one capture job.
-#[derive(Clone, Debug)]
-pub struct CaptureOptions {
-    /// Validate every table again, changed or not (describing an integration may ask for it).
-    pub revalidate: bool,
-    /// Parquet footers read concurrently per table.
-    pub file_concurrency: usize,
-    /// Data files of one snapshot a capture accepts.
-    pub max_files: usize,
-    /// When set, the job refuses to start unless the overlay is at this generation.
-    pub expect_generation: Option<u64>,
-}
-
-impl Default for CaptureOptions {
-    fn default() -> Self {
-        Self {
-            revalidate: false,
-            file_concurrency: 16,
-            max_files: 100_000,
-            expect_generation: None,
-        }
-    }
-}
-
-/// One table a job will capture: the relation as the plan read it and its pointer.
-pub struct PlannedTable {
-    pub relation: Versioned<RelationRecord>,
-    pub pointer: Option<Versioned<CapturePointer>>,
-}
-
-/// What a job observed and decided before any upstream request.
-pub struct CapturePlan {
-    pub account: String,
-    pub observed: ObservedRecords,
-    pub fence: Fence,
-    pub catalog: CatalogRecord,
-    /// Tables whose upstream metadata location changed (or every table, on revalidation).
-    pub tables: Vec<PlannedTable>,
-    /// Tables whose capture is current: no upstream request, no write.
-    pub unchanged: u64,
-    /// Pointers of this overlay whose relation is gone.
-    pub orphans: Vec<Versioned<CapturePointer>>,
-}
+pub use select::{CaptureOptions, CapturePlan, PlannedTable, plan};
 
 /// A table the job could not capture this time.
 #[derive(Clone, Debug, Serialize)]
@@ -134,116 +90,6 @@ fn dotted(ns: &[String], name: &str) -> String {
     }
     s.push_str(name);
     s
-}
-
-/// Whether a relation is something capture records: an Iceberg table this overlay manages.
-fn captured_kind(rec: &RelationRecord, overlay_id: &str) -> bool {
-    rec.kind == RelationKind::Table
-        && rec.format.as_deref() == Some("ICEBERG")
-        && rec.metadata_location.is_some()
-        && rec
-            .managed_by
-            .as_ref()
-            .is_some_and(|m| m.overlay_id == overlay_id)
-}
-
-/// Plans a job: observes the overlay (refusing a paused, missing or fenced one, as a
-/// reconciliation does) and decides, from stored state only, which tables need capture.
-pub async fn plan(
-    state: &AppState,
-    account: &str,
-    overlay_id: &str,
-    opts: &CaptureOptions,
-) -> Result<CapturePlan, ReconcileError> {
-    let observed = observe(state, account, overlay_id).await?;
-    if let Some(g) = opts.expect_generation
-        && observed.overlay.generation != g
-    {
-        return Err(ReconcileError::FenceLost);
-    }
-    let fence = Fence::establish(state, account, &observed).await?;
-    let store = state.store.as_ref();
-    let catalog_id = observed.overlay.catalog_id.clone();
-    let Some(catalog) = read::<CatalogRecord>(
-        store,
-        keys::catalog(account, &catalog_id),
-        Consistency::Strong,
-    )
-    .await?
-    else {
-        return Err(ReconcileError::Deleting("the target catalog".into()));
-    };
-    let pk = keys::catalog_pk(&catalog_id);
-    let mut pointers: HashMap<String, Versioned<CapturePointer>> = HashMap::new();
-    for item in query_all(
-        store,
-        Query::new(pk.clone(), keys::CAPTURE_PREFIX, Consistency::Strong),
-    )
-    .await?
-    {
-        let p: CapturePointer = item.json()?;
-        if p.overlay_id == observed.overlay.id {
-            pointers.insert(
-                p.relation_id.clone(),
-                Versioned {
-                    value: p,
-                    version: item.version,
-                },
-            );
-        }
-    }
-    let mut tables = Vec::new();
-    let mut unchanged = 0;
-    for item in query_all(
-        store,
-        Query::new(pk, keys::RELATION_PREFIX, Consistency::Strong),
-    )
-    .await?
-    {
-        let rec: RelationRecord = item.json()?;
-        let is_delta = delta::captured_kind(&rec, &observed.overlay.id);
-        if !captured_kind(&rec, &observed.overlay.id) && !is_delta {
-            continue;
-        }
-        let pointer = pointers.remove(&rec.id);
-        let current = if is_delta {
-            // A Delta table whose relation states its version (Delta Sharing) is current when
-            // the pointer captured that version; one that states none (Unity) is probed.
-            pointer
-                .as_ref()
-                .is_some_and(|p| delta::is_current(&rec, &p.value))
-        } else {
-            // A table reported not readable is tried again by every job: what made it
-            // unreadable (vending, the host's flags, storage) may have changed without a new
-            // metadata file.
-            pointer.as_ref().is_some_and(|p| {
-                Some(&p.value.metadata_location) == rec.metadata_location.as_ref()
-                    && p.value.validation != ValidationState::NotReadable
-            })
-        };
-        if current && !opts.revalidate {
-            unchanged += 1;
-            continue;
-        }
-        tables.push(PlannedTable {
-            relation: Versioned {
-                value: rec,
-                version: item.version,
-            },
-            pointer,
-        });
-    }
-    let mut orphans: Vec<_> = pointers.into_values().collect();
-    orphans.sort_by(|a, b| a.value.relation_id.cmp(&b.value.relation_id));
-    Ok(CapturePlan {
-        account: account.to_owned(),
-        observed,
-        fence,
-        catalog: catalog.value,
-        tables,
-        unchanged,
-        orphans,
-    })
 }
 
 /// Plans and runs one job, connecting to the upstream only when some table needs capture.
@@ -518,7 +364,7 @@ impl Job<'_> {
         table: &PlannedTable,
     ) -> Result<Published, TableError> {
         let rel = &table.relation.value;
-        if rel.format.as_deref() == Some(delta::DELTA) {
+        if rel.format.as_deref() == Some(select::DELTA) {
             return self.delta_table(client, files, table).await;
         }
         let Some(m) = rel.managed_by.as_ref() else {

@@ -7,10 +7,13 @@ use flotilla_reconcile::schedule::WorkMessage;
 use super::{QueueError, ReconcileQueue};
 
 /// SQS: `SendMessageBatch` in groups of ten (the API's limit), each message carrying the
-/// sender's trace header as its `AWSTraceHeader` system attribute.
+/// sender's trace header as its `AWSTraceHeader` system attribute. Capture messages go to
+/// the capture queue when one is named (the capture function consumes it), every other
+/// message to the reconcile queue.
 pub struct SqsQueue {
     client: aws_sdk_sqs::Client,
     url: String,
+    capture_url: Option<String>,
 }
 
 impl SqsQueue {
@@ -18,6 +21,21 @@ impl SqsQueue {
         Self {
             client,
             url: url.into(),
+            capture_url: None,
+        }
+    }
+
+    /// Sends capture messages to `url` instead of the reconcile queue.
+    pub fn with_capture_queue(mut self, url: Option<String>) -> Self {
+        self.capture_url = url;
+        self
+    }
+
+    /// The queue a message belongs on.
+    pub fn url_for(&self, m: &WorkMessage) -> &str {
+        match (m, &self.capture_url) {
+            (WorkMessage::Capture(_), Some(url)) => url,
+            _ => &self.url,
         }
     }
 }
@@ -25,6 +43,31 @@ impl SqsQueue {
 #[async_trait]
 impl ReconcileQueue for SqsQueue {
     async fn send(&self, msgs: &[WorkMessage]) -> Result<(), QueueError> {
+        let mut by_queue: Vec<(&str, Vec<WorkMessage>)> = Vec::new();
+        for m in msgs {
+            let url = self.url_for(m);
+            match by_queue.iter_mut().find(|(u, _)| *u == url) {
+                Some((_, group)) => group.push(m.clone()),
+                None => by_queue.push((url, vec![m.clone()])),
+            }
+        }
+        let mut failed = 0;
+        for (url, group) in &by_queue {
+            failed += self.send_to(url, group).await?;
+        }
+        if failed > 0 {
+            return Err(QueueError::Partial {
+                failed,
+                total: msgs.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl SqsQueue {
+    /// Sends `msgs` to one queue; answers how many it refused.
+    async fn send_to(&self, url: &str, msgs: &[WorkMessage]) -> Result<usize, QueueError> {
         let mut failed = 0;
         let trace = trace_attribute()?;
         for group in msgs.chunks(10) {
@@ -47,7 +90,7 @@ impl ReconcileQueue for SqsQueue {
             let out = self
                 .client
                 .send_message_batch()
-                .queue_url(&self.url)
+                .queue_url(url)
                 .set_entries(Some(entries))
                 .send()
                 .await
@@ -56,13 +99,7 @@ impl ReconcileQueue for SqsQueue {
                 })?;
             failed += out.failed().len();
         }
-        if failed > 0 {
-            return Err(QueueError::Partial {
-                failed,
-                total: msgs.len(),
-            });
-        }
-        Ok(())
+        Ok(failed)
     }
 }
 

@@ -17,46 +17,18 @@ use std::collections::BTreeMap;
 use flotilla_catalog_access::spi::{
     CatalogClient, CatalogProtocol, DeltaSharedFile, UpstreamNamespace,
 };
-use flotilla_domain::model::{RelationKind, RelationRecord};
+use flotilla_domain::model::RelationRecord;
 use futures::StreamExt;
 use parquet::file::metadata::ParquetMetaData;
 use serde_json::{Value, json};
 
 use super::iceberg::ReadError;
 use super::record::{CapturePointer, CapturedFile, CapturedTable, ValidationState};
+use super::select::DELTA;
 use super::storage::{CatalogFiles, StorageError, UpstreamFiles};
 use super::validate::{self, FooterError};
 use super::{Job, PlannedTable, Published, TableError, store_object};
 use check::DeltaColumn;
-
-/// The relation format capture reads as Delta.
-pub const DELTA: &str = "DELTA";
-
-/// The relation property the Delta Sharing provider records the table version in.
-pub const SHARING_VERSION_PROPERTY: &str = "delta-sharing.table-version";
-
-/// Whether a relation is a Delta table this overlay manages.
-pub fn captured_kind(rec: &RelationRecord, overlay_id: &str) -> bool {
-    rec.kind == RelationKind::Table
-        && rec.format.as_deref() == Some(DELTA)
-        && rec
-            .managed_by
-            .as_ref()
-            .is_some_and(|m| m.overlay_id == overlay_id)
-}
-
-/// The Delta version a relation states (Delta Sharing records it at reconciliation).
-pub fn stated_version(rec: &RelationRecord) -> Option<i64> {
-    rec.properties
-        .get(SHARING_VERSION_PROPERTY)
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// Whether a pointer captured the version the relation states. A relation that states no
-/// version (Unity) is never current by the plan alone: its log is probed.
-pub fn is_current(rec: &RelationRecord, p: &CapturePointer) -> bool {
-    p.format == DELTA && stated_version(rec).is_some_and(|v| p.snapshot_id == Some(v))
-}
 
 /// One live file as capture validates it.
 struct LiveFile {

@@ -1,66 +1,90 @@
-#![forbid(unsafe_code)]
-//! The reconciler Lambda's handler: one SQS batch of reconcile messages.
+//! The queue workers' Lambda handler: one SQS batch of work messages. The reconciler
+//! function runs it on the reconcile queue, the capture function on the capture queue; both
+//! handle every message kind, and differ only in where the capture job that follows a
+//! reconciliation runs ([`CaptureRun`]: the reconciler queues it, since it does not link the
+//! capture runner).
 //!
-//! Each record is handled on its own ([`handle_work_with`], all records sharing the invocation's budget): a plan message or a message for an overlay that is
-//! gone, paused or at another generation is acknowledged without a run (superseded work);
-//! a reconciliation that fails for a retryable reason ([`MessageOutcome::redeliver`]: the
-//! error kind decides, `UNAVAILABLE` is retried, `INTERNAL` and client errors are not), and
-//! a body that is not a reconcile message, is reported as a batch item failure, so SQS makes
-//! it visible again and, after the queue's `maxReceiveCount`, moves it to the dead-letter
-//! queue. A permanent failure is recorded in the overlay's status and acknowledged. This
-//! handler decides nothing itself. Nothing here panics on input.
-//!
-//! [`MessageOutcome::redeliver`]: flotilla_reconcile::work::MessageOutcome::redeliver
+//! Each record is handled on its own ([`handle_work_with`], all records sharing the
+//! invocation's budget): a plan message or a message for an overlay that is gone, paused or
+//! at another generation is acknowledged without a run (superseded work); a run that fails
+//! for a retryable reason ([`MessageOutcome::redeliver`]: the error kind decides,
+//! `UNAVAILABLE` is retried, `INTERNAL` and client errors are not), and a body that is not a
+//! work message, is reported as a batch item failure, so SQS makes it visible again and,
+//! after the queue's `maxReceiveCount`, moves it to the dead-letter queue. A permanent
+//! failure is recorded in the overlay's status and acknowledged. This handler decides
+//! nothing itself. Nothing here panics on input.
 //!
 //! Each record runs in a `message` span (message id, trace id) and in the trace context of
 //! its `AWSTraceHeader` attribute; [`invoke`] wraps a batch in the invocation span and
 //! flushes the metrics as EMF lines afterwards.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use flotilla_reconcile::Connector;
-use flotilla_reconcile::RunOptions;
+pub use flotilla_reconcile::CaptureRun;
 use flotilla_reconcile::schedule::{WorkMessage, handle_work_with};
 use flotilla_reconcile::work::MessageOutcome;
-use flotilla_runtime::queue::ReconcileQueue;
-use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry, in_record};
+use flotilla_reconcile::{Connector, RunOptions};
+
+use crate::queue::ReconcileQueue;
+use crate::telemetry::{Invocation, LambdaTelemetry, in_record};
 use flotilla_services::AppState;
 use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
 
-/// One invocation as `main` runs it: the batch, then the EMF flush. `queue` takes the
-/// follow-up legs of checkpointed runs.
+/// What a worker function runs with.
+#[derive(Clone, Copy)]
+pub struct Worker<'a> {
+    pub state: &'a AppState,
+    pub connector: &'a dyn Connector,
+    /// Takes the follow-up legs of checkpointed runs. Without it a run's follow-up cannot be
+    /// sent: its record is delivered again, and the leg's redelivery sends it once a queue
+    /// is there.
+    pub queue: Option<&'a dyn ReconcileQueue>,
+    /// Where the capture job that follows a reconciliation runs.
+    pub capture: CaptureRun,
+}
+
+impl<'a> Worker<'a> {
+    /// A worker without a follow-up queue, running capture where the build's default puts it.
+    pub fn new(state: &'a AppState, connector: &'a dyn Connector) -> Self {
+        Self {
+            state,
+            connector,
+            queue: None,
+            capture: CaptureRun::default(),
+        }
+    }
+}
+
+/// One invocation as `main` runs it: the batch, then the EMF flush.
 pub async fn invoke(
-    state: &AppState,
-    connector: &dyn Connector,
-    queue: Option<&dyn ReconcileQueue>,
+    worker: Worker<'_>,
     telemetry: &LambdaTelemetry,
     meta: Invocation,
     event: SqsEvent,
 ) -> SqsBatchResponse {
     telemetry
-        .invocation(meta, handle_batch_with(state, connector, queue, event))
+        .invocation(meta, handle_batch_with(worker, event))
         .await
 }
 
-/// Handles one batch; answers the records SQS must deliver again. Without a queue, a
-/// checkpointed run's follow-up cannot be sent: its record is delivered again, and the leg's
-/// redelivery sends it once a queue is there (see [`handle_batch_with`]).
+/// Handles one batch with [`Worker::new`]; answers the records SQS must deliver again.
 pub async fn handle_batch(
     state: &AppState,
     connector: &dyn Connector,
     event: SqsEvent,
 ) -> SqsBatchResponse {
-    handle_batch_with(state, connector, None, event).await
+    handle_batch_with(Worker::new(state, connector), event).await
 }
 
-/// [`handle_batch`], sending the follow-up legs of checkpointed runs to `queue` before the
-/// record is acknowledged. A follow-up the queue refuses makes the record a batch item
-/// failure: its redelivery finds the leg done and sends the follow-up again.
-pub async fn handle_batch_with(
-    state: &AppState,
-    connector: &dyn Connector,
-    queue: Option<&dyn ReconcileQueue>,
-    event: SqsEvent,
-) -> SqsBatchResponse {
+/// Handles one batch, sending the follow-up legs of checkpointed runs to the worker's queue
+/// before the record is acknowledged. A follow-up the queue refuses makes the record a batch
+/// item failure: its redelivery finds the leg done and sends the follow-up again.
+pub async fn handle_batch_with(worker: Worker<'_>, event: SqsEvent) -> SqsBatchResponse {
+    let Worker {
+        state,
+        connector,
+        queue,
+        capture,
+    } = worker;
     let mut response = SqsBatchResponse::default();
     // One invocation's budget is shared by the batch: every run ends by this deadline, and a
     // record that would start with less than a quarter of the budget left is delivered again
@@ -69,6 +93,7 @@ pub async fn handle_batch_with(
     let deadline_ms = state.clock.now_ms().saturating_add(budget_ms);
     let opts = RunOptions {
         deadline_ms: Some(deadline_ms),
+        capture,
         ..RunOptions::default()
     };
     for record in event.records {
