@@ -1,14 +1,15 @@
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
 //! The capture Lambda: SQS batches of capture messages (partial batch failures), with the
-//! queue workers' handler (`flotilla_runtime::worker`). The reconciler and the api's capture
-//! and revalidation routes queue the jobs; this function links the capture runner so that
-//! the reconciler need not. It sends nothing: a capture job has no follow-up message.
+//! queue workers' handler (`flotilla_runtime::worker`) running capture jobs only. The
+//! reconciler and the api's capture and revalidation routes queue the jobs; this function
+//! links the capture runner so that the reconciler need not, and none of the reconciliation
+//! pipeline. It sends nothing: a capture job has no follow-up message.
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use flotilla_reconcile::AdapterConnector;
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
-use flotilla_runtime::worker::{CaptureRun, Worker};
+use flotilla_runtime::worker::{CaptureRun, Worker, capture_only};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
@@ -22,6 +23,7 @@ async fn main() -> Result<(), Error> {
         connector: &AdapterConnector,
         queue: None,
         capture: CaptureRun::Inline,
+        dispatch: capture_only,
     };
     let telemetry = &telemetry;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {

@@ -8,7 +8,7 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use flotilla_reconcile::AdapterConnector;
 use flotilla_runtime::queue::ReconcileQueue;
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
-use flotilla_runtime::worker::{CaptureRun, Worker};
+use flotilla_runtime::worker::{CaptureRun, Worker, every_kind};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
@@ -24,6 +24,7 @@ async fn main() -> Result<(), Error> {
         connector: &AdapterConnector,
         queue: queue.as_ref().map(|q| q as &dyn ReconcileQueue),
         capture: CaptureRun::Queue,
+        dispatch: every_kind,
     };
     let telemetry = &telemetry;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {

@@ -20,7 +20,7 @@ use flotilla_domain::model::IntegrationRecord;
 use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_metastore::{Consistency, Query, query_all};
 use flotilla_runtime::queue::{SqsQueue, schedule_once};
-use flotilla_runtime::worker::{CaptureRun, Worker, handle_batch, handle_batch_with};
+use flotilla_runtime::worker::{CaptureRun, Worker, capture_only, handle_batch, handle_batch_with};
 use flotilla_testkit::iceberg_fixture::{FixtureAuth, IcebergFixture};
 use flotilla_testkit::moto;
 use http_body_util::BodyExt;
@@ -396,12 +396,25 @@ async fn the_reconciler_queues_capture_jobs_on_the_capture_queue() {
     );
     // The capture function runs it and acknowledges it.
     send_raw(&client, &capture_url, &queued[0]).await;
-    let capture = Worker::new(&env.state, &AdapterConnector);
+    let capture = Worker {
+        capture: CaptureRun::Inline,
+        dispatch: capture_only,
+        ..Worker::new(&env.state, &AdapterConnector)
+    };
     assert_eq!(poll_with(capture, &client, &capture_url).await, 1);
     assert!(
         bodies(&client, &capture_url).await.is_empty(),
         "acknowledged"
     );
+    // It runs nothing else: a reconcile message there is delivered again (and so ends in
+    // the capture queue's dead-letter queue), never acknowledged unrun.
+    let r = handle_batch_with(capture, batch_of("m-misrouted", &current)).await;
+    let failed: Vec<&str> = r
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["m-misrouted"]);
 }
 
 #[tokio::test]

@@ -1172,6 +1172,45 @@ async fn a_reconciler_that_queues_capture_sends_one_job_and_none_when_current() 
     );
 }
 
+/// The scheduled path: a plan message reconciles every overlay of its integration, then
+/// queues each one's capture job (a plan covers many overlays, so their captures run as jobs
+/// of their own), and the worker runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_plan_queues_the_capture_of_the_overlays_it_reconciled() {
+    let env = setup_with(None, true).await;
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.add_table(&["sales"], "orders");
+    let (_, overlay, lake, _) = overlay_of(&env, &upstream).await;
+    let due = flotilla_runtime::queue::schedule_once(&env.state, &env.queue)
+        .await
+        .expect("schedule");
+    assert_eq!(due, 1);
+    let ran = env.drain().await;
+    assert_eq!(ran.len(), 2, "{ran:?}");
+    assert!(matches!(ran[0].0, WorkMessage::Plan(_)), "{ran:?}");
+    assert!(
+        matches!(ran[0].1, MessageOutcome::Planned { reconciled: 1 }),
+        "{:?}",
+        ran[0].1
+    );
+    assert_eq!(
+        ran[1].0,
+        WorkMessage::Capture(CaptureMessage {
+            account_id: "acme".into(),
+            overlay_id: overlay.clone(),
+            observed_generation: generation(&env, &overlay).await,
+            revalidate: false,
+        })
+    );
+    assert!(
+        matches!(ran[1].1, MessageOutcome::Captured { captured: 1, .. }),
+        "{:?}",
+        ran[1].1
+    );
+    assert_eq!(pointer_count(&env, &lake).await, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_not_readable_is_tried_again_by_the_next_capture() {
     let env = setup_with(None, true).await;

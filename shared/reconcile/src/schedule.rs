@@ -40,8 +40,8 @@ use flotilla_services::state::AppState;
 use serde::{Deserialize, Serialize};
 
 use super::chain::{self, Located, Subject};
-use super::message::MessageOutcome;
 pub use super::message::{CheckpointRef, PlanMessage, WorkMessage};
+use super::message::{MessageOutcome, ReconcileMessage};
 use super::{Connector, ObservedRecords, ReconcileError, RunOptions, observe};
 
 /// How long a plan job holds its integration before a tick may take it again.
@@ -736,14 +736,35 @@ pub async fn run_plan_leg(
         ));
     let out = leg.await;
     report.discoveries += out.discoveries;
+    let mut reconciled = Vec::new();
     for (id, r) in out.results {
         match r {
-            Ok(_) => report.reconciled += 1,
+            Ok(summary) => {
+                report.reconciled += 1;
+                reconciled.push(ReconcileMessage {
+                    account_id: m.account_id.clone(),
+                    overlay_id: id,
+                    observed_generation: summary.observed_generation,
+                });
+            }
             Err(e) => report.failures.push((id, e)),
         }
     }
     if out.lost {
         return Err(MessageOutcome::Duplicate);
+    }
+    // Each reconciled overlay's capture job goes to the capture workers: a plan covers many
+    // overlays, so their captures run as jobs of their own rather than in this leg. A job
+    // that cannot be queued makes the plan retry (its redelivery is a no-op reconciliation
+    // that queues again). A host without a queue (tests of the plan alone) queues none.
+    if let Some(work) = state.work.as_deref() {
+        for rm in &reconciled {
+            if let Err(e) = super::work::queue_capture_job(state, work, rm).await
+                && e.is_retryable()
+            {
+                report.failures.push((rm.overlay_id.clone(), e));
+            }
+        }
     }
     if out.next.is_some() {
         // The chain continues: the lease stays (each leg renews it).

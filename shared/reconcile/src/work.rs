@@ -112,11 +112,41 @@ async fn after_reconcile(
     }
 }
 
-/// Plans the capture job of a reconciled overlay from stored state and, when it has work,
-/// sends its capture message through the host's work sender. A transient failure to plan or
-/// to send is delivered again; a permanent one is logged and acknowledged (the
-/// reconciliation succeeded, and the next one plans again).
+/// [`queue_capture_job`] for a reconcile message: a transient failure to plan or to send
+/// (a host without a queue included) is delivered again; a permanent one is logged and
+/// acknowledged (the reconciliation succeeded, and the next one plans again).
 async fn queue_capture(state: &AppState, m: &ReconcileMessage) -> Option<MessageOutcome> {
+    let Some(work) = state.work.as_deref() else {
+        tracing::warn!("this host has no queue for capture jobs; the message is delivered again");
+        return Some(MessageOutcome::Failed {
+            retryable: true,
+            code: "UNAVAILABLE",
+            reason: "the capture job was not queued: this host has no queue for capture jobs"
+                .into(),
+            kind: "incomplete",
+        });
+    };
+    match queue_capture_job(state, work, m).await {
+        Ok(()) => None,
+        Err(e) => e.is_retryable().then(|| MessageOutcome::Failed {
+            retryable: true,
+            code: e.code(),
+            reason: e.cause(),
+            kind: failure_kind(&e),
+        }),
+    }
+}
+
+/// Plans the capture job of a reconciled overlay (`m` names the generation the
+/// reconciliation published under) from stored state and, when it has work (a table to
+/// capture, a pointer to retire), sends its capture message through `work`. `Ok` when it was
+/// queued, had nothing to do, or no longer applies (the overlay moved on, is paused, gone or
+/// being deleted: a newer message or none applies); failures are logged.
+pub(crate) async fn queue_capture_job(
+    state: &AppState,
+    work: &dyn flotilla_services::state::WorkSender,
+    m: &ReconcileMessage,
+) -> Result<(), ReconcileError> {
     use crate::capture::CaptureOptions;
     let opts = CaptureOptions {
         expect_generation: Some(m.observed_generation),
@@ -124,26 +154,20 @@ async fn queue_capture(state: &AppState, m: &ReconcileMessage) -> Option<Message
     };
     let plan = match crate::capture::plan(state, &m.account_id, &m.overlay_id, &opts).await {
         Ok(plan) => plan,
-        // Superseded, paused, gone or being deleted: a newer message or none applies.
         Err(
             ReconcileError::FenceLost
             | ReconcileError::NotFound
             | ReconcileError::Paused(_)
             | ReconcileError::Deleting(_),
-        ) => return None,
+        ) => return Ok(()),
         Err(e) => {
-            tracing::warn!(code = e.code(), cause = %e.cause(), "capture could not be planned");
-            return e.is_retryable().then(|| MessageOutcome::Failed {
-                retryable: true,
-                code: e.code(),
-                reason: e.cause(),
-                kind: failure_kind(&e),
-            });
+            tracing::warn!(overlay_id = %m.overlay_id, code = e.code(), cause = %e.cause(), "capture could not be planned");
+            return Err(e);
         }
     };
     if !plan.has_work() {
-        tracing::info!(unchanged = plan.unchanged, "capture is current");
-        return None;
+        tracing::info!(overlay_id = %m.overlay_id, unchanged = plan.unchanged, "capture is current");
+        return Ok(());
     }
     let message = WorkMessage::Capture(CaptureMessage {
         account_id: m.account_id.clone(),
@@ -151,29 +175,19 @@ async fn queue_capture(state: &AppState, m: &ReconcileMessage) -> Option<Message
         observed_generation: m.observed_generation,
         revalidate: false,
     });
-    let sent = match state.work.as_deref() {
-        Some(work) => work.send_bodies(&[message.to_body()]).await,
-        None => Err(flotilla_base::error::Error::unavailable(
-            "this host has no queue for capture jobs",
-        )),
-    };
-    match sent {
+    match work.send_bodies(&[message.to_body()]).await {
         Ok(()) => {
             tracing::info!(
+                overlay_id = %m.overlay_id,
                 tables = plan.tables.len(),
                 retire = plan.orphans.len(),
                 "capture job queued"
             );
-            None
+            Ok(())
         }
         Err(e) => {
-            tracing::warn!(cause = %e, "the capture job was not queued; the message is delivered again");
-            Some(MessageOutcome::Failed {
-                retryable: true,
-                code: "UNAVAILABLE",
-                reason: format!("the capture job was not queued: {e}"),
-                kind: "incomplete",
-            })
+            tracing::warn!(overlay_id = %m.overlay_id, cause = %e, "the capture job was not queued");
+            Err(ReconcileError::Api(e))
         }
     }
 }

@@ -1,10 +1,11 @@
 //! The queue workers' Lambda handler: one SQS batch of work messages. The reconciler
-//! function runs it on the reconcile queue, the capture function on the capture queue; both
-//! handle every message kind, and differ only in where the capture job that follows a
-//! reconciliation runs ([`CaptureRun`]: the reconciler queues it, since it does not link the
-//! capture runner).
+//! function runs it on the reconcile queue with every message kind ([`every_kind`]), the
+//! capture function on the capture queue with capture jobs only ([`capture_only`]). Besides
+//! the kinds they run, they differ in where the capture job that follows a reconciliation
+//! runs ([`CaptureRun`]: the reconciler queues it, since it does not link the capture
+//! runner).
 //!
-//! Each record is handled on its own ([`handle_work_with`], all records sharing the
+//! Each record is handled on its own (the worker's [`Dispatch`], all records sharing the
 //! invocation's budget): a plan message or a message for an overlay that is gone, paused or
 //! at another generation is acknowledged without a run (superseded work); a run that fails
 //! for a retryable reason ([`MessageOutcome::redeliver`]: the error kind decides,
@@ -18,10 +19,13 @@
 //! its `AWSTraceHeader` attribute; [`invoke`] wraps a batch in the invocation span and
 //! flushes the metrics as EMF lines afterwards.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 pub use flotilla_reconcile::CaptureRun;
 use flotilla_reconcile::schedule::{WorkMessage, handle_work_with};
-use flotilla_reconcile::work::MessageOutcome;
+use flotilla_reconcile::work::{MessageOutcome, handle_capture};
 use flotilla_reconcile::{Connector, RunOptions};
 
 use crate::queue::ReconcileQueue;
@@ -40,6 +44,53 @@ pub struct Worker<'a> {
     pub queue: Option<&'a dyn ReconcileQueue>,
     /// Where the capture job that follows a reconciliation runs.
     pub capture: CaptureRun,
+    /// What runs a parsed message: [`every_kind`] (the reconciler) or [`capture_only`] (the
+    /// capture function). A function pointer chosen by `main`, so a binary links only the
+    /// message kinds it runs.
+    pub dispatch: Dispatch,
+}
+
+/// Runs one parsed message with the run's tunables.
+pub type Dispatch = for<'a> fn(
+    &'a AppState,
+    &'a dyn Connector,
+    &'a WorkMessage,
+    &'a RunOptions,
+) -> Pin<Box<dyn Future<Output = MessageOutcome> + Send + 'a>>;
+
+/// Every message kind: plan jobs, overlay reconciliations and their follow-up legs, capture
+/// jobs.
+pub fn every_kind<'a>(
+    state: &'a AppState,
+    connector: &'a dyn Connector,
+    m: &'a WorkMessage,
+    opts: &'a RunOptions,
+) -> Pin<Box<dyn Future<Output = MessageOutcome> + Send + 'a>> {
+    Box::pin(handle_work_with(state, connector, m, opts))
+}
+
+/// Capture jobs only: the capture function's queue carries nothing else. Any other kind is
+/// refused as a retryable failure, so a misrouted message ends in the capture queue's
+/// dead-letter queue (to be moved to the reconcile queue) rather than being lost.
+pub fn capture_only<'a>(
+    state: &'a AppState,
+    connector: &'a dyn Connector,
+    m: &'a WorkMessage,
+    _opts: &'a RunOptions,
+) -> Pin<Box<dyn Future<Output = MessageOutcome> + Send + 'a>> {
+    Box::pin(async move {
+        match m {
+            WorkMessage::Capture(c) => handle_capture(state, connector, c).await,
+            _ => MessageOutcome::Failed {
+                retryable: true,
+                code: "UNSUPPORTED",
+                reason: "this function runs capture jobs only; send reconcile and plan \
+                         messages to the reconcile queue"
+                    .into(),
+                kind: "internal",
+            },
+        }
+    })
 }
 
 impl<'a> Worker<'a> {
@@ -50,6 +101,7 @@ impl<'a> Worker<'a> {
             connector,
             queue: None,
             capture: CaptureRun::default(),
+            dispatch: every_kind,
         }
     }
 }
@@ -84,6 +136,7 @@ pub async fn handle_batch_with(worker: Worker<'_>, event: SqsEvent) -> SqsBatchR
         connector,
         queue,
         capture,
+        dispatch,
     } = worker;
     let mut response = SqsBatchResponse::default();
     // One invocation's budget is shared by the batch: every run ends by this deadline, and a
@@ -124,7 +177,7 @@ pub async fn handle_batch_with(worker: Worker<'_>, event: SqsEvent) -> SqsBatchR
                     return true;
                 }
             };
-            let outcome = handle_work_with(state, connector, &message, &opts).await;
+            let outcome = dispatch(state, connector, &message, &opts).await;
             tracing::info!(outcome = outcome.label(), "reconcile message handled");
             if let MessageOutcome::Continued { next } = &outcome {
                 let sent = match queue {
