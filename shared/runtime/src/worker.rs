@@ -106,6 +106,21 @@ impl<'a> Worker<'a> {
     }
 }
 
+/// A worker function's `main` after its settings and state: serves SQS batches through
+/// `worker` until the Lambda runtime stops, each as one invocation of `function`'s
+/// telemetry.
+pub async fn run(function: &'static str, worker: Worker<'_>) -> Result<(), lambda_runtime::Error> {
+    let telemetry = LambdaTelemetry::new(worker.state, function);
+    let telemetry = &telemetry;
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<SqsEvent>| async move {
+            let meta = Invocation::new(event.context.request_id, event.context.xray_trace_id);
+            Ok::<_, lambda_runtime::Error>(invoke(worker, telemetry, meta, event.payload).await)
+        },
+    ))
+    .await
+}
+
 /// One invocation as `main` runs it: the batch, then the EMF flush.
 pub async fn invoke(
     worker: Worker<'_>,
