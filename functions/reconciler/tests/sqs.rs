@@ -318,20 +318,6 @@ async fn sqs_duplicate_delivery_stale_generation_and_poison_message_to_dlq() {
     assert_eq!(n, 0, "interval not elapsed since the run");
 }
 
-async fn bodies(client: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
-    let got = client
-        .receive_message()
-        .queue_url(url)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .expect("receive");
-    got.messages()
-        .iter()
-        .filter_map(|m| m.body().map(str::to_owned))
-        .collect()
-}
-
 /// The reconciler function links no capture runner: after a reconciliation it plans the
 /// capture job from stored state and sends it to the capture queue, never to the reconcile
 /// queue; the capture function consumes it there. A reconciliation whose capture is current
@@ -704,7 +690,8 @@ async fn drain(env: &Env, client: &aws_sdk_sqs::Client, url: &str) {
     }
 }
 
-async fn dlq_bodies(client: &aws_sdk_sqs::Client, dlq: &str) -> Vec<String> {
+/// Receives up to ten bodies waiting in a queue (they stay invisible for its timeout).
+async fn bodies(client: &aws_sdk_sqs::Client, dlq: &str) -> Vec<String> {
     let dead = client
         .receive_message()
         .queue_url(dlq)
@@ -735,10 +722,7 @@ async fn sqs_permanent_failures_are_recorded_and_acknowledged_transient_ones_rea
         ));
     send_raw(&client, &url, &current.to_body()).await;
     drain(&env, &client, &url).await;
-    assert!(
-        dlq_bodies(&client, &dlq).await.is_empty(),
-        "not dead-lettered"
-    );
+    assert!(bodies(&client, &dlq).await.is_empty(), "not dead-lettered");
     let run = last_run(&env).await;
     assert_eq!(run["outcome"], "FAILED", "{run}");
     assert_eq!(run["error"]["code"], "UPSTREAM_AUTHENTICATION");
@@ -755,7 +739,7 @@ async fn sqs_permanent_failures_are_recorded_and_acknowledged_transient_ones_rea
         ));
     send_raw(&client, &url, &current.to_body()).await;
     drain(&env, &client, &url).await;
-    assert_eq!(dlq_bodies(&client, &dlq).await, vec![current.to_body()]);
+    assert_eq!(bodies(&client, &dlq).await, vec![current.to_body()]);
     let run = last_run(&env).await;
     assert_eq!(run["error"]["code"], "UPSTREAM_UNAVAILABLE", "{run}");
     assert_eq!(

@@ -78,7 +78,7 @@ async fn sample_batch_writes_catalogue_emf_lines_and_logs_with_ids() {
     let (telemetry, lines) = LambdaTelemetry::capturing(&state, "reconciler", "prod-eu");
     let logs = Logs::default();
     let subscriber = flotilla_telemetry::logs::json_subscriber(
-        tracing_subscriber::EnvFilter::new("info"),
+        flotilla_telemetry::logs::filter("info").expect("filter"),
         logs.clone(),
     );
     let _guard = tracing::subscriber::set_default(subscriber);

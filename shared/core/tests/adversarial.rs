@@ -338,7 +338,7 @@ async fn secret_canary_never_appears_in_responses_logs_items_or_errors() {
     // The Lambda log format (flat JSON with every span field), at the most verbose level.
     let logs = Captured::default();
     let subscriber = flotilla_telemetry::logs::json_subscriber(
-        tracing_subscriber::EnvFilter::new("trace"),
+        flotilla_telemetry::logs::filter("trace").expect("filter"),
         logs.clone(),
     );
     let _guard = tracing::subscriber::set_default(subscriber);

@@ -18,21 +18,23 @@ use flotilla_services::state::MetricSource;
 use flotilla_telemetry::emf::EmfFlusher;
 use flotilla_telemetry::trace::{self, TraceContext};
 use tracing::Instrument as _;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
 
 /// Installs the global subscriber once. `RUST_LOG` overrides the default `info` level.
 pub fn init(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = flotilla_telemetry::logs::filter_from_env();
     // A second initialisation (tests, embedded use) is harmless: keep the first.
     if json {
         let subscriber = flotilla_telemetry::logs::json_subscriber(filter, std::io::stdout);
         let _ = tracing::subscriber::set_global_default(subscriber);
     } else {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
             .with_target(false)
             .compact()
-            .try_init();
+            .finish()
+            .with(filter);
+        let _ = tracing::subscriber::set_global_default(subscriber);
     }
 }
 

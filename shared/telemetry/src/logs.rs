@@ -7,9 +7,10 @@ use std::fmt;
 use serde_json::{Map, Value as Json};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields, MakeWriter};
+use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
 
 /// Formats events as flat JSON objects (span fields are stored as JSON by [`JsonFields`]).
@@ -75,18 +76,37 @@ where
     }
 }
 
+/// The log filter of a process: `RUST_LOG` as a list of `target=level` directives with an
+/// optional bare default level (`info`, `warn,flotilla_reconcile=debug`), else `info`. A
+/// value that does not parse is ignored (the default applies). Span-field directives are not
+/// supported: a target filter needs no regular-expression engine, which keeps it out of the
+/// Lambda binaries.
+pub fn filter_from_env() -> Targets {
+    std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| filter(&v))
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO))
+}
+
+/// Parses one filter (the syntax of [`filter_from_env`]); `None` when it does not parse.
+pub fn filter(directives: &str) -> Option<Targets> {
+    directives.trim().parse().ok()
+}
+
 /// A subscriber writing flat JSON lines to `writer`, filtered by `filter`.
-pub fn json_subscriber<W>(filter: EnvFilter, writer: W) -> impl Subscriber + Send + Sync
+pub fn json_subscriber<W>(filter: Targets, writer: W) -> impl Subscriber + Send + Sync
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
+    // The builder's own level filter stays open: `filter` decides.
     tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_max_level(tracing::Level::TRACE)
         .with_writer(writer)
         .with_ansi(false)
         .fmt_fields(JsonFields::new())
         .event_format(FlatJson)
         .finish()
+        .with(filter)
 }
 
 #[cfg(test)]
@@ -114,9 +134,29 @@ mod tests {
     }
 
     #[test]
+    fn the_filter_keeps_what_its_directives_name_and_refuses_what_does_not_parse() {
+        let buf = Buf::default();
+        let sub = json_subscriber(filter("warn,kept=debug").expect("parses"), buf.clone());
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(target: "dropped", "below the default");
+            tracing::warn!(target: "dropped", "at the default");
+            tracing::debug!(target: "kept", "named");
+            tracing::trace!(target: "kept", "below its level");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let messages: Vec<String> = out
+            .lines()
+            .map(|l| serde_json::from_str::<Json>(l).unwrap()["message"].to_string())
+            .collect();
+        assert_eq!(messages, ["\"at the default\"", "\"named\""], "{out}");
+        assert!(filter("info,[span{field=1}]=debug").is_none());
+        assert!(filter("kept=loud").is_none());
+    }
+
+    #[test]
     fn span_fields_are_flattened_into_each_line() {
         let buf = Buf::default();
-        let sub = json_subscriber(EnvFilter::new("info"), buf.clone());
+        let sub = json_subscriber(filter("info").unwrap(), buf.clone());
         tracing::subscriber::with_default(sub, || {
             let outer = tracing::info_span!("invocation", request_id = "r-1", function = "api");
             let _o = outer.enter();
