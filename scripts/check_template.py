@@ -57,7 +57,10 @@ REQUIRED_ACTIONS = {
     # conditional on the warehouse bucket; check_iceberg_vending checks the role).
     "IcebergFunction": METASTORE_RW,
     "ReconcilerFunction": METASTORE_RW | {"secretsmanager:GetSecretValue", "sqs:SendMessage"},
-    "CaptureFunction": METASTORE_RW | {"secretsmanager:GetSecretValue"},
+    # Captured state in the deployment's warehouse buckets (conditional on the buckets).
+    "CaptureFunction": METASTORE_RW | {
+        "secretsmanager:GetSecretValue", "s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+    },
     "SchedulerFunction": {"dynamodb:GetItem", "dynamodb:Query", "sqs:SendMessage"},
     "FinalizeFunction": {"dynamodb:GetItem", "dynamodb:PutItem"},
     "QueryFunction": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"},
@@ -70,6 +73,9 @@ REQUIRED_ENV = {
     "SchedulerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
     "IcebergFunction": {"FLOTILLA_ICEBERG_TOKEN_URL"},
 }
+# Functions that touch no object storage at all: the reconciler queues capture jobs for the
+# capture function instead of writing captured state itself.
+NO_S3 = {"ReconcilerFunction", "SchedulerFunction", "FinalizeFunction", "QueryFunction"}
 # The only routes without the JWT authorizer, each with its one method.
 PUBLIC_ROUTES = {
     "/v1/health": "get",
@@ -293,7 +299,19 @@ def self_test(path):
     def token_url_missing(t):
         del t["Resources"]["IcebergFunction"]["Properties"]["Environment"]["Variables"]["FLOTILLA_ICEBERG_TOKEN_URL"]
 
-    cases = [(vending_trusts_anyone, "must trust exactly the iceberg function's role"),
+    def reconciler_writes_warehouses(t):
+        policy = t["Resources"]["ReconcilerFunctionRole"]["Properties"]["Policies"][0]
+        policy["PolicyDocument"]["Statement"].append(
+            {"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": "arn:aws:s3:::lake/*"})
+
+    def capture_without_warehouses(t):
+        policy = t["Resources"]["CaptureFunctionRole"]["Properties"]["Policies"][0]
+        policy["PolicyDocument"]["Statement"] = [
+            st for st in policy["PolicyDocument"]["Statement"] if "s3:PutObject" not in json.dumps(st)]
+
+    cases = [(reconciler_writes_warehouses, "ReconcilerFunction: role may use S3"),
+             (capture_without_warehouses, "CaptureFunction: role lacks s3:PutObject"),
+             (vending_trusts_anyone, "must trust exactly the iceberg function's role"),
              (vending_bucket_wide, "limited to the Iceberg warehouse bucket"),
              (assume_any_role, "may assume the vending role and nothing else"),
              (rename, "DirectoryRefreshFailed is not written"), (bad_value, "is never emitted"),
@@ -407,6 +425,8 @@ def check(template):
                         fail(errors, f"{fn_name}: DynamoDB access must be limited to LeadingKeys {bound}")
         for action in sorted(REQUIRED_ACTIONS.get(fn_name, set()) - granted):
             fail(errors, f"{fn_name}: role lacks {action}, which the function's code calls")
+        if fn_name in NO_S3 and any(a.startswith("s3:") for a in granted):
+            fail(errors, f"{fn_name}: role may use S3, which the function never does")
     if set(REQUIRED_ACTIONS) - set(functions):
         fail(errors, f"functions missing: {sorted(set(REQUIRED_ACTIONS) - set(functions))}")
 
