@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use flotilla_core::reconcile::AdapterConnector;
 use flotilla_core::reconcile::capture::{self, CaptureOptions};
 use flotilla_core::reconcile::schedule::WorkMessage;
@@ -24,9 +23,7 @@ use flotilla_core::state::AppState;
 use flotilla_iceberg_rest::IcebergConfig;
 use flotilla_iceberg_rest::vending::{StsVending, Vending};
 use flotilla_metastore::metrics::CountingMetastore;
-use flotilla_metastore::{
-    Consistency, DynMetastore, Item, Key, Metastore, MetastoreError, Page, Query, Transaction,
-};
+use flotilla_metastore::{Consistency, Metastore, Query};
 use flotilla_testkit::iceberg_fixture::IcebergFixture;
 use serde_json::{Value, json};
 
@@ -38,28 +35,6 @@ fn python() -> PathBuf {
     PathBuf::from(std::env::var("FLOTILLA_ENGINES_PYTHON").expect(
         "FLOTILLA_ENGINES_PYTHON must name a Python with pyiceberg and duckdb (scripts/test.sh sets it)",
     ))
-}
-
-/// A shared store as a `Metastore` value, so the counting decorator can wrap it.
-struct Shared(DynMetastore);
-
-#[async_trait]
-impl Metastore for Shared {
-    async fn get(&self, key: &Key, c: Consistency) -> Result<Option<Item>, MetastoreError> {
-        self.0.get(key, c).await
-    }
-    async fn batch_get(&self, keys: &[Key], c: Consistency) -> Result<Vec<Item>, MetastoreError> {
-        self.0.batch_get(keys, c).await
-    }
-    async fn query(&self, q: &Query) -> Result<Page, MetastoreError> {
-        self.0.query(q).await
-    }
-    async fn count(&self, pk: &str, sk: &str, c: Consistency) -> Result<u64, MetastoreError> {
-        self.0.count(pk, sk, c).await
-    }
-    async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
-        self.0.transact(tx).await
-    }
 }
 
 struct Env {
@@ -341,40 +316,7 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     upstream.register_table(&["sales"], "orders", &location, metadata);
     upstream.set_vended_static(vended);
 
-    let (s, v) = env
-        .call(
-            reqwest::Method::POST,
-            "/v1/accounts/acme/integrations",
-            Some(
-                json!({"display_name": "up", "type": "ICEBERG_REST", "uri": upstream.uri(),
-                "authentication": {"type": "BEARER"}, "credentials": {"token": "upstream-token"}}),
-            ),
-        )
-        .await;
-    assert_eq!(s, 201, "{v}");
-    let integration = v["id"].as_str().unwrap().to_owned();
-    let (_, cats) = env
-        .call(reqwest::Method::GET, "/v1/accounts/acme/catalogs", None)
-        .await;
-    let lake = cats["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["display_name"] == "lake")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (s, v) = env
-        .call(
-            reqwest::Method::POST,
-            "/v1/accounts/acme/overlays",
-            Some(json!({"display_name": "imp", "integration_id": integration,
-                "catalog_id": lake, "include_namespaces": [["sales"]]})),
-        )
-        .await;
-    assert_eq!(s, 201, "{v}");
-    let overlay = v["id"].as_str().unwrap().to_owned();
+    let (integration, overlay, lake, _) = overlay_of(&env, &upstream).await;
     let validation =
         format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/orders/validation");
 
@@ -434,7 +376,7 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     );
 
     // Unchanged: a capture costs reads only.
-    let counting = CountingMetastore::new(Shared(env.state.store.clone()));
+    let counting = CountingMetastore::new(env.state.store.clone());
     let counters = counting.counters();
     let mut counted = env.state.clone();
     counted.store = Arc::new(counting);
@@ -802,7 +744,7 @@ async fn capture_is_fenced_costs_nothing_unchanged_and_reads_file_warehouses_onl
     );
 
     // Unchanged: reads only, no upstream request.
-    let counting = CountingMetastore::new(Shared(env.state.store.clone()));
+    let counting = CountingMetastore::new(env.state.store.clone());
     let counters = counting.counters();
     let mut counted = env.state.clone();
     counted.store = Arc::new(counting);
@@ -1011,7 +953,7 @@ async fn the_capture_route_queues_one_fenced_job_for_the_worker() {
         "{v}"
     );
     assert!(env.drain().await.is_empty());
-    let counting = CountingMetastore::new(Shared(env.state.store.clone()));
+    let counting = CountingMetastore::new(env.state.store.clone());
     let counters = counting.counters();
     let mut counted = env.state.clone();
     counted.store = Arc::new(counting);

@@ -10,15 +10,12 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use flotilla_core::reconcile::AdapterConnector;
 use flotilla_core::reconcile::capture::{self, CaptureOptions, CaptureSummary};
 use flotilla_core::state::AppState;
 use flotilla_iceberg_rest::IcebergConfig;
+use flotilla_metastore::Consistency;
 use flotilla_metastore::metrics::CountingMetastore;
-use flotilla_metastore::{
-    Consistency, DynMetastore, Item, Key, Metastore, MetastoreError, Page, Query, Transaction,
-};
 use flotilla_testkit::delta_files::{DeltaTable, schema_string};
 use flotilla_testkit::delta_sharing_fixture::{
     DEFAULT_RECIPIENT_TOKEN, DeltaSharingFixture, SharingFile, SharingTable,
@@ -30,27 +27,6 @@ use serde_json::{Value, json};
 
 const OPERATOR: &str = "delta-operator-token";
 const ACME: &str = "delta-acme-token-0001";
-
-struct Shared(DynMetastore);
-
-#[async_trait]
-impl Metastore for Shared {
-    async fn get(&self, key: &Key, c: Consistency) -> Result<Option<Item>, MetastoreError> {
-        self.0.get(key, c).await
-    }
-    async fn batch_get(&self, keys: &[Key], c: Consistency) -> Result<Vec<Item>, MetastoreError> {
-        self.0.batch_get(keys, c).await
-    }
-    async fn query(&self, q: &Query) -> Result<Page, MetastoreError> {
-        self.0.query(q).await
-    }
-    async fn count(&self, pk: &str, sk: &str, c: Consistency) -> Result<u64, MetastoreError> {
-        self.0.count(pk, sk, c).await
-    }
-    async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
-        self.0.transact(tx).await
-    }
-}
 
 struct Env {
     state: AppState,
@@ -166,7 +142,7 @@ impl Env {
 
     /// A capture through a counting metastore: its summary and (transactions, items written).
     async fn counted_capture(&self, overlay: &str) -> (CaptureSummary, (u64, u64)) {
-        let counting = CountingMetastore::new(Shared(self.state.store.clone()));
+        let counting = CountingMetastore::new(self.state.store.clone());
         let counters = counting.counters();
         let mut counted = self.state.clone();
         counted.store = Arc::new(counting);

@@ -486,6 +486,27 @@ pub trait Metastore: Send + Sync + 'static {
 
 pub type DynMetastore = Arc<dyn Metastore>;
 
+/// A shared store is a store: decorators (counting, faults) can wrap the `DynMetastore` a
+/// host already holds.
+#[async_trait]
+impl<M: Metastore + ?Sized> Metastore for Arc<M> {
+    async fn get(&self, key: &Key, c: Consistency) -> Result<Option<Item>, MetastoreError> {
+        (**self).get(key, c).await
+    }
+    async fn batch_get(&self, keys: &[Key], c: Consistency) -> Result<Vec<Item>, MetastoreError> {
+        (**self).batch_get(keys, c).await
+    }
+    async fn query(&self, q: &Query) -> Result<Page, MetastoreError> {
+        (**self).query(q).await
+    }
+    async fn count(&self, pk: &str, sk: &str, c: Consistency) -> Result<u64, MetastoreError> {
+        (**self).count(pk, sk, c).await
+    }
+    async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
+        (**self).transact(tx).await
+    }
+}
+
 /// Reads every page of a prefix query.
 pub async fn query_all(store: &dyn Metastore, query: Query) -> Result<Vec<Item>, MetastoreError> {
     let mut out = Vec::new();

@@ -30,7 +30,7 @@ use super::{ACME, Creds, Harness};
 
 pub const UPSTREAM_TOKEN: &str = "tok-upstream-fixture";
 
-pub type Store = CountingMetastore<FaultInjectingMetastore<Backend>>;
+pub type Store = CountingMetastore<FaultInjectingMetastore<flotilla_metastore::DynMetastore>>;
 
 /// Which metastore backend an environment runs on.
 #[derive(Clone, Copy, Debug)]
@@ -39,47 +39,6 @@ pub enum Kind {
     Dynamo,
     /// DynamoDB on the single-threaded moto (same-key races).
     DynamoSerial,
-}
-
-/// A backend behind the decorators (the decorators are generic over a concrete store).
-pub struct Backend(pub flotilla_metastore::DynMetastore);
-
-#[async_trait]
-impl Metastore for Backend {
-    async fn get(
-        &self,
-        key: &Key,
-        c: Consistency,
-    ) -> Result<Option<flotilla_metastore::Item>, flotilla_metastore::MetastoreError> {
-        self.0.get(key, c).await
-    }
-    async fn batch_get(
-        &self,
-        keys: &[Key],
-        c: Consistency,
-    ) -> Result<Vec<flotilla_metastore::Item>, flotilla_metastore::MetastoreError> {
-        self.0.batch_get(keys, c).await
-    }
-    async fn query(
-        &self,
-        q: &flotilla_metastore::Query,
-    ) -> Result<flotilla_metastore::Page, flotilla_metastore::MetastoreError> {
-        self.0.query(q).await
-    }
-    async fn count(
-        &self,
-        pk: &str,
-        prefix: &str,
-        c: Consistency,
-    ) -> Result<u64, flotilla_metastore::MetastoreError> {
-        self.0.count(pk, prefix, c).await
-    }
-    async fn transact(
-        &self,
-        tx: flotilla_metastore::Transaction,
-    ) -> Result<(), flotilla_metastore::MetastoreError> {
-        self.0.transact(tx).await
-    }
 }
 
 pub struct Env {
@@ -158,7 +117,7 @@ impl Env {
             Kind::DynamoSerial => super::dynamo_serial_store().await,
         };
         let store = Arc::new(CountingMetastore::new(FaultInjectingMetastore::new(
-            Backend(backend),
+            backend,
         )));
         let creds = Creds::new();
         let h = Harness::with_store(store.clone(), None, manual_clock)
@@ -201,7 +160,7 @@ impl Env {
             .collect()
     }
 
-    pub fn faults(&self) -> &FaultInjectingMetastore<Backend> {
+    pub fn faults(&self) -> &FaultInjectingMetastore<flotilla_metastore::DynMetastore> {
         self.store.inner()
     }
 

@@ -5,36 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use flotilla_core::reconcile::AdapterConnector;
 use flotilla_core::reconcile::capture::{self, CaptureOptions, CaptureSummary};
 use flotilla_core::state::AppState;
 use flotilla_metastore::metrics::{CountingMetastore, MetricsSnapshot};
-use flotilla_metastore::{
-    Consistency, DynMetastore, Item, Key, Metastore, MetastoreError, Page, Query, Transaction,
-};
-
-/// The bench's store behind the counting decorator (which takes ownership of what it wraps).
-struct Shared(DynMetastore);
-
-#[async_trait]
-impl Metastore for Shared {
-    async fn get(&self, key: &Key, c: Consistency) -> Result<Option<Item>, MetastoreError> {
-        self.0.get(key, c).await
-    }
-    async fn batch_get(&self, keys: &[Key], c: Consistency) -> Result<Vec<Item>, MetastoreError> {
-        self.0.batch_get(keys, c).await
-    }
-    async fn query(&self, q: &Query) -> Result<Page, MetastoreError> {
-        self.0.query(q).await
-    }
-    async fn count(&self, pk: &str, sk: &str, c: Consistency) -> Result<u64, MetastoreError> {
-        self.0.count(pk, sk, c).await
-    }
-    async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
-        self.0.transact(tx).await
-    }
-}
 
 pub struct Phases {
     tables: usize,
@@ -74,7 +48,7 @@ pub async fn run(
     assert_eq!(first.file_errors, 0);
 
     // Nothing changed.
-    let counting = CountingMetastore::new(Shared(state.store.clone()));
+    let counting = CountingMetastore::new(state.store.clone());
     let counters = counting.counters();
     let mut counted = state.clone();
     counted.store = Arc::new(counting);
