@@ -23,7 +23,7 @@ use flotilla_core::state::AppState;
 use flotilla_iceberg_rest::IcebergConfig;
 use flotilla_iceberg_rest::vending::{StsVending, Vending};
 use flotilla_metastore::metrics::CountingMetastore;
-use flotilla_metastore::{Consistency, Metastore, Query};
+use flotilla_metastore::{Consistency, Query};
 use flotilla_testkit::iceberg_fixture::IcebergFixture;
 use serde_json::{Value, json};
 
@@ -376,7 +376,7 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     );
 
     // Unchanged: a capture costs reads only.
-    let counting = CountingMetastore::new(env.state.store.clone());
+    let counting = CountingMetastore::new(flotilla_metastore::SharedStore(env.state.store.clone()));
     let counters = counting.counters();
     let mut counted = env.state.clone();
     counted.store = Arc::new(counting);
@@ -744,7 +744,7 @@ async fn capture_is_fenced_costs_nothing_unchanged_and_reads_file_warehouses_onl
     );
 
     // Unchanged: reads only, no upstream request.
-    let counting = CountingMetastore::new(env.state.store.clone());
+    let counting = CountingMetastore::new(flotilla_metastore::SharedStore(env.state.store.clone()));
     let counters = counting.counters();
     let mut counted = env.state.clone();
     counted.store = Arc::new(counting);
@@ -953,7 +953,7 @@ async fn the_capture_route_queues_one_fenced_job_for_the_worker() {
         "{v}"
     );
     assert!(env.drain().await.is_empty());
-    let counting = CountingMetastore::new(env.state.store.clone());
+    let counting = CountingMetastore::new(flotilla_metastore::SharedStore(env.state.store.clone()));
     let counters = counting.counters();
     let mut counted = env.state.clone();
     counted.store = Arc::new(counting);

@@ -142,7 +142,8 @@ impl Env {
 
     /// A capture through a counting metastore: its summary and (transactions, items written).
     async fn counted_capture(&self, overlay: &str) -> (CaptureSummary, (u64, u64)) {
-        let counting = CountingMetastore::new(self.state.store.clone());
+        let counting =
+            CountingMetastore::new(flotilla_metastore::SharedStore(self.state.store.clone()));
         let counters = counting.counters();
         let mut counted = self.state.clone();
         counted.store = Arc::new(counting);

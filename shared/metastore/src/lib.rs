@@ -486,24 +486,28 @@ pub trait Metastore: Send + Sync + 'static {
 
 pub type DynMetastore = Arc<dyn Metastore>;
 
-/// A shared store is a store: decorators (counting, faults) can wrap the `DynMetastore` a
-/// host already holds.
+/// A host's shared store as a store value, so the decorators (counting, faults), which are
+/// generic over a concrete store, can wrap the `DynMetastore` a host already holds. A named
+/// wrapper rather than an implementation for `Arc` itself, which would turn every method
+/// call on an `Arc<dyn Metastore>` into a second boxed future.
+pub struct SharedStore(pub DynMetastore);
+
 #[async_trait]
-impl<M: Metastore + ?Sized> Metastore for Arc<M> {
+impl Metastore for SharedStore {
     async fn get(&self, key: &Key, c: Consistency) -> Result<Option<Item>, MetastoreError> {
-        (**self).get(key, c).await
+        self.0.as_ref().get(key, c).await
     }
     async fn batch_get(&self, keys: &[Key], c: Consistency) -> Result<Vec<Item>, MetastoreError> {
-        (**self).batch_get(keys, c).await
+        self.0.as_ref().batch_get(keys, c).await
     }
     async fn query(&self, q: &Query) -> Result<Page, MetastoreError> {
-        (**self).query(q).await
+        self.0.as_ref().query(q).await
     }
     async fn count(&self, pk: &str, sk: &str, c: Consistency) -> Result<u64, MetastoreError> {
-        (**self).count(pk, sk, c).await
+        self.0.as_ref().count(pk, sk, c).await
     }
     async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
-        (**self).transact(tx).await
+        self.0.as_ref().transact(tx).await
     }
 }
 

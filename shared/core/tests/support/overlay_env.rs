@@ -30,7 +30,7 @@ use super::{ACME, Creds, Harness};
 
 pub const UPSTREAM_TOKEN: &str = "tok-upstream-fixture";
 
-pub type Store = CountingMetastore<FaultInjectingMetastore<flotilla_metastore::DynMetastore>>;
+pub type Store = CountingMetastore<FaultInjectingMetastore<flotilla_metastore::SharedStore>>;
 
 /// Which metastore backend an environment runs on.
 #[derive(Clone, Copy, Debug)]
@@ -117,7 +117,7 @@ impl Env {
             Kind::DynamoSerial => super::dynamo_serial_store().await,
         };
         let store = Arc::new(CountingMetastore::new(FaultInjectingMetastore::new(
-            backend,
+            flotilla_metastore::SharedStore(backend),
         )));
         let creds = Creds::new();
         let h = Harness::with_store(store.clone(), None, manual_clock)
@@ -160,7 +160,7 @@ impl Env {
             .collect()
     }
 
-    pub fn faults(&self) -> &FaultInjectingMetastore<flotilla_metastore::DynMetastore> {
+    pub fn faults(&self) -> &FaultInjectingMetastore<flotilla_metastore::SharedStore> {
         self.store.inner()
     }
 

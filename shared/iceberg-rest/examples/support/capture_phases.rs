@@ -48,7 +48,7 @@ pub async fn run(
     assert_eq!(first.file_errors, 0);
 
     // Nothing changed.
-    let counting = CountingMetastore::new(state.store.clone());
+    let counting = CountingMetastore::new(flotilla_metastore::SharedStore(state.store.clone()));
     let counters = counting.counters();
     let mut counted = state.clone();
     counted.store = Arc::new(counting);
