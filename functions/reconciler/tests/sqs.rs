@@ -211,11 +211,7 @@ async fn poll_with(worker: Worker<'_>, client: &aws_sdk_sqs::Client, url: &str) 
         event.records.push(r);
     }
     let response = handle_batch_with(worker, event).await;
-    let failed: HashSet<String> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect();
+    let failed: HashSet<&str> = failed_ids(&response).into_iter().collect();
     for m in &msgs {
         let handle = m.receipt_handle().expect("receipt handle");
         if failed.contains(m.message_id().unwrap_or_default()) {
@@ -349,11 +345,7 @@ async fn the_reconciler_queues_capture_jobs_on_the_capture_queue() {
         ..Worker::new(&no_queue, &AdapterConnector)
     };
     let r = handle_batch_with(without, batch_of("m-no-queue", &current)).await;
-    let failed: Vec<&str> = r
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
+    let failed = failed_ids(&r);
     assert_eq!(failed, ["m-no-queue"]);
     assert_eq!(
         relation_count(&env).await,
@@ -395,11 +387,7 @@ async fn the_reconciler_queues_capture_jobs_on_the_capture_queue() {
     // It runs nothing else: a reconcile message there is delivered again (and so ends in
     // the capture queue's dead-letter queue), never acknowledged unrun.
     let r = handle_batch_with(capture, batch_of("m-misrouted", &current)).await;
-    let failed: Vec<&str> = r
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
+    let failed = failed_ids(&r);
     assert_eq!(failed, ["m-misrouted"]);
 }
 
@@ -429,11 +417,7 @@ async fn handler_reports_malformed_and_failing_records_and_acks_the_rest() {
             flotilla_testkit::iceberg_fixture::IcebergFault::Status(503),
         ));
     let r = handle_batch(&env.state, &AdapterConnector, event.clone()).await;
-    let ids: Vec<&str> = r
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
+    let ids = failed_ids(&r);
     assert_eq!(ids.len(), 3, "{ids:?}");
     env.fx.clear_faults();
     let r = handle_batch(&env.state, &AdapterConnector, event).await;
@@ -460,6 +444,14 @@ impl Connector for FailingConnector {
 }
 
 /// One SQS record carrying `m`.
+/// The message ids a batch response reports as failed, in order.
+fn failed_ids(r: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Vec<&str> {
+    r.batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect()
+}
+
 fn batch_of(id: &str, m: &ReconcileMessage) -> SqsEvent {
     let mut r = SqsMessage::default();
     r.message_id = Some(id.to_owned());
@@ -500,11 +492,7 @@ async fn handler_acknowledges_internal_failures_and_redelivers_unavailable_ones(
         batch_of("m-unavailable", &current),
     )
     .await;
-    let ids: Vec<&str> = r
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
+    let ids = failed_ids(&r);
     assert_eq!(ids, vec!["m-unavailable"], "redelivered");
     let run = last_run(&env).await;
     assert_eq!(run["error"]["code"], "UNAVAILABLE", "{run}");
