@@ -7,9 +7,7 @@ mod sample_events;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    flotilla_runtime::telemetry::init(true);
-    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
-    let state = flotilla_runtime::aws::build_state(&settings).await;
+    let (_, state) = flotilla_runtime::aws::start().await?;
     let telemetry = flotilla_runtime::telemetry::LambdaTelemetry::new(&state, "api");
     lambda_http::run(handler::app(state, std::sync::Arc::new(telemetry))).await
 }

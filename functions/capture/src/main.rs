@@ -11,9 +11,7 @@ use flotilla_runtime::worker::{CaptureRun, Worker, capture_only};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    flotilla_runtime::telemetry::init(true);
-    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
-    let state = flotilla_runtime::aws::build_state(&settings).await;
+    let (_, state) = flotilla_runtime::aws::start().await?;
     let worker = Worker {
         state: &state,
         connector: &AdapterConnector,

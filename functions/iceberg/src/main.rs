@@ -9,10 +9,8 @@ mod sample_events;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    flotilla_runtime::telemetry::init(true);
+    let (_, state) = flotilla_runtime::aws::start().await?;
     let token_exchange = flotilla_iceberg_rest::TokenExchange::from_env()?;
-    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
-    let state = flotilla_runtime::aws::build_state(&settings).await;
     let telemetry = flotilla_runtime::telemetry::LambdaTelemetry::new(&state, "iceberg");
     lambda_http::run(handler::app(
         state,

@@ -14,9 +14,7 @@ use lambda_runtime::{LambdaEvent, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    flotilla_runtime::telemetry::init(true);
-    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
-    let state = flotilla_runtime::aws::build_state(&settings).await;
+    let (_, state) = flotilla_runtime::aws::start().await?;
     let telemetry = flotilla_runtime::telemetry::LambdaTelemetry::new(&state, "query");
     let (state, telemetry) = (&state, &telemetry);
     lambda_runtime::run(service_fn(

@@ -11,9 +11,7 @@ use flotilla_runtime::worker::{CaptureRun, Worker, every_kind};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    flotilla_runtime::telemetry::init(true);
-    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
-    let state = flotilla_runtime::aws::build_state(&settings).await;
+    let (settings, state) = flotilla_runtime::aws::start().await?;
     // The follow-up legs of checkpointed runs go back to the reconcile queue.
     let queue = flotilla_runtime::aws::queue(&settings).await;
     let worker = Worker {

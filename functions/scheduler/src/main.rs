@@ -8,13 +8,11 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    flotilla_runtime::telemetry::init(true);
-    let settings = flotilla_runtime::aws::AwsSettings::from_env()?;
+    let (settings, state) = flotilla_runtime::aws::start().await?;
     let url = settings
         .reconcile_queue_url
         .clone()
         .ok_or("FLOTILLA_RECONCILE_QUEUE_URL is required")?;
-    let state = flotilla_runtime::aws::build_state(&settings).await;
     let telemetry = LambdaTelemetry::new(&state, "scheduler");
     let queue = SqsQueue::new(sqs_client(settings.endpoint.as_deref()).await, url);
     let (state, queue, telemetry) = (&state, &queue, &telemetry);

@@ -45,8 +45,7 @@ struct Env {
     /// The host's in-process reconcile queue (the routes enqueue capture jobs on it); the
     /// test drains it by running the worker on every delivery.
     queue: flotilla_runtime::queue::ChannelQueue,
-    deliveries:
-        std::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<flotilla_runtime::queue::Delivery>>,
+    work: tokio::sync::Mutex<flotilla_runtime::local::LocalQueue>,
     _dir: tempfile::TempDir,
 }
 
@@ -102,27 +101,22 @@ impl Env {
     /// Runs the worker on every message waiting in the queue (the worker of `flotilla serve`
     /// would), in order; answers each message and what handling it came to.
     async fn drain(&self) -> Vec<(WorkMessage, MessageOutcome)> {
-        let mut out = Vec::new();
-        loop {
-            let next = self.deliveries.lock().unwrap().try_recv();
-            let Ok(d) = next else { break };
-            let message = d.message.clone();
-            let (result, outcome) = flotilla_runtime::queue::handle_delivery_outcome(
-                &self.state,
-                &AdapterConnector,
-                &self.queue,
-                d,
-                &flotilla_runtime::queue::WorkerOptions::default(),
-            )
+        let ran = self
+            .work
+            .lock()
+            .await
+            .drain(&self.state, &AdapterConnector)
             .await;
-            assert_eq!(
-                result,
-                flotilla_runtime::queue::DeliveryResult::Done,
-                "{outcome:?}"
-            );
-            out.push((message, outcome));
-        }
-        out
+        ran.into_iter()
+            .map(|(message, result, outcome)| {
+                assert_eq!(
+                    result,
+                    flotilla_runtime::queue::DeliveryResult::Done,
+                    "{outcome:?}"
+                );
+                (message, outcome)
+            })
+            .collect()
     }
 
     /// One queued reconciliation (and the capture it carries).
@@ -207,8 +201,8 @@ async fn setup_with(s3: Option<(&str, &str, &str)>, allow_insecure: bool) -> Env
         endpoint: format!("http://{addr}"),
         http: reqwest::Client::new(),
         moto,
-        queue: work.queue,
-        deliveries: std::sync::Mutex::new(work.deliveries),
+        queue: work.queue.clone(),
+        work: tokio::sync::Mutex::new(work),
         _dir: dir,
     };
     let r = env

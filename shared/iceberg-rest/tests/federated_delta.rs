@@ -36,9 +36,7 @@ struct Env {
     prefix: String,
     /// The host's in-process reconcile queue (describing with `revalidate=true` enqueues
     /// capture jobs on it); the test drains it by running the worker on every delivery.
-    queue: flotilla_runtime::queue::ChannelQueue,
-    deliveries:
-        std::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<flotilla_runtime::queue::Delivery>>,
+    work: tokio::sync::Mutex<flotilla_runtime::local::LocalQueue>,
     _dir: tempfile::TempDir,
 }
 
@@ -46,26 +44,20 @@ impl Env {
     /// Runs the worker on every message waiting in the queue, in order (the worker of
     /// `flotilla serve` would); answers how many ran.
     async fn drain(&self) -> usize {
-        let mut ran = 0;
-        loop {
-            let next = self.deliveries.lock().unwrap().try_recv();
-            let Ok(d) = next else { break };
-            let (result, outcome) = flotilla_runtime::queue::handle_delivery_outcome(
-                &self.state,
-                &AdapterConnector,
-                &self.queue,
-                d,
-                &flotilla_runtime::queue::WorkerOptions::default(),
-            )
+        let ran = self
+            .work
+            .lock()
+            .await
+            .drain(&self.state, &AdapterConnector)
             .await;
+        for (_, result, outcome) in &ran {
             assert_eq!(
-                result,
+                *result,
                 flotilla_runtime::queue::DeliveryResult::Done,
                 "{outcome:?}"
             );
-            ran += 1;
         }
-        ran
+        ran.len()
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -266,8 +258,7 @@ async fn setup() -> Env {
         http,
         lake: String::new(),
         prefix: String::new(),
-        queue: work.queue,
-        deliveries: std::sync::Mutex::new(work.deliveries),
+        work: tokio::sync::Mutex::new(work),
         _dir: dir,
     };
     let (s, v) = env

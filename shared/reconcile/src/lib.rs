@@ -343,6 +343,18 @@ impl ReconcileError {
 
     /// A bounded, secret-free explanation. Upstream text arrives bounded and scrubbed from
     /// catalog-access; a backend failure shows only its public message.
+    /// Whether the work no longer applies: the overlay moved on, is paused, gone or being
+    /// deleted, so a newer message (or none) takes over and this one is acknowledged.
+    pub fn no_longer_applies(&self) -> bool {
+        matches!(
+            self,
+            ReconcileError::FenceLost
+                | ReconcileError::NotFound
+                | ReconcileError::Paused(_)
+                | ReconcileError::Deleting(_)
+        )
+    }
+
     pub fn cause(&self) -> String {
         let text = match self {
             ReconcileError::Api(e) => e.message.clone(),

@@ -31,6 +31,16 @@ impl ReconcileMessage {
     pub fn to_body(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
+
+    /// The capture job that follows this reconciliation, at the same generation.
+    pub fn capture_job(&self) -> CaptureMessage {
+        CaptureMessage {
+            account_id: self.account_id.clone(),
+            overlay_id: self.overlay_id.clone(),
+            observed_generation: self.observed_generation,
+            revalidate: false,
+        }
+    }
 }
 
 /// The body of one capture message (`events/capture/batch.json`): run one overlay's
@@ -94,6 +104,15 @@ impl CaptureMessage {
         .unwrap_or_default()
     }
 
+    /// The overlay message this job is fenced like: same overlay, same generation.
+    pub fn fence(&self) -> ReconcileMessage {
+        ReconcileMessage {
+            account_id: self.account_id.clone(),
+            overlay_id: self.overlay_id.clone(),
+            observed_generation: self.observed_generation,
+        }
+    }
+
     /// The message as JSON (what the API reports it queued).
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::from_str(&self.to_body()).unwrap_or_default()
@@ -141,6 +160,37 @@ pub enum MessageOutcome {
 }
 
 impl MessageOutcome {
+    /// The outcome of a run that failed with `e`, retried by the error's kind.
+    pub fn failed(e: &ReconcileError) -> Self {
+        MessageOutcome::Failed {
+            retryable: e.is_retryable(),
+            code: e.code(),
+            reason: e.cause(),
+            kind: failure_kind(e),
+        }
+    }
+
+    /// The outcome of a message whose records could not be read (retried by the kind: a
+    /// throttled or unreachable store is, a corrupt record is not).
+    pub fn unreadable(e: flotilla_base::error::Error) -> Self {
+        MessageOutcome::Failed {
+            retryable: e.is_retryable(),
+            code: e.kind.as_str(),
+            reason: e.to_string(),
+            kind: failure_kind(&ReconcileError::Api(e)),
+        }
+    }
+
+    /// A capture job that left `failed` tables uncaptured, some for a transient reason.
+    pub fn capture_incomplete(failed: usize) -> Self {
+        MessageOutcome::Failed {
+            retryable: true,
+            code: "CAPTURE_INCOMPLETE",
+            reason: format!("{failed} tables were not captured"),
+            kind: "incomplete",
+        }
+    }
+
     /// Whether the message must be reported as a batch item failure.
     pub fn redeliver(&self) -> bool {
         matches!(

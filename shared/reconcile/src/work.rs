@@ -20,7 +20,6 @@ use flotilla_domain::model::{IntegrationRecord, OverlayRecord, OverlayStatus};
 use flotilla_metastore::{Consistency, Metastore, Query, query_all};
 
 use super::message::WorkMessage;
-use super::message::failure_kind;
 pub use super::message::{CaptureMessage, MessageOutcome, ReconcileMessage};
 use super::{CaptureRun, Connector, ReconcileError, ReconcileSummary, RunOptions, observe};
 use flotilla_base::error::Result;
@@ -128,12 +127,7 @@ async fn queue_capture(state: &AppState, m: &ReconcileMessage) -> Option<Message
     };
     match queue_capture_job(state, work, m).await {
         Ok(()) => None,
-        Err(e) => e.is_retryable().then(|| MessageOutcome::Failed {
-            retryable: true,
-            code: e.code(),
-            reason: e.cause(),
-            kind: failure_kind(&e),
-        }),
+        Err(e) => e.is_retryable().then(|| MessageOutcome::failed(&e)),
     }
 }
 
@@ -154,12 +148,7 @@ pub(crate) async fn queue_capture_job(
     };
     let plan = match crate::capture::plan(state, &m.account_id, &m.overlay_id, &opts).await {
         Ok(plan) => plan,
-        Err(
-            ReconcileError::FenceLost
-            | ReconcileError::NotFound
-            | ReconcileError::Paused(_)
-            | ReconcileError::Deleting(_),
-        ) => return Ok(()),
+        Err(e) if e.no_longer_applies() => return Ok(()),
         Err(e) => {
             tracing::warn!(overlay_id = %m.overlay_id, code = e.code(), cause = %e.cause(), "capture could not be planned");
             return Err(e);
@@ -169,12 +158,7 @@ pub(crate) async fn queue_capture_job(
         tracing::info!(overlay_id = %m.overlay_id, unchanged = plan.unchanged, "capture is current");
         return Ok(());
     }
-    let message = WorkMessage::Capture(CaptureMessage {
-        account_id: m.account_id.clone(),
-        overlay_id: m.overlay_id.clone(),
-        observed_generation: m.observed_generation,
-        revalidate: false,
-    });
+    let message = WorkMessage::Capture(m.capture_job());
     match work.send_bodies(&[message.to_body()]).await {
         Ok(()) => {
             tracing::info!(
@@ -206,21 +190,11 @@ pub async fn handle_capture(
     let span =
         tracing::info_span!("capture", account_id = %m.account_id, overlay_id = %m.overlay_id);
     let _enter = span.enter();
-    let fenced = ReconcileMessage {
-        account_id: m.account_id.clone(),
-        overlay_id: m.overlay_id.clone(),
-        observed_generation: m.observed_generation,
-    };
-    let outcome = match current_generation(state, &fenced).await {
+    let outcome = match current_generation(state, &m.fence()).await {
         Ok(None) => MessageOutcome::Gone,
         Ok(Some(g)) if g != m.observed_generation => MessageOutcome::Superseded { current: g },
         Ok(Some(_)) => run_capture(state, connector, m).await,
-        Err(e) => MessageOutcome::Failed {
-            retryable: e.is_retryable(),
-            code: e.kind.as_str(),
-            reason: e.to_string(),
-            kind: failure_kind(&ReconcileError::Api(e)),
-        },
+        Err(e) => MessageOutcome::unreadable(e),
     };
     match &outcome {
         MessageOutcome::Failed { reason, code, .. } => {
@@ -247,32 +221,15 @@ async fn run_capture(
         ..crate::capture::CaptureOptions::default()
     };
     match crate::capture::capture(state, connector, &m.account_id, &m.overlay_id, &opts).await {
-        Ok(s) if s.has_retryable_failure() => MessageOutcome::Failed {
-            retryable: true,
-            code: "CAPTURE_INCOMPLETE",
-            reason: format!("{} tables were not captured", s.failed.len()),
-            kind: "incomplete",
-        },
+        Ok(s) if s.has_retryable_failure() => MessageOutcome::capture_incomplete(s.failed.len()),
         Ok(s) => MessageOutcome::Captured {
             captured: s.captured,
             unchanged: s.unchanged,
         },
         Err(ReconcileError::NotFound | ReconcileError::Deleting(_)) => MessageOutcome::Gone,
         Err(ReconcileError::Paused(_)) => MessageOutcome::Paused,
-        Err(ReconcileError::FenceLost) => {
-            let fenced = ReconcileMessage {
-                account_id: m.account_id.clone(),
-                overlay_id: m.overlay_id.clone(),
-                observed_generation: m.observed_generation,
-            };
-            fence_lost(state, &fenced).await
-        }
-        Err(e) => MessageOutcome::Failed {
-            retryable: e.is_retryable(),
-            kind: failure_kind(&e),
-            code: e.code(),
-            reason: e.cause(),
-        },
+        Err(ReconcileError::FenceLost) => fence_lost(state, &m.fence()).await,
+        Err(e) => MessageOutcome::failed(&e),
     }
 }
 
@@ -313,12 +270,7 @@ async fn run_message(
         Err(e) => {
             // The kind decides: a throttled or unreachable store is redelivered, a corrupt
             // record (`INTERNAL`) is not.
-            return MessageOutcome::Failed {
-                retryable: e.is_retryable(),
-                code: e.kind.as_str(),
-                reason: e.to_string(),
-                kind: failure_kind(&ReconcileError::Api(e)),
-            };
+            return MessageOutcome::unreadable(e);
         }
     }
     let result = match run_chained(state, connector, m, ck, opts).await {
@@ -330,12 +282,7 @@ async fn run_message(
         Err(ReconcileError::NotFound) => MessageOutcome::Gone,
         Err(ReconcileError::Paused(_)) => MessageOutcome::Paused,
         Err(ReconcileError::FenceLost) => fence_lost(state, m).await,
-        Err(e) => MessageOutcome::Failed {
-            retryable: e.is_retryable(),
-            kind: failure_kind(&e),
-            code: e.code(),
-            reason: e.cause(),
-        },
+        Err(e) => MessageOutcome::failed(&e),
     };
     match &outcome {
         MessageOutcome::Reconciled(s) => tracing::info!(
@@ -371,12 +318,7 @@ async fn run_chained(
         generation: m.observed_generation,
         plan: None,
     };
-    let metastore = |e: flotilla_base::error::Error| MessageOutcome::Failed {
-        retryable: e.is_retryable(),
-        code: e.kind.as_str(),
-        reason: e.to_string(),
-        kind: failure_kind(&ReconcileError::Api(e)),
-    };
+    let metastore = MessageOutcome::unreadable;
     let chain = match locate(state, &subj, ck).await.map_err(metastore)? {
         Located::Stale => return Err(MessageOutcome::Duplicate),
         Located::Resend(r) => {

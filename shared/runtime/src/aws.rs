@@ -57,6 +57,15 @@ impl Authenticator for ClaimsOnly {
     }
 }
 
+/// What every function's `main` starts with: JSON log lines, the settings from the
+/// environment, and the state built from them.
+pub async fn start() -> Result<(AwsSettings, AppState), AwsConfigError> {
+    crate::telemetry::init(true);
+    let settings = AwsSettings::from_env()?;
+    let state = build_state(&settings).await;
+    Ok((settings, state))
+}
+
 pub async fn build_state(settings: &AwsSettings) -> AppState {
     let client = connect(settings.endpoint.as_deref()).await;
     let counting = CountingMetastore::new(DynamoMetastore::new(client, settings.table.clone()));

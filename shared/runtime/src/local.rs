@@ -81,6 +81,37 @@ pub struct LocalQueue {
     pub deliveries: tokio::sync::mpsc::UnboundedReceiver<crate::queue::Delivery>,
 }
 
+impl LocalQueue {
+    /// Runs the worker on every delivery waiting now, in order, and on those that handling
+    /// them queues (capture jobs, follow-up legs), as `flotilla serve`'s worker would; answers
+    /// each message with what the worker did and what handling it came to. For a test that
+    /// steps the queue by hand instead of spawning the worker.
+    pub async fn drain(
+        &mut self,
+        state: &AppState,
+        connector: &dyn flotilla_reconcile::Connector,
+    ) -> Vec<(
+        flotilla_reconcile::schedule::WorkMessage,
+        crate::queue::DeliveryResult,
+        flotilla_reconcile::work::MessageOutcome,
+    )> {
+        let mut out = Vec::new();
+        while let Ok(d) = self.deliveries.try_recv() {
+            let message = d.message.clone();
+            let (result, outcome) = crate::queue::handle_delivery_outcome(
+                state,
+                connector,
+                &self.queue,
+                d,
+                &crate::queue::WorkerOptions::default(),
+            )
+            .await;
+            out.push((message, result, outcome));
+        }
+        out
+    }
+}
+
 pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
     create_private_dir(&opts.data_dir)?;
     let metastore_path = opts.data_dir.join("metastore.redb");

@@ -135,31 +135,16 @@ pub async fn after_reconcile(
                 "capture"
             );
             s.has_retryable_failure()
-                .then(|| crate::message::MessageOutcome::Failed {
-                    retryable: true,
-                    code: "CAPTURE_INCOMPLETE",
-                    reason: format!("{} tables were not captured", s.failed.len()),
-                    kind: "incomplete",
-                })
+                .then(|| crate::message::MessageOutcome::capture_incomplete(s.failed.len()))
         }
         // Superseded, paused, gone or being deleted: a newer message or none applies.
-        Err(
-            ReconcileError::FenceLost
-            | ReconcileError::NotFound
-            | ReconcileError::Paused(_)
-            | ReconcileError::Deleting(_),
-        ) => None,
+        Err(e) if e.no_longer_applies() => None,
         Err(e) => {
             tracing::warn!(code = e.code(), cause = %e.cause(), "capture failed");
             // A permanent failure is logged and acknowledged (the reconciliation it rode
             // on succeeded); a transient one is delivered again.
             e.is_retryable()
-                .then(|| crate::message::MessageOutcome::Failed {
-                    retryable: true,
-                    code: e.code(),
-                    reason: e.cause(),
-                    kind: crate::message::failure_kind(&e),
-                })
+                .then(|| crate::message::MessageOutcome::failed(&e))
         }
     }
 }
