@@ -4,6 +4,7 @@
 
 use flotilla_base::error::Error;
 use flotilla_services::AppState;
+use flotilla_services::acl::{Access, Action, Securable};
 use flotilla_services::auth::Principal;
 use flotilla_services::service::directory;
 use serde::Deserialize;
@@ -15,6 +16,20 @@ use serde_json::Value;
 pub struct QueryEvent {
     pub account_id: String,
     pub catalog_id: String,
+    /// The principal the invoker reads for (an engine front end acting for a user): its
+    /// roles' grants decide which entries it gets, through the same decision as `/v1`.
+    /// Without it the invoker reads the whole directory.
+    #[serde(default)]
+    pub principal: Option<EventPrincipal>,
+}
+
+/// A named principal in a query event.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventPrincipal {
+    pub name: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
 }
 
 /// A failed invocation: the API error code and message (5xx detail only in the log).
@@ -57,8 +72,18 @@ pub async fn invoke(
 pub async fn handle(state: &AppState, event: QueryEvent) -> Result<Value, HandlerError> {
     // IAM's invoke permission is this function's authorization: its invoker reads every
     // account's directory, as an operator does; the account rule still checks the id.
-    let scope = Principal::operator("lambda:query").authorize_account(&event.account_id)?;
-    Ok(directory::get(state, &scope.account, &event.catalog_id).await?)
+    let principal = match &event.principal {
+        None => Principal::operator("lambda:query"),
+        Some(p) => {
+            flotilla_services::auth::validate_principal_name("principal name", &p.name)?;
+            Principal::for_accounts("lambda:query", [event.account_id.clone()])
+                .named(p.name.clone(), p.groups.clone())
+        }
+    };
+    let scope = principal.authorize_account(&event.account_id)?;
+    let access = Access::resolve(state.store.as_ref(), &state.acl, scope).await?;
+    access.authorize(Action::Describe, &Securable::catalog(&event.catalog_id))?;
+    Ok(directory::get(state, &access, &event.catalog_id).await?)
 }
 
 #[cfg(test)]

@@ -174,7 +174,10 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
     .with_index_stores(
         flotilla_services::service::index_catalogs::local_warehouse_stores(warehouse_policy),
     )
-    .with_credentials(Arc::new(credentials));
+    .with_credentials(Arc::new(credentials))
+    // Service principals' access tokens, signed under a key kept in the data directory so
+    // that tokens survive a restart.
+    .with_token_signer(Arc::new(token_signer(&opts.data_dir)?));
     let (queue, deliveries) = crate::queue::ChannelQueue::new();
     let state = state.with_work_sender(Arc::new(queue.clone()));
     Ok(LocalStack {
@@ -214,6 +217,37 @@ fn generated_operator_token(data_dir: &Path) -> Result<(String, PathBuf), LocalE
     f.write_all(token.as_bytes()).map_err(io)?;
     make_private(&path, 0o600)?;
     Ok((token, path))
+}
+
+/// The key service principals' access tokens are signed with: 32 random bytes in
+/// `DATA_DIR/token-signing-key` (mode 0600), created on first start. Removing the file ends
+/// every issued token at the next start (clients then exchange their credentials again).
+fn token_signer(data_dir: &Path) -> Result<flotilla_services::auth::TokenSigner, LocalError> {
+    use flotilla_services::auth::TokenSigner;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join("token-signing-key");
+    let io = |source| LocalError::DataDir {
+        path: path.clone(),
+        source,
+    };
+    if let Ok(existing) = std::fs::read_to_string(&path)
+        && let Some(signer) = TokenSigner::from_hex(existing.trim())
+    {
+        make_private(&path, 0o600)?;
+        return Ok(signer);
+    }
+    let key = TokenSigner::new_key_hex();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io)?;
+    f.write_all(key.as_bytes()).map_err(io)?;
+    make_private(&path, 0o600)?;
+    TokenSigner::from_hex(&key).ok_or_else(|| LocalError::Tokens("token signing key".into()))
 }
 
 /// Creates the data directory (mode 0700) when missing. An existing directory keeps its mode
