@@ -57,7 +57,11 @@ fn existence_keys(account: &str, securable: &Securable) -> Vec<flotilla_metastor
     if let Some(c) = securable.catalog_id() {
         out.push(keys::catalog(account, c));
     }
-    out.extend(securable.record_key(account));
+    if let Some(k) = securable.record_key(account)
+        && !out.contains(&k)
+    {
+        out.push(k);
+    }
     out
 }
 
