@@ -179,7 +179,7 @@ fn securable_text(s: &Value) -> String {
             .filter_map(Value::as_str)
             .map(str::to_owned)
             .collect();
-        parts.push(crate::nspath::display(&segs));
+        parts.push(crate::nspath::display_json(&serde_json::json!(segs)));
     }
     if let Some(n) = s["name"].as_str() {
         parts.push(n.to_owned());
@@ -294,7 +294,10 @@ pub async fn run_role(ctx: &Ctx, cmd: RoleCmd) -> CliResult<()> {
             );
         }
         RoleCmd::AddMember { role, member } => {
-            let req = Req::new(Method::PUT, api.acct(&["roles", &role, "members", &member])?);
+            let req = Req::new(
+                Method::PUT,
+                api.acct(&["roles", &role, "members", &member])?,
+            );
             ctx.out.object(&api.send(req).await?.body);
         }
         RoleCmd::RemoveMember { role, member } => {
@@ -358,12 +361,7 @@ pub async fn run_grant(ctx: &Ctx, cmd: GrantCmd) -> CliResult<()> {
 async fn explain(ctx: &Ctx, s: &Value) -> CliResult<Value> {
     let api = &ctx.api;
     let mut req = Req::get(api.acct(&["privileges"])?);
-    for k in [
-        "catalog_id",
-        "name",
-        "integration_id",
-        "overlay_id",
-    ] {
+    for k in ["catalog_id", "name", "integration_id", "overlay_id"] {
         req = req.query_opt(k, s[k].as_str().map(str::to_owned));
     }
     req = req.query_opt("securable_type", s["type"].as_str().map(str::to_owned));

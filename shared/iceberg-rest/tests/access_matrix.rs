@@ -438,29 +438,46 @@ impl Env {
 
     async fn fixture(&mut self, root: &std::path::Path) {
         for a in ["acme", "beta"] {
-            self.op("POST", "/v1/accounts", Some(json!({"id": a}))).await;
+            self.op("POST", "/v1/accounts", Some(json!({"id": a})))
+                .await;
         }
         let c = self
-            .op("POST", "/v1/accounts/acme/catalogs", Some(json!({"display_name": "lake"})))
+            .op(
+                "POST",
+                "/v1/accounts/acme/catalogs",
+                Some(json!({"display_name": "lake"})),
+            )
             .await;
         self.vars.insert("c", c["id"].as_str().unwrap().to_owned());
-        let cfg = self.op("GET", "/iceberg/v1/config?warehouse=acme/lake", None).await;
+        let cfg = self
+            .op("GET", "/iceberg/v1/config?warehouse=acme/lake", None)
+            .await;
         self.vars
             .insert("x", cfg["overrides"]["prefix"].as_str().unwrap().to_owned());
-        self.op("POST", "/iceberg/v1/{x}/namespaces", Some(json!({"namespace": ["ns1"]})))
-            .await;
+        self.op(
+            "POST",
+            "/iceberg/v1/{x}/namespaces",
+            Some(json!({"namespace": ["ns1"]})),
+        )
+        .await;
         let t1 = self.iceberg_table("t1").await;
         self.vars
             .insert("meta", t1["metadata-location"].as_str().unwrap().to_owned());
         self.iceberg_table("t2").await;
-        self.op("POST", "/iceberg/v1/{x}/namespaces/ns1/views", Some(serde_json::from_str(VIEW_BODY_V1).unwrap()))
-            .await;
+        self.op(
+            "POST",
+            "/iceberg/v1/{x}/namespaces/ns1/views",
+            Some(serde_json::from_str(VIEW_BODY_V1).unwrap()),
+        )
+        .await;
         let i = self
             .op(
                 "POST",
                 "/v1/accounts/acme/integrations",
-                Some(json!({"display_name": "up", "type": "ICEBERG_REST", "uri": "{upstream}",
-                    "authentication": {"type": "BEARER"}, "credentials": {"token": "t"}})),
+                Some(
+                    json!({"display_name": "up", "type": "ICEBERG_REST", "uri": "{upstream}",
+                    "authentication": {"type": "BEARER"}, "credentials": {"token": "t"}}),
+                ),
             )
             .await;
         self.vars.insert("i", i["id"].as_str().unwrap().to_owned());
@@ -468,25 +485,40 @@ impl Env {
             .op(
                 "POST",
                 "/v1/accounts/acme/overlays",
-                Some(json!({"display_name": "imp", "integration_id": "{i}", "catalog_id": "{c}",
-                    "include_namespaces": [["sales"]]})),
+                Some(
+                    json!({"display_name": "imp", "integration_id": "{i}", "catalog_id": "{c}",
+                    "include_namespaces": [["sales"]]}),
+                ),
             )
             .await;
         self.vars.insert("o", o["id"].as_str().unwrap().to_owned());
         // An index catalog with namespace `n` and indexes `idx1`, `idx2`.
         let wh = root.join("ix");
         std::fs::create_dir_all(&wh).unwrap();
-        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../parqdb/fixtures/v1");
-        for (name, rel) in [("ixloc", "valid/metadata.json"), ("ixloc2", "valid/lvq4/metadata.json")] {
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../parqdb/fixtures/v1");
+        for (name, rel) in [
+            ("ixloc", "valid/metadata.json"),
+            ("ixloc2", "valid/lvq4/metadata.json"),
+        ] {
             let to = wh.join(format!("{name}.json"));
             std::fs::copy(fixtures.join(rel), &to).unwrap();
             self.vars.insert(name, format!("file://{}", to.display()));
         }
-        self.vars.insert("ixwh", format!("file://{}/", wh.display()));
-        self.op("POST", "/v1/accounts/acme/index-catalogs", Some(json!({"name": "ix", "warehouse": "{ixwh}"})))
-            .await;
-        self.op("POST", "/v1/accounts/acme/index-catalogs/ix/namespaces", Some(json!({"path": ["n"]})))
-            .await;
+        self.vars
+            .insert("ixwh", format!("file://{}/", wh.display()));
+        self.op(
+            "POST",
+            "/v1/accounts/acme/index-catalogs",
+            Some(json!({"name": "ix", "warehouse": "{ixwh}"})),
+        )
+        .await;
+        self.op(
+            "POST",
+            "/v1/accounts/acme/index-catalogs/ix/namespaces",
+            Some(json!({"path": ["n"]})),
+        )
+        .await;
         for (name, loc) in [("idx1", "{ixloc}"), ("idx2", "{ixloc2}")] {
             self.op(
                 "POST",
@@ -503,19 +535,30 @@ impl Env {
             ("integrators", vec!["ivan"]),
             ("spare", vec![]),
         ] {
-            self.op("POST", "/v1/accounts/acme/roles", Some(json!({"name": role}))).await;
+            self.op(
+                "POST",
+                "/v1/accounts/acme/roles",
+                Some(json!({"name": role})),
+            )
+            .await;
             for m in members {
-                self.op("PUT", &format!("/v1/accounts/acme/roles/{role}/members/{m}"), None)
-                    .await;
+                self.op(
+                    "PUT",
+                    &format!("/v1/accounts/acme/roles/{role}/members/{m}"),
+                    None,
+                )
+                .await;
             }
         }
-        let grant = |role: &str, privilege: &str, securable: Value| {
-            json!({"role": role, "privilege": privilege, "securable": securable})
-        };
+        let grant = |role: &str, privilege: &str, securable: Value| json!({"role": role, "privilege": privilege, "securable": securable});
         let catalog = json!({"type": "CATALOG", "catalog_id": "{c}"});
         let ix = json!({"type": "INDEX_CATALOG", "name": "ix"});
         let g = self
-            .op("POST", "/v1/accounts/acme/grants", Some(grant("readers", "READ", catalog.clone())))
+            .op(
+                "POST",
+                "/v1/accounts/acme/grants",
+                Some(grant("readers", "READ", catalog.clone())),
+            )
             .await;
         self.vars.insert("g", g["id"].as_str().unwrap().to_owned());
         for body in [
@@ -523,14 +566,31 @@ impl Env {
             grant("readers", "READ", ix.clone()),
             grant("writers", "WRITE", catalog.clone()),
             grant("writers", "WRITE", ix.clone()),
-            grant("integrators", "INTEGRATION_CREATE", json!({"type": "ACCOUNT"})),
-            grant("integrators", "MANAGE", json!({"type": "INTEGRATION", "integration_id": "{i}"})),
-            grant("integrators", "MANAGE", json!({"type": "OVERLAY", "overlay_id": "{o}"})),
+            grant(
+                "integrators",
+                "INTEGRATION_CREATE",
+                json!({"type": "ACCOUNT"}),
+            ),
+            grant(
+                "integrators",
+                "MANAGE",
+                json!({"type": "INTEGRATION", "integration_id": "{i}"}),
+            ),
+            grant(
+                "integrators",
+                "MANAGE",
+                json!({"type": "OVERLAY", "overlay_id": "{o}"}),
+            ),
         ] {
-            self.op("POST", "/v1/accounts/acme/grants", Some(body)).await;
+            self.op("POST", "/v1/accounts/acme/grants", Some(body))
+                .await;
         }
         let p = self
-            .op("POST", "/v1/accounts/acme/principals", Some(json!({"name": "svc"})))
+            .op(
+                "POST",
+                "/v1/accounts/acme/principals",
+                Some(json!({"name": "svc"})),
+            )
             .await;
         self.vars.insert("p", p["id"].as_str().unwrap().to_owned());
     }
@@ -539,26 +599,39 @@ impl Env {
         self.op(
             "POST",
             "/iceberg/v1/{x}/namespaces/ns1/tables",
-            Some(json!({"name": name, "schema": {"type": "struct", "schema-id": 0, "fields": [
-                {"id": 1, "name": "id", "required": true, "type": "long"}]}})),
+            Some(
+                json!({"name": name, "schema": {"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "id", "required": true, "type": "long"}]}}),
+            ),
         )
         .await
     }
 
     async fn setup(&self, s: Setup) {
-        let idx = |name: &str| {
-            json!({"name": name, "metadata_location": "{ixloc}", "source": {"type": "PARQUET", "uri": "s3://lake/docs/"}})
-        };
+        let idx = |name: &str| json!({"name": name, "metadata_location": "{ixloc}", "source": {"type": "PARQUET", "uri": "s3://lake/docs/"}});
         match s {
             Setup::None => {}
             Setup::IndexNamespace => {
-                let _ = self.try_op("POST", "/v1/accounts/acme/index-catalogs/ix/namespaces", json!({"path": ["tmp"]})).await;
+                let _ = self
+                    .try_op(
+                        "POST",
+                        "/v1/accounts/acme/index-catalogs/ix/namespaces",
+                        json!({"path": ["tmp"]}),
+                    )
+                    .await;
             }
             Setup::Index => {
-                let _ = self.try_op("POST", "/v1/accounts/acme/index-catalogs/ix/namespaces/n/indexes", idx("tmp")).await;
+                let _ = self
+                    .try_op(
+                        "POST",
+                        "/v1/accounts/acme/index-catalogs/ix/namespaces/n/indexes",
+                        idx("tmp"),
+                    )
+                    .await;
             }
             Setup::Member => {
-                self.op("PUT", "/v1/accounts/acme/roles/spare/members/x", None).await;
+                self.op("PUT", "/v1/accounts/acme/roles/spare/members/x", None)
+                    .await;
             }
             Setup::IcebergTable => {
                 let _ = self
@@ -568,16 +641,26 @@ impl Env {
             Setup::IcebergView => {
                 let mut v: Value = serde_json::from_str(VIEW_BODY_V1).unwrap();
                 v["name"] = json!("tmpv");
-                let _ = self.try_op("POST", "/iceberg/v1/{x}/namespaces/ns1/views", v).await;
+                let _ = self
+                    .try_op("POST", "/iceberg/v1/{x}/namespaces/ns1/views", v)
+                    .await;
             }
         }
     }
 
     /// An operator call that may find its object already there (a setup repeated).
     async fn try_op(&self, method: &str, uri: &str, body: Value) -> StatusCode {
-        send(&self.app, method, &self.fill(uri), Some(OPERATOR), Some(self.fill(&body.to_string())), false, None)
-            .await
-            .0
+        send(
+            &self.app,
+            method,
+            &self.fill(uri),
+            Some(OPERATOR),
+            Some(self.fill(&body.to_string())),
+            false,
+            None,
+        )
+        .await
+        .0
     }
 }
 
@@ -598,7 +681,8 @@ async fn run_matrix(env: &Env) {
             let uri = env.fill(r.uri);
             let body = r.body.map(|b| env.fill(b));
             let stale = r.stale.then_some("\"stale-etag\"");
-            let (status, v) = send(&env.app, r.method, &uri, Some(token), body, r.form, stale).await;
+            let (status, v) =
+                send(&env.app, r.method, &uri, Some(token), body, r.form, stale).await;
             let got = judged(status);
             let want = r.expect[i];
             let shape_ok = match (got, r.route.starts_with("/iceberg"), r.method) {
@@ -621,9 +705,23 @@ async fn run_matrix(env: &Env) {
     }
     // Nothing the refused callers sent changed the fixture: the catalog still holds its
     // tables and the roles their grants.
-    let (s, v) = send(&env.app, "GET", &env.fill("/v1/accounts/acme/catalogs/{c}/namespaces/ns1/tables"), Some(OPERATOR), None, false, None).await;
+    let (s, v) = send(
+        &env.app,
+        "GET",
+        &env.fill("/v1/accounts/acme/catalogs/{c}/namespaces/ns1/tables"),
+        Some(OPERATOR),
+        None,
+        false,
+        None,
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    assert!(failures.is_empty(), "{} cells differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} cells differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     let _ = &env.state;
 }
 
@@ -642,7 +740,9 @@ async fn authorization_matrix_on_dynamodb() {
     flotilla_metastore::dynamo::DynamoMetastore::create_table(&client, &table)
         .await
         .unwrap();
-    let store = Arc::new(flotilla_metastore::dynamo::DynamoMetastore::new(client, table));
+    let store = Arc::new(flotilla_metastore::dynamo::DynamoMetastore::new(
+        client, table,
+    ));
     let env = Env::new(store).await;
     run_matrix(&env).await;
 }
@@ -653,7 +753,12 @@ async fn authorization_matrix_on_dynamodb() {
 #[tokio::test]
 async fn every_served_route_has_a_matrix_row() {
     let store = Arc::new(flotilla_metastore::redb_store::RedbMetastore::in_memory().unwrap());
-    let state = AppState::new(store, Arc::new(SystemClock), Arc::new(StaticTokens::new()), Config::default());
+    let state = AppState::new(
+        store,
+        Arc::new(SystemClock),
+        Arc::new(StaticTokens::new()),
+        Config::default(),
+    );
     let app = flotilla_iceberg_rest::router(state, IcebergConfig::default());
     let (s, doc) = send(&app, "GET", "/v1/openapi.json", None, None, false, None).await;
     assert_eq!(s, StatusCode::OK);
@@ -682,6 +787,12 @@ async fn every_served_route_has_a_matrix_row() {
     }
     let missing: Vec<_> = served.difference(&covered).collect();
     let unknown: Vec<_> = covered.difference(&served).collect();
-    assert!(missing.is_empty(), "routes without a row in the authorization matrix: {missing:?}");
-    assert!(unknown.is_empty(), "rows naming no served route: {unknown:?}");
+    assert!(
+        missing.is_empty(),
+        "routes without a row in the authorization matrix: {missing:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "rows naming no served route: {unknown:?}"
+    );
 }

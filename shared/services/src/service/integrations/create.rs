@@ -148,6 +148,16 @@ pub async fn create(
                             keys::integration(account, &old.value.id),
                             old.version,
                         ));
+                        // The retired identity's grants go with it.
+                        ops.extend(
+                            crate::acl::cascade_ops(
+                                store,
+                                &state.acl,
+                                account,
+                                &crate::acl::Securable::integration(&old.value.id),
+                            )
+                            .await?,
+                        );
                         ops.push(Op::replace(
                             name_key.clone(),
                             idx.version,

@@ -95,6 +95,16 @@ pub async fn delete(
                 extra.push(Op::delete(keys::due_entry(account, id, due)));
             }
         }
+        // The grants naming it go with it.
+        extra.extend(
+            crate::acl::cascade_ops(
+                store,
+                &state.acl,
+                account,
+                &crate::acl::Securable::integration(id),
+            )
+            .await?,
+        );
         let outcome = guarded_delete(
             state,
             keys::integration_fence(account, id),
@@ -237,6 +247,15 @@ pub(super) async fn cascade_delete(
                 tx.push(Op::delete(keys::due_entry(account, id, due)));
             }
         }
+        tx.ops.extend(
+            crate::acl::cascade_ops(
+                store,
+                &state.acl,
+                account,
+                &crate::acl::Securable::integration(id),
+            )
+            .await?,
+        );
         match store.transact(tx).await {
             Ok(()) => {
                 removed = true;
