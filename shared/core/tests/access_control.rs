@@ -41,12 +41,7 @@ fn host(store: DynMetastore) -> Harness {
         Config::default(),
     )
     .with_token_signer(Arc::new(TokenSigner::new([9; 32])));
-    Harness {
-        router: flotilla_core::router(state.clone()),
-        state,
-        clock: None,
-        _dir: None,
-    }
+    Harness::over(state)
 }
 
 const A: &str = "/v1/accounts/acme";
@@ -111,8 +106,10 @@ fn redb() -> (DynMetastore, tempfile::TempDir) {
 
 #[tokio::test]
 async fn a_revoke_is_in_force_on_the_next_request_on_every_host_for_one_point_read() {
-    let (store, _dir) = redb();
-    let counting = Arc::new(CountingMetastore::new(store));
+    let dir = tempfile::tempdir().unwrap();
+    let redb =
+        flotilla_metastore::redb_store::RedbMetastore::open(dir.path().join("m.redb")).unwrap();
+    let counting = Arc::new(CountingMetastore::new(redb));
     let counters = counting.counters();
     // Two hosts on one store: host 1 changes grants, host 2 serves the analyst.
     let h1 = host(counting.clone());
