@@ -262,6 +262,18 @@ pub struct SecurableQuery {
 
 impl SecurableQuery {
     pub fn securable(&self) -> Result<Securable> {
+        // Every id given is checked, whether the securable type uses it or not.
+        for (what, v) in [
+            ("catalog_id", &self.catalog_id),
+            ("integration_id", &self.integration_id),
+            ("overlay_id", &self.overlay_id),
+        ] {
+            if let Some(v) = v
+                && flotilla_domain::names::validate_resource_id(v).is_err()
+            {
+                return Err(Error::invalid(format!("{what} is malformed")));
+            }
+        }
         let kind = match self.securable_type.as_deref() {
             None | Some("") => SecurableType::Account,
             Some(t) => SecurableType::parse(t)?,
