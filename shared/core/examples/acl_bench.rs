@@ -93,7 +93,7 @@ async fn main() {
         Arc::new(tokens),
         Config::default(),
     );
-    let router = flotilla_core::router(state);
+    let router = flotilla_core::router(state.clone());
     let (s, _) = call(
         &router,
         operator,
@@ -219,6 +219,37 @@ async fn main() {
         cases.push(case);
     }
 
+    // The parts of the named principal's cost: the validation (the generation point read and
+    // the cached view) and the decision on the view.
+    let scope = flotilla_core::auth::Principal::for_accounts("bench", ["bench".to_owned()])
+        .named("reader", Vec::<String>::new())
+        .authorize_account("bench")
+        .expect("scope");
+    let mut validate = Vec::with_capacity(n);
+    let mut decide = Vec::with_capacity(n);
+    let table = flotilla_core::acl::Securable::Table {
+        catalog_id: cat.clone(),
+        path: vec!["ns00".into()],
+        name: "t042".into(),
+    };
+    for _ in 0..n {
+        let t = Instant::now();
+        let access =
+            flotilla_core::acl::Access::resolve(state.store.as_ref(), &state.acl, scope.clone())
+                .await
+                .expect("access");
+        validate.push(t.elapsed());
+        let t = Instant::now();
+        access
+            .authorize(flotilla_core::acl::Action::Read, &table)
+            .expect("allowed");
+        decide.push(t.elapsed());
+    }
+    println!(
+        "parts (µs p50): resolve (point read + view + roles) {:.1}, authorize {:.2}",
+        pct(&validate, 0.5),
+        pct(&decide, 0.5)
+    );
     println!(
         "{:<22} {:>7} {:>11} {:>10} {:>11} {:>10} {:>9} {:>13} {:>13}",
         "request (redb)",
@@ -254,7 +285,8 @@ async fn main() {
             "point_reads_off": c.point_reads_off, "point_reads_on": c.point_reads_on,
         }));
     }
-    let out = json!({"backend": "redb", "roles": 40, "grants": 200, "results": results});
+    let out = json!({"backend": "redb", "roles": 40, "grants": 200, "results": results,
+        "resolve_p50_us": pct(&validate, 0.5), "authorize_p50_us": pct(&decide, 0.5)});
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench-results");
     std::fs::create_dir_all(&path).expect("bench-results");
     std::fs::write(

@@ -22,6 +22,22 @@ use flotilla_services::service::relations::directory_bump;
 const MAX_RETIRE_OPS: usize = 90;
 
 impl Publisher<'_> {
+    /// Commits a batch retiring the relations at `slots` with the deletion of their grants;
+    /// a batch that would outgrow one transaction with them answers `Reread`, so the caller
+    /// retires its relations one by one.
+    async fn commit_with_grants(
+        &self,
+        mut ops: Vec<Op>,
+        slots: &[&Slot],
+    ) -> Result<Commit, ReconcileError> {
+        let grants = self.grant_ops(slots).await?;
+        if grants.len() + ops.len() > MAX_RETIRE_OPS {
+            return Ok(Commit::Reread);
+        }
+        ops.extend(grants);
+        self.commit(ops).await
+    }
+
     /// The operations that delete the grants naming the relations at `slots` (a retired
     /// relation takes its grants with it), with the account's grants generation check.
     async fn grant_ops(&self, slots: &[&Slot]) -> Result<Vec<Op>, ReconcileError> {
@@ -76,15 +92,7 @@ impl Publisher<'_> {
                 .collect();
             ops.push(directory_bump(cat)?);
             let slots: Vec<&Slot> = batch.iter().map(|(slot, _)| *slot).collect();
-            let grants = self.grant_ops(&slots).await?;
-            let outcome = if grants.len() + ops.len() > MAX_RETIRE_OPS {
-                // Too many grants to go in one transaction with the batch: one by one.
-                Commit::Reread
-            } else {
-                ops.extend(grants);
-                self.commit(ops).await?
-            };
-            match outcome {
+            match self.commit_with_grants(ops, &slots).await? {
                 Commit::Applied => {
                     for (_, r) in batch {
                         counts_for(summary, r.value.kind).retired += 1;
@@ -174,14 +182,7 @@ impl Publisher<'_> {
                 .collect();
             ops.push(directory_bump(cat)?);
             let slots: Vec<&Slot> = batch.iter().map(|(slot, _, _)| slot).collect();
-            let grants = self.grant_ops(&slots).await?;
-            let outcome = if grants.len() + ops.len() > MAX_RETIRE_OPS {
-                Commit::Reread
-            } else {
-                ops.extend(grants);
-                self.commit(ops).await?
-            };
-            match outcome {
+            match self.commit_with_grants(ops, &slots).await? {
                 Commit::Applied => {
                     for (_, _, kind) in batch {
                         counts_for(summary, *kind).retired += 1;

@@ -152,6 +152,16 @@ impl AppState {
         }
     }
 
+    /// The operations that remove the grants naming `securable` (or anything below it), for
+    /// the transaction that deletes it ([`crate::acl::cascade_ops`]).
+    pub async fn grant_cascade(
+        &self,
+        account: &str,
+        securable: &crate::acl::Securable,
+    ) -> Result<Vec<flotilla_metastore::Op>> {
+        crate::acl::cascade_ops(self.store.as_ref(), &self.acl, account, securable).await
+    }
+
     /// Service principals' access tokens signed and verified under `signer`.
     pub fn with_token_signer(mut self, signer: Arc<crate::auth::TokenSigner>) -> Self {
         self.token_signer = Some(signer);

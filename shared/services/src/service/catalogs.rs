@@ -190,13 +190,12 @@ pub async fn create(
                             ops.push(Op::delete(keys::catalog_guard(&old.value.id)));
                             // The retired identity's grants go with it.
                             ops.extend(
-                                crate::acl::cascade_ops(
-                                    store,
-                                    &state.acl,
-                                    account,
-                                    &crate::acl::Securable::catalog(&old.value.id),
-                                )
-                                .await?,
+                                state
+                                    .grant_cascade(
+                                        account,
+                                        &crate::acl::Securable::catalog(&old.value.id),
+                                    )
+                                    .await?,
                             );
                         }
                     }
@@ -396,13 +395,9 @@ pub async fn delete(
         ];
         // The grants naming it go with it.
         final_ops.extend(
-            crate::acl::cascade_ops(
-                store,
-                &state.acl,
-                account,
-                &crate::acl::Securable::catalog(id),
-            )
-            .await?,
+            state
+                .grant_cascade(account, &crate::acl::Securable::catalog(id))
+                .await?,
         );
         // Captured state objects in the warehouse: their sweep is recorded with the deletion.
         #[cfg(feature = "index-catalogs")]

@@ -322,6 +322,11 @@ pub async fn list(
     if let Some(p) = parent {
         require_from(&reads, catalog_id, p)?;
     }
+    // A reader of the whole container sees every child: no check per item.
+    let all = access.allows(
+        crate::acl::Action::Read,
+        &crate::acl::Securable::container(catalog_id, parent),
+    );
     let (items, next) = super::list_page(
         store,
         &keys::catalog_pk(catalog_id),
@@ -332,9 +337,9 @@ pub async fn list(
         token,
         |item| {
             let rec: NamespaceRecord = super::decode(item)?;
-            Ok(access
-                .visible(&crate::acl::Securable::namespace(catalog_id, &rec.path))
-                .then(|| rec.to_api()))
+            let visible =
+                all || access.visible(&crate::acl::Securable::namespace(catalog_id, &rec.path));
+            Ok(visible.then(|| rec.to_api()))
         },
     )
     .await?;
@@ -391,13 +396,9 @@ pub async fn delete(
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         // The grants naming it go with it (a grant created meanwhile fails the final
         // transaction, which then retries).
-        let grants = crate::acl::cascade_ops(
-            store,
-            &state.acl,
-            account,
-            &crate::acl::Securable::namespace(catalog_id, path),
-        )
-        .await?;
+        let grants = state
+            .grant_cascade(account, &crate::acl::Securable::namespace(catalog_id, path))
+            .await?;
         let outcome = guarded_delete(
             state,
             keys::namespace_guard(catalog_id, path),

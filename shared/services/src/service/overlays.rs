@@ -629,13 +629,9 @@ pub async fn delete(
         tx.push(Op::delete(fence_key.clone()));
         // Its grants go with it.
         tx.ops.extend(
-            crate::acl::cascade_ops(
-                store,
-                &state.acl,
-                account,
-                &crate::acl::Securable::overlay(id),
-            )
-            .await?,
+            state
+                .grant_cascade(account, &crate::acl::Securable::overlay(id))
+                .await?,
         );
         match store.transact(tx).await {
             Ok(()) => return Ok(()),
@@ -738,9 +734,8 @@ pub async fn retire_contributions(
             &rec.name,
             rec.kind,
         );
-        tx.ops.extend(
-            crate::acl::cascade_ops(store, &state.acl, &overlay.account_id, &securable).await?,
-        );
+        tx.ops
+            .extend(state.grant_cascade(&overlay.account_id, &securable).await?);
         match store.transact(tx).await {
             Ok(()) => counts.relations += 1,
             Err(e) if super::is_condition_failure(&e) => {}
@@ -847,13 +842,9 @@ async fn prune(
                     .then(|| Error::new(ErrorKind::HasDependents, "namespace in use")))
             };
         // The grants naming the namespace go with it.
-        let grants = crate::acl::cascade_ops(
-            store,
-            &state.acl,
-            account,
-            &crate::acl::Securable::namespace(catalog_id, path),
-        )
-        .await?;
+        let grants = state
+            .grant_cascade(account, &crate::acl::Securable::namespace(catalog_id, path))
+            .await?;
         match super::guarded_delete(
             state,
             keys::namespace_guard(catalog_id, path),

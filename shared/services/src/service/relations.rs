@@ -388,6 +388,11 @@ pub async fn list(
     .await?;
     catalogs::load_from(&reads, account, catalog_id)?;
     super::namespaces::require_from(&reads, catalog_id, ns)?;
+    // A reader of the whole namespace sees every relation in it: no check per item.
+    let all = access.allows(
+        crate::acl::Action::Read,
+        &Securable::namespace(catalog_id, ns),
+    );
     let (items, next) = super::list_page(
         store,
         &keys::catalog_pk(catalog_id),
@@ -399,7 +404,7 @@ pub async fn list(
         |item| {
             let rec: RelationRecord = super::decode(item)?;
             let visible = rec.kind == kind
-                && access.visible(&Securable::relation(catalog_id, ns, &rec.name, kind));
+                && (all || access.visible(&Securable::relation(catalog_id, ns, &rec.name, kind)));
             Ok(visible.then(|| rec.to_api()))
         },
     )
@@ -595,7 +600,7 @@ pub async fn delete(
             .with(directory_bump(catalog_id)?);
         // Its grants go with it (a grant created meanwhile fails this transaction).
         let securable = Securable::relation(catalog_id, ns, name, kind);
-        for op in crate::acl::cascade_ops(store, &state.acl, account, &securable).await? {
+        for op in state.grant_cascade(account, &securable).await? {
             tx.push(op);
         }
         match store.transact(tx).await {

@@ -202,11 +202,7 @@ pub async fn delete(
     let account = access.account.as_str();
     write(state, account, |view, after_unknown| {
         let Some(g) = view.grants.get(id).filter(|g| may_see(access, g)) else {
-            return if after_unknown {
-                Ok(Step::Done(()))
-            } else {
-                Err(not_found())
-            };
+            return super::gone(after_unknown, not_found());
         };
         crate::service::check_if_match(if_match, &etag_for(&g.id, g.revision))?;
         Ok(Step::Commit(vec![Op::delete(keys::grant(account, id))], ()))

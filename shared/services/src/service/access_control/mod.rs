@@ -47,6 +47,16 @@ pub(crate) enum Step<T> {
     Done(T),
 }
 
+/// What a delete answers when its object is not in the view: done after an attempt whose
+/// outcome was unknown (that attempt removed it), else `absent`.
+pub(crate) fn gone(after_unknown: bool, absent: Error) -> Result<Step<()>> {
+    if after_unknown {
+        Ok(Step::Done(()))
+    } else {
+        Err(absent)
+    }
+}
+
 /// Runs an access-control write: `decide(view, after_unknown)` reads the current view and
 /// answers the operations; they commit with the generation bump at the view's version, or the
 /// attempt starts over from a fresh view. `after_unknown` is set once an earlier attempt's

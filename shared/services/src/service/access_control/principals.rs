@@ -213,11 +213,7 @@ pub async fn delete(
 ) -> Result<()> {
     write(state, account, |view, after_unknown| {
         let Some(cur) = view.principals.get(id) else {
-            return if after_unknown {
-                Ok(Step::Done(()))
-            } else {
-                Err(not_found())
-            };
+            return super::gone(after_unknown, not_found());
         };
         crate::service::check_if_match(if_match, &etag_for(&cur.id, cur.revision))?;
         let mut ops = vec![

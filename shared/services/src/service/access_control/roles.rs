@@ -129,11 +129,7 @@ pub async fn delete(
 ) -> Result<()> {
     write(state, account, |view, after_unknown| {
         let Some(role) = view.roles.get(name) else {
-            return if after_unknown {
-                Ok(Step::Done(()))
-            } else {
-                Err(not_found())
-            };
+            return super::gone(after_unknown, not_found());
         };
         crate::service::check_if_match(if_match, &etag_for(&role.id, role.revision))?;
         let mut ops = vec![Op::delete(keys::role(account, name))];
@@ -207,11 +203,7 @@ pub async fn remove_member(
             return Err(not_found());
         }
         if !view.members.get(role).is_some_and(|m| m.contains(&member)) {
-            return if after_unknown {
-                Ok(Step::Done(()))
-            } else {
-                Err(Error::not_found("member"))
-            };
+            return super::gone(after_unknown, Error::not_found("member"));
         }
         Ok(Step::Commit(
             vec![Op::delete(keys::role_member(account, role, &member))],

@@ -150,13 +150,12 @@ pub async fn create(
                         ));
                         // The retired identity's grants go with it.
                         ops.extend(
-                            crate::acl::cascade_ops(
-                                store,
-                                &state.acl,
-                                account,
-                                &crate::acl::Securable::integration(&old.value.id),
-                            )
-                            .await?,
+                            state
+                                .grant_cascade(
+                                    account,
+                                    &crate::acl::Securable::integration(&old.value.id),
+                                )
+                                .await?,
                         );
                         ops.push(Op::replace(
                             name_key.clone(),

@@ -97,13 +97,9 @@ pub async fn delete(
         }
         // The grants naming it go with it.
         extra.extend(
-            crate::acl::cascade_ops(
-                store,
-                &state.acl,
-                account,
-                &crate::acl::Securable::integration(id),
-            )
-            .await?,
+            state
+                .grant_cascade(account, &crate::acl::Securable::integration(id))
+                .await?,
         );
         let outcome = guarded_delete(
             state,
@@ -248,13 +244,9 @@ pub(super) async fn cascade_delete(
             }
         }
         tx.ops.extend(
-            crate::acl::cascade_ops(
-                store,
-                &state.acl,
-                account,
-                &crate::acl::Securable::integration(id),
-            )
-            .await?,
+            state
+                .grant_cascade(account, &crate::acl::Securable::integration(id))
+                .await?,
         );
         match store.transact(tx).await {
             Ok(()) => {
