@@ -380,11 +380,11 @@ pub async fn whoami(ctx: &Ctx) -> CliResult<()> {
         .send(Req::get(vec!["v1".into(), "whoami".into()]))
         .await?
         .body;
-    if let Ok(path) = api.acct(&["privileges"]) {
-        if let Ok(a) = api.send(Req::get(path)).await {
-            me["account_admin"] = a.body["account_admin"].clone();
-            me["roles"] = a.body["roles"].clone();
-        }
+    if let Ok(path) = api.acct(&["privileges"])
+        && let Ok(a) = api.send(Req::get(path)).await
+    {
+        me["account_admin"] = a.body["account_admin"].clone();
+        me["roles"] = a.body["roles"].clone();
     }
     ctx.out.object(&me);
     Ok(())

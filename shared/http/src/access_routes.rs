@@ -20,7 +20,6 @@ use super::extract::{
 };
 use super::{json_response, no_content, ok, recorded};
 use crate::error::HttpResult;
-use flotilla_base::error::Error;
 use flotilla_services::acl::SecurableType;
 use flotilla_services::service::access_control::{grants, principals, roles};
 use flotilla_services::service::page_size;
@@ -310,6 +309,6 @@ async fn delete_grant(
 
 /// `GET {A}/privileges?securable_type=&catalog_id=&path=&name=&integration_id=&overlay_id=`.
 async fn privileges(Scope(access): Scope, Q(q): Q<grants::SecurableQuery>) -> HttpResult<Response> {
-    let securable = q.securable().map_err(Error::from)?;
+    let securable = q.securable()?;
     Ok(ok(grants::explain(&access, &securable)?))
 }

@@ -16,8 +16,6 @@
 //! `every_served_route_has_a_matrix_row` fails when a route is added to the document or the
 //! Iceberg `endpoints` list without a row here.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
