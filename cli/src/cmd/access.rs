@@ -72,9 +72,10 @@ pub enum RoleCmd {
 /// Which securable a grant command names.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct SecurableArgs {
-    /// The account itself (for ACCOUNT_ADMIN and the *_CREATE privileges).
+    /// The account itself (for ACCOUNT_ADMIN and the *_CREATE privileges; the account is
+    /// the one of `--account` / `FLOTILLA_ACCOUNT`).
     #[arg(long, conflicts_with_all = ["catalog", "integration", "overlay", "index_catalog"])]
-    pub account: bool,
+    pub on_account: bool,
     /// A catalog (name or id); with --namespace a namespace, with --table or --view a relation.
     #[arg(long)]
     pub catalog: Option<String>,
@@ -191,7 +192,7 @@ impl SecurableArgs {
     /// The securable as the API's JSON, resolving names to ids.
     async fn to_json(&self, ctx: &Ctx) -> CliResult<Value> {
         let api = &ctx.api;
-        if self.account {
+        if self.on_account {
             return Ok(json!({"type": "ACCOUNT"}));
         }
         if let Some(c) = &self.catalog {
@@ -222,7 +223,7 @@ impl SecurableArgs {
             return Ok(json!({"type": "INDEX_CATALOG", "name": n}));
         }
         Err(CliError::usage(
-            "name a securable: --account, --catalog [--namespace [--table|--view]], \
+            "name a securable: --on-account, --catalog [--namespace [--table|--view]], \
              --integration, --overlay or --index-catalog",
         ))
     }

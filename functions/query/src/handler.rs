@@ -251,6 +251,75 @@ mod tests {
         );
     }
 
+    /// An event naming a principal answers what its grants let it read, through the same
+    /// decision as `/v1`: nothing (as absent) without a grant, the granted namespace with one.
+    #[tokio::test]
+    async fn a_principal_in_the_event_reads_only_what_it_was_granted() {
+        use flotilla_services::service::access_control::{grants, roles};
+        let f = fixture().await;
+        create_table(&f, "orders").await;
+        let mut e = event(&f);
+        e.principal = Some(EventPrincipal {
+            name: "rita".into(),
+            groups: vec!["bi".into()],
+        });
+        let err = handle(&f.state, e.clone()).await.expect_err("no grant");
+        assert_eq!(err.api().kind, ErrorKind::NotFound);
+        roles::create(
+            &f.state,
+            "acme",
+            from(json!({"name": "bi"})),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("role");
+        roles::add_member(&f.state, "acme", "bi", "group:bi")
+            .await
+            .expect("member");
+        let admin = flotilla_services::acl::Access::unrestricted(
+            Principal::for_accounts("t", ["acme".to_owned()]),
+            "acme",
+        );
+        grants::create(
+            &f.state,
+            &admin,
+            from(json!({"role": "bi", "privilege": "READ",
+                "securable": {"type": "NAMESPACE", "catalog_id": f.catalog, "path": ["sales"]}})),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("grant");
+        let ns = NamespacePath::new(vec!["hr".into()]).expect("ns");
+        namespaces::create(
+            &f.state,
+            "acme",
+            &f.catalog,
+            from(json!({"path": ["hr"]})),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("namespace");
+        let body = json!({"name": "salaries", "format": "ICEBERG", "schema": {"type": "struct", "fields": []}});
+        relations::create_table(
+            &f.state,
+            "acme",
+            &f.catalog,
+            &ns,
+            from(body),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("table");
+        let got = handle(&f.state, e).await.expect("directory");
+        assert_eq!(names(&got), ["orders"]);
+        let all = handle(&f.state, event(&f)).await.expect("directory");
+        assert_eq!(names(&all), ["salaries", "orders"]);
+    }
+
     #[test]
     fn unknown_event_fields_are_refused() {
         assert!(

@@ -91,8 +91,8 @@ async fn put_visibility(
                 .ok()
                 .flatten()
                 .and_then(|r| r.value.managed_by.map(|m| m.overlay_id));
-        let by_overlay = access.visible(&table)
-            && managing.is_some_and(|o| access.allows(Action::Manage, &Securable::overlay(&o)));
+        let by_overlay =
+            managing.is_some_and(|o| access.allows(Action::Manage, &Securable::overlay(&o)));
         if !by_overlay {
             return Err(access.refusal(Action::Manage, &table).into());
         }

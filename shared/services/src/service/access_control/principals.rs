@@ -253,14 +253,9 @@ pub async fn exchange(state: &AppState, client_id: &str, secret: &str) -> Result
         error: "invalid_client",
         description: "the client credentials are not valid".into(),
     };
+    // A host that issues no service principal tokens knows no such client: the same refusal.
     let Some(signer) = state.token_signer.clone() else {
-        return Ok(Exchanged::Refused {
-            status: 400,
-            error: "invalid_request",
-            description: "this deployment issues no service principal tokens: use the \
-                          identity provider's token endpoint"
-                .into(),
-        });
+        return Ok(refused());
     };
     if secret.len() > MAX_SECRET_BYTES {
         return Ok(refused());
