@@ -74,7 +74,7 @@ function grantsCard(a, rerender) {
 
 function rolesCard(a, rerender) {
   const members = (r) => (r.members || []).map((m) => {
-    const x = h('button', { type: 'button', class: 'chip', title: 'Remove', 'data-member': m }, `${m} ×`);
+    const x = h('button', { type: 'button', class: 'secondary small', title: 'Remove', 'data-member': m }, `${m} ×`);
     x.addEventListener('click', async () => {
       await del(path`/v1/accounts/${a}/roles/${r.name}/members/${m}`);
       rerender();
