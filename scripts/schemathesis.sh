@@ -23,7 +23,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/flotilla/target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="${VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 ST="$VENV/bin/schemathesis"

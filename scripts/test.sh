@@ -35,7 +35,9 @@ PY_REQUIREMENTS=(
 VENV="$ROOT/.venv"
 OUT="$ROOT/.ci/out"
 mkdir -p "$OUT"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/flotilla/target}"
+# The same target directory as `cargo run` (the README's first command), so a fresh clone
+# builds its dependencies once; CI (.ci/run) and worktrees point CARGO_TARGET_DIR elsewhere.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 

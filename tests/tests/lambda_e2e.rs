@@ -45,14 +45,12 @@ fn cargo_lambda() -> PathBuf {
     }
 }
 
-/// The shared build cache, so the emulator's builds reuse what the test run compiled.
+/// The test run's target directory, so the emulator's builds reuse what the run compiled
+/// (the workspace's `./target` when the test command did not choose one).
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").expect("HOME");
-            Path::new(&home).join(".cache/flotilla/target")
-        })
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
 }
 
 /// The environment every process here runs with: moto credentials, no instance metadata,
