@@ -166,7 +166,7 @@ pub async fn write_metadata(
         uuid::Uuid::new_v4()
     );
     let path = ctx.object_path(&location)?;
-    let bytes = serde_json::to_vec(metadata).map_err(IcebergError::internal)?;
+    let bytes = crate::metadata::to_vec(metadata)?;
     store
         .put(&path, Bytes::from(bytes).into())
         .await
@@ -187,7 +187,7 @@ async fn discard(ctx: &Ctx, store: &dyn ObjectStore, locations: &[String]) {
 }
 
 pub fn schema_json(metadata: &TableMetadata) -> IcebergResult<Value> {
-    serde_json::to_value(metadata.current_schema().as_ref()).map_err(IcebergError::internal)
+    crate::metadata::schema_value(metadata.current_schema())
 }
 
 /// The default root of a new table: inside the warehouse, named by a fresh id so that a
@@ -271,15 +271,15 @@ fn created_from_updates(
     let schema = schema
         .ok_or_else(|| IcebergError::bad_request("creating a table needs an add-schema update"))?;
     let location = table_location(ctx, ns, name, location.as_deref())?;
-    TableMetadataBuilder::new(
+    let first = crate::metadata::new_table(crate::metadata::NewTable {
         schema,
-        spec.unwrap_or_default(),
-        order.unwrap_or_else(SortOrder::unsorted_order),
+        spec: spec.unwrap_or_default(),
+        order: order.unwrap_or_else(SortOrder::unsorted_order),
         location,
         version,
-        Default::default(),
-    )
-    .map_err(|e| IcebergError::bad_request(format!("invalid table metadata: {e}")))
+        properties: Default::default(),
+    })?;
+    Ok(TableMetadataBuilder::new_from_metadata(first, None))
 }
 
 fn apply(
