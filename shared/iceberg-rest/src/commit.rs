@@ -421,11 +421,15 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                         IcebergError::commit_failed(format!("requirement failed: {}", e.message()))
                     })?;
                 }
+                let updates = crate::metadata::without_v1_sequence_numbers(
+                    base_meta.as_ref().map(TableMetadata::format_version),
+                    change.updates.clone(),
+                )?;
                 let builder = match base_meta {
                     Some(m) => TableMetadataBuilder::new_from_metadata(m, base_loc.clone()),
                     None => created_from_updates(ctx, ns, name, &change.updates)?,
                 };
-                let metadata = apply(builder, change.updates.clone())?;
+                let metadata = apply(builder, updates)?;
                 // Every file of the table stays inside the catalog's warehouse.
                 if !ctx.owns_location(metadata.location()) {
                     return Err(IcebergError::bad_request(format!(

@@ -18,6 +18,9 @@
 //! - **float literals**: the crate widens a `float` default to `f64` when it writes it, so
 //!   `22.27` comes back `22.270000457763672`. Float literals are written as the shortest
 //!   decimal that reads back as the same `f32`, which is what the client wrote.
+//! - **sequence numbers in version 1**: a v1 table has none, yet some engines (DuckDB) add
+//!   snapshots to one with a sequence number, which the crate refuses ("Last sequence
+//!   number must be 0 in v1"). The number is dropped, as v1 metadata has no place for it.
 //! - **literals the crate cannot hold**: its parsing silently drops a default it cannot
 //!   read (a `timestamp_ns` or `timestamptz_ns` value, a `timestamptz` not written in UTC,
 //!   a value of the wrong type), so the table would lose it. A request carrying one is
@@ -26,6 +29,7 @@
 
 use std::collections::HashMap;
 
+use iceberg::TableUpdate;
 use iceberg::spec::{
     FormatVersion, NestedFieldRef, Schema, SortOrder, TableMetadata, TableMetadataBuilder, Type,
     UnboundPartitionSpec,
@@ -198,6 +202,45 @@ fn pair_types(fresh: &Type, client: &Type, out: &mut HashMap<i32, i32>) {
         }
         _ => {}
     }
+}
+
+// ---- updates -----------------------------------------------------------------------------
+
+/// The updates of a commit with the sequence number of every snapshot added while the table
+/// is at version 1 set to 0 (v1 snapshots have none). `base` is the table's version, `None`
+/// for a table this commit creates (version 2 unless an update names another).
+pub fn without_v1_sequence_numbers(
+    base: Option<FormatVersion>,
+    updates: Vec<TableUpdate>,
+) -> IcebergResult<Vec<TableUpdate>> {
+    let mut version = base.unwrap_or_else(|| {
+        updates
+            .iter()
+            .find_map(|u| match u {
+                TableUpdate::UpgradeFormatVersion { format_version } => Some(*format_version),
+                _ => None,
+            })
+            .unwrap_or(FormatVersion::V2)
+    });
+    updates
+        .into_iter()
+        .map(|u| match u {
+            TableUpdate::UpgradeFormatVersion { format_version } => {
+                version = version.max(format_version);
+                Ok(u)
+            }
+            TableUpdate::AddSnapshot { ref snapshot }
+                if version == FormatVersion::V1 && snapshot.sequence_number() != 0 =>
+            {
+                let mut v = serde_json::to_value(&u).map_err(IcebergError::internal)?;
+                v["snapshot"]["sequence-number"] = Value::from(0);
+                serde_json::from_value(v).map_err(|e| {
+                    IcebergError::bad_request(format!("invalid add-snapshot update: {e}"))
+                })
+            }
+            u => Ok(u),
+        })
+        .collect()
 }
 
 // ---- literals in requests ---------------------------------------------------------------
@@ -640,6 +683,8 @@ mod tests {
     }
 
     /// Literals of every other primitive type, in the spec's JSON form, come back unchanged.
+    /// (Other spellings come back in that form: upper-case hex and uuids in lower case, a
+    /// decimal at its scale, fractional seconds in groups of three digits.)
     #[test]
     fn other_literals_round_trip_as_written() {
         let cases = [
@@ -704,6 +749,51 @@ mod tests {
             assert!(e.message.contains(says), "{t}: {}", e.message);
         }
         check_literals(&json!({"schema": serde_json::to_value(client_schema()).unwrap()})).unwrap();
+    }
+
+    /// Pins the crate: it refuses a v1 snapshot with a sequence number; the endpoint drops
+    /// the number (and keeps it from version 2 on, also after an upgrade in the commit).
+    #[test]
+    fn version_one_snapshots_lose_their_sequence_number() {
+        let base = table(FormatVersion::V1);
+        let t0 = base.last_updated_ms();
+        let add = |id: i64, seq: i64| -> TableUpdate {
+            serde_json::from_value(json!({"action": "add-snapshot",
+                "snapshot": snapshot(id, None, seq, t0 + id)}))
+            .unwrap()
+        };
+        let refused = add(1, 1)
+            .apply(TableMetadataBuilder::new_from_metadata(base.clone(), None))
+            .and_then(|b| b.build());
+        assert!(refused.is_err());
+        let fixed = without_v1_sequence_numbers(Some(FormatVersion::V1), vec![add(1, 1)]).unwrap();
+        let m = fixed[0]
+            .clone()
+            .apply(TableMetadataBuilder::new_from_metadata(base, None))
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+        assert_eq!(m.snapshots().next().unwrap().sequence_number(), 0);
+        let upgraded = without_v1_sequence_numbers(
+            Some(FormatVersion::V1),
+            vec![
+                add(1, 1),
+                TableUpdate::UpgradeFormatVersion {
+                    format_version: FormatVersion::V2,
+                },
+                add(2, 2),
+            ],
+        )
+        .unwrap();
+        let seqs: Vec<i64> = upgraded
+            .iter()
+            .filter_map(|u| match u {
+                TableUpdate::AddSnapshot { snapshot } => Some(snapshot.sequence_number()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(seqs, vec![0, 2]);
     }
 
     fn snapshot(id: i64, parent: Option<i64>, seq: i64, ts: i64) -> Value {
