@@ -22,7 +22,7 @@ pyarrow.fs.S3FileSystem = lambda **kw: _S3FileSystem(allow_delayed_open=True, **
 
 from chdb import session  # noqa: E402
 
-from common import TOKEN, URI, WAREHOUSE, catalog, check  # noqa: E402
+from common import TOKEN, URI, WAREHOUSE, catalog, check, refused, sail  # noqa: E402
 
 os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
 S3_WAREHOUSE = os.environ["FLOTILLA_S3_WAREHOUSE"]
@@ -83,13 +83,8 @@ print("clickhouse ok")
 
 # Vended credentials: ClickHouse asks for them and then reads a doubled path (404).
 database(s, "vended", f"vended_credentials = 1, storage_endpoint = '{ENDPOINT}/{BUCKET}'")
-try:
-    s.query("SELECT count() FROM vended.`s3ns.ch`", "CSV")
-    raise AssertionError("ClickHouse read with vended credentials: update the engine matrix")
-except AssertionError:
-    raise
-except Exception as e:  # noqa: BLE001 - the engine's own failure
-    check("404" in str(e), f"ClickHouse with vended credentials fails on the path: {e}")
+e = refused(lambda: s.query("SELECT count() FROM vended.`s3ns.ch`", "CSV"), "ClickHouse with vended credentials")
+check("404" in e, f"ClickHouse with vended credentials fails on the path: {e}")
 print("clickhouse vended-credentials refusal pinned")
 
 # ---- Daft and Polars with the vended credentials --------------------------------------------
@@ -117,24 +112,10 @@ check(pyiceberg_ids() == want + [6], f"daft appends on S3 with vended credential
 print("daft and polars on s3 ok")
 
 # ---- Sail does not use vended credentials ----------------------------------------------------
-os.environ["SAIL_CATALOG__LIST"] = (
-    f'[{{type="iceberg-rest", name="lake", uri="{URI}", warehouse="{WAREHOUSE}", bearer_access_token="{TOKEN}"}}]'
-)
-from pysail.spark import SparkConnectServer  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-
-server = SparkConnectServer(ip="127.0.0.1", port=0)
-server.start(background=True)
-_, port = server.listening_address
-spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
-try:
-    spark.sql("SELECT id FROM lake.s3ns.ch").collect()
-    raise AssertionError("Sail read S3 with vended credentials: update the engine matrix")
-except AssertionError:
-    raise
-except Exception as e:  # noqa: BLE001 - the engine's own failure
-    # Sail asks its own AWS configuration (no endpoint: AWS itself, unreachable here).
-    print(f"Sail without storage access, as expected: {str(e)[:120]}")
+server, spark = sail()
+# Sail asks its own AWS configuration (no endpoint: AWS itself, unreachable here).
+e = refused(lambda: spark.sql("SELECT id FROM lake.s3ns.ch").collect(), "Sail with vended credentials")
+print(f"Sail without storage access, as expected: {e[:120]}")
 spark.stop()
 server.stop()
 print("sail vended-credentials refusal pinned")
