@@ -12,9 +12,9 @@
 //!   keys and values, list elements, struct fields) come back different. The client's ids
 //!   are kept; ids are unique by the crate's own parsing, and may not be negative or fall in
 //!   the range reserved for metadata columns.
-//! - **order**: the crate keeps snapshots, schemas, partition specs and sort orders in hash
-//!   maps, so each serialization lists them in another order. Snapshots are written in
-//!   commit order, the others by id.
+//! - **order**: the crate keeps snapshots, schemas, partition specs and sort orders (and a
+//!   view's versions) in hash maps, so each serialization lists them in another order.
+//!   Snapshots are written in commit order, the others by id.
 //! - **float literals**: the crate widens a `float` default to `f64` when it writes it, so
 //!   `22.27` comes back `22.270000457763672`. Float literals are written as the shortest
 //!   decimal that reads back as the same `f32`, which is what the client wrote.
@@ -331,6 +331,26 @@ pub fn to_value(metadata: &TableMetadata) -> IcebergResult<Value> {
         narrow_schema(s);
     }
     if let Some(s) = v.get_mut("schema") {
+        narrow_schema(s);
+    }
+    Ok(v)
+}
+
+/// The JSON of a view's metadata, the same way: versions and schemas by id (the crate keeps
+/// both in hash maps), float literals as written.
+pub fn view_to_value(metadata: &iceberg::spec::ViewMetadata) -> IcebergResult<Value> {
+    let mut v = serde_json::to_value(metadata).map_err(IcebergError::internal)?;
+    for (list, id) in [("versions", "version-id"), ("schemas", "schema-id")] {
+        if let Some(items) = v.get_mut(list).and_then(Value::as_array_mut) {
+            items.sort_by_key(|i| i[id].as_i64());
+        }
+    }
+    for s in v
+        .get_mut("schemas")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
         narrow_schema(s);
     }
     Ok(v)

@@ -23,7 +23,7 @@ use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_parts, ns_f
 use crate::commit::{self, ICEBERG, TableChange};
 use crate::error::{IcebergError, IcebergResult, Missing};
 use crate::metadata;
-use crate::namespaces::body;
+use crate::namespaces::{body, schema_body};
 use crate::vending;
 
 fn api(e: flotilla_base::error::Error) -> IcebergError {
@@ -105,16 +105,6 @@ pub struct IdentParams {
     pub purge_requested: Option<String>,
     #[serde(default)]
     pub snapshots: Option<String>,
-}
-
-/// A body that may carry schemas: parsed, then refused if the crate dropped a default value
-/// it could not read (`metadata::check_literals`; only bodies that mention one pay for it).
-fn schema_body<T: serde::de::DeserializeOwned>(bytes: &axum::body::Bytes) -> IcebergResult<T> {
-    let req = body(bytes)?;
-    if bytes.windows(8).any(|w| w == b"-default") {
-        metadata::check_literals(&body::<Value>(bytes)?)?;
-    }
-    Ok(req)
 }
 
 // ---- list ----------------------------------------------------------------------------

@@ -1244,3 +1244,66 @@ async fn float_defaults_round_trip_as_written() {
         .await;
     assert_eq!(after["metadata-location"], l["metadata-location"]);
 }
+
+/// Views too: versions in id order in every answer and file, a float default of the view's
+/// schema as written.
+#[tokio::test]
+async fn views_keep_version_order_and_float_defaults() {
+    let env = setup().await;
+    env.namespace("db").await;
+    let version = |id: i64| {
+        json!({
+            "version-id": id, "schema-id": 0, "timestamp-ms": 1_700_000_000_000i64 + id,
+            "summary": {"engine-name": "test"},
+            "representations": [{"type": "sql", "sql": format!("SELECT {id}"), "dialect": "spark"}],
+            "default-namespace": ["db"],
+        })
+    };
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "f", "required": false, "type": "float", "write-default": 22.27}]});
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/views"),
+            Some(json!({
+                "name": "v", "schema": schema, "view-version": version(1), "properties": {},
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let mut last = v;
+    for id in 2..=12 {
+        let (s, v) = env
+            .call(
+                Method::POST,
+                &env.url("namespaces/db/views/v"),
+                Some(json!({"updates": [
+                    {"action": "add-view-version", "view-version": version(id)},
+                    {"action": "set-current-view-version", "view-version-id": -1},
+                ]})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        last = v;
+    }
+    let ids = |m: &Value| -> Vec<i64> {
+        m["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["version-id"].as_i64().unwrap())
+            .collect()
+    };
+    // The crate keeps the last 10 versions (`version.history.num-entries`).
+    let want: Vec<i64> = (3..=12).collect();
+    assert_eq!(ids(&last["metadata"]), want);
+    assert_eq!(ids(&metadata_file(&last["metadata-location"])), want);
+    let (_, l) = env
+        .call(Method::GET, &env.url("namespaces/db/views/v"), None)
+        .await;
+    assert_eq!(ids(&l["metadata"]), want);
+    assert_eq!(
+        l["metadata"]["schemas"][0]["fields"][0]["write-default"],
+        json!(22.27)
+    );
+}
