@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_segment};
 use crate::error::{IcebergError, IcebergResult, Missing};
-use crate::namespaces::{body, schema_body};
+use crate::namespaces::schema_body;
 
 fn api(e: flotilla_base::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::View)
