@@ -311,25 +311,16 @@ pub fn to_value(metadata: &TableMetadata) -> IcebergResult<Value> {
     if let Some(snapshots) = v.get_mut("snapshots").and_then(Value::as_array_mut) {
         commit_order(snapshots);
     }
-    for (list, id) in [
-        ("schemas", "schema-id"),
-        ("partition-specs", "spec-id"),
-        ("sort-orders", "order-id"),
-        ("statistics", "snapshot-id"),
-        ("partition-statistics", "snapshot-id"),
-    ] {
-        if let Some(items) = v.get_mut(list).and_then(Value::as_array_mut) {
-            items.sort_by_key(|i| i[id].as_i64());
-        }
-    }
-    for s in v
-        .get_mut("schemas")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        narrow_schema(s);
-    }
+    by_id_and_narrowed(
+        &mut v,
+        &[
+            ("schemas", "schema-id"),
+            ("partition-specs", "spec-id"),
+            ("sort-orders", "order-id"),
+            ("statistics", "snapshot-id"),
+            ("partition-statistics", "snapshot-id"),
+        ],
+    );
     if let Some(s) = v.get_mut("schema") {
         narrow_schema(s);
     }
@@ -340,9 +331,19 @@ pub fn to_value(metadata: &TableMetadata) -> IcebergResult<Value> {
 /// both in hash maps), float literals as written.
 pub fn view_to_value(metadata: &iceberg::spec::ViewMetadata) -> IcebergResult<Value> {
     let mut v = serde_json::to_value(metadata).map_err(IcebergError::internal)?;
-    for (list, id) in [("versions", "version-id"), ("schemas", "schema-id")] {
-        if let Some(items) = v.get_mut(list).and_then(Value::as_array_mut) {
-            items.sort_by_key(|i| i[id].as_i64());
+    by_id_and_narrowed(
+        &mut v,
+        &[("versions", "version-id"), ("schemas", "schema-id")],
+    );
+    Ok(v)
+}
+
+/// Sorts each named list of `v` by its id field and writes the float literals of its
+/// `schemas` as the client wrote them.
+fn by_id_and_narrowed(v: &mut Value, lists: &[(&str, &str)]) {
+    for (list, id) in lists {
+        if let Some(items) = v.get_mut(*list).and_then(Value::as_array_mut) {
+            items.sort_by_key(|i| i[*id].as_i64());
         }
     }
     for s in v
@@ -353,7 +354,6 @@ pub fn view_to_value(metadata: &iceberg::spec::ViewMetadata) -> IcebergResult<Va
     {
         narrow_schema(s);
     }
-    Ok(v)
 }
 
 /// The bytes of a metadata file.

@@ -998,7 +998,8 @@ async fn create_honours_format_version_and_names_an_unknown_one() {
 
 /// A schema whose ids the client assigned depth first (map key 2, value 3, struct field
 /// 4, ...) keeps them: in the create answer, on load, through `/v1`, in the partition spec
-/// and sort order, and through a staged create. Ids the spec does not allow are `400`.
+/// and sort order, and through a staged create. Ids the spec does not allow, and one id on
+/// two fields, are `400` and create nothing.
 #[tokio::test]
 async fn create_keeps_the_field_ids_the_client_assigned() {
     let env = setup().await;
@@ -1088,23 +1089,36 @@ async fn create_keeps_the_field_ids_the_client_assigned() {
     assert_eq!(v["metadata"]["schemas"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(ids(&v["metadata"]["schemas"][0]), want);
 
+    // An id the spec does not allow, and two fields with one id: refused, never renumbered.
     let mut bad = nested.clone();
     bad["fields"][0]["type"]["key-id"] = json!(-2);
-    let (s, e) = env
-        .call(
-            Method::POST,
-            &env.url("namespaces/db/tables"),
-            Some(json!({"name": "bad", "schema": bad})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
-    assert!(
-        e["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("field id -2 of m.key"),
-        "{e}"
-    );
+    let mut dup = nested.clone();
+    dup["fields"][1]["type"]["element-id"] = json!(4);
+    for (name, schema, want) in [
+        ("bad", bad, "field id -2 of m.key"),
+        ("dup", dup, "duplicate 'field.id' 4"),
+    ] {
+        let (s, e) = env
+            .call(
+                Method::POST,
+                &env.url("namespaces/db/tables"),
+                Some(json!({"name": name, "schema": schema})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+        let msg = e["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(want), "{msg}");
+    }
+    for name in ["bad", "dup"] {
+        let (s, _) = env
+            .call(
+                Method::HEAD,
+                &env.url(&format!("namespaces/db/tables/{name}")),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{name}");
+    }
 }
 
 /// The object behind a `file://` metadata location.
@@ -1156,51 +1170,44 @@ async fn snapshots_keep_commit_order_in_answers_loads_and_files() {
     }
 }
 
-/// A float default comes back as written (`22.27`, not `22.270000457763672`) at create,
-/// through `add-schema`, on load, in the file and through `/v1`; a default the catalog
-/// cannot store is `400` and changes nothing.
+/// A float default comes back as written (`22.27`, not `22.270000457763672`) through
+/// `add-schema` (on a table upgraded to version 3, so nothing but the literal is new), in
+/// the commit answer, on load, in the file and through `/v1`, and at create; a default the
+/// catalog cannot store is `400` and changes nothing.
 #[tokio::test]
 async fn float_defaults_round_trip_as_written() {
     let env = setup().await;
     env.namespace("db").await;
-    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+    env.table("db", "t").await;
+    let evolved = json!({"type": "struct", "schema-id": 1, "fields": [
         {"id": 1, "name": "id", "required": true, "type": "long"},
-        {"id": 2, "name": "f", "required": false, "type": "float",
+        {"id": 2, "name": "v", "required": false, "type": "string"},
+        {"id": 3, "name": "f", "required": false, "type": "float",
          "initial-default": 22.27, "write-default": 22.27},
+        {"id": 4, "name": "g", "required": false, "type": "float",
+         "initial-default": 0.1, "write-default": 1.3},
     ]});
-    let (s, t) = env
-        .call(
-            Method::POST,
-            &env.url("namespaces/db/tables"),
-            Some(json!({"name": "t", "schema": schema, "properties": {"format-version": "3"}})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{t}");
-    assert_eq!(
-        t["metadata"]["schemas"][0]["fields"][1]["write-default"],
-        json!(22.27)
-    );
-    let mut evolved = schema.clone();
-    evolved["schema-id"] = json!(1);
-    evolved["fields"].as_array_mut().unwrap().push(
-        json!({"id": 3, "name": "g", "required": false, "type": "float",
-            "initial-default": 0.1, "write-default": 1.3}),
-    );
     let (s, v) = env
         .call(
             Method::POST,
             &env.url("namespaces/db/tables/t"),
             Some(json!({"requirements": [{"type": "assert-current-schema-id", "current-schema-id": 0}],
-                "updates": [{"action": "add-schema", "schema": evolved},
+                "updates": [{"action": "upgrade-format-version", "format-version": 3},
+                            {"action": "add-schema", "schema": evolved},
                             {"action": "set-current-schema", "schema-id": -1}]})),
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
+    // The schema found by id, not by position: this test is about the literals.
     let check = |m: &Value| {
-        let f = &m["schemas"][1]["fields"];
-        assert_eq!(f[1]["initial-default"], json!(22.27), "{m}");
-        assert_eq!(f[2]["initial-default"], json!(0.1), "{m}");
-        assert_eq!(f[2]["write-default"], json!(1.3), "{m}");
+        let schemas = m["schemas"].as_array().unwrap();
+        let s = schemas.iter().find(|s| s["schema-id"] == 1).unwrap();
+        let f = &s["fields"];
+        assert_eq!((&f[2]["id"], &f[3]["id"]), (&json!(3), &json!(4)), "{m}");
+        assert_eq!(f[2]["initial-default"], json!(22.27), "{m}");
+        assert_eq!(f[2]["write-default"], json!(22.27), "{m}");
+        assert_eq!(f[3]["initial-default"], json!(0.1), "{m}");
+        assert_eq!(f[3]["write-default"], json!(1.3), "{m}");
     };
     check(&v["metadata"]);
     check(&metadata_file(&v["metadata-location"]));
@@ -1218,12 +1225,31 @@ async fn float_defaults_round_trip_as_written() {
             None,
         )
         .await;
-    assert_eq!(r["schema"]["fields"][2]["write-default"], json!(1.3), "{r}");
+    assert_eq!(
+        r["schema"]["fields"][2]["write-default"],
+        json!(22.27),
+        "{r}"
+    );
+    assert_eq!(r["schema"]["fields"][3]["write-default"], json!(1.3), "{r}");
+
+    // At create, on a version 3 table.
+    let (s, c) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables"),
+            Some(json!({"name": "c", "schema": evolved, "properties": {"format-version": "3"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    let f = &c["metadata"]["schemas"][0]["fields"];
+    assert_eq!(f[2]["write-default"], json!(22.27), "{c}");
+    assert_eq!(f[3]["initial-default"], json!(0.1), "{c}");
 
     // A nanosecond timestamp default would be dropped by the crate: refused, nothing moves.
     let mut ns = evolved.clone();
+    ns["schema-id"] = json!(2);
     ns["fields"].as_array_mut().unwrap().push(
-        json!({"id": 4, "name": "ts", "required": false, "type": "timestamp_ns",
+        json!({"id": 5, "name": "ts", "required": false, "type": "timestamp_ns",
             "write-default": "2017-11-16T22:31:08.000000001"}),
     );
     let (s, e) = env

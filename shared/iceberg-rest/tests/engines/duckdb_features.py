@@ -31,6 +31,8 @@ got = sorted(zip(*[mor.scan().to_arrow()[c].to_pylist() for c in ("id", "city")]
 check(got == [(1, "a"), (4, "D")], f"pyiceberg reads DuckDB's delete and update: {got}")
 deletes = [f for f in mor.inspect.files().to_pylist() if f["content"] == 1]
 check(deletes, f"positional delete files were written (merge-on-read): {summary}")
+got = rows(con, "SELECT id, city FROM lake.feat.mor")
+check(got == [(1, "a"), (4, "D")], f"DuckDB reads its own positional deletes back: {got}")
 
 con.execute("CREATE TABLE lake.feat.by_duckdb (id BIGINT, city VARCHAR)")
 con.execute("INSERT INTO lake.feat.by_duckdb VALUES (1, 'Oslo'), (2, 'Lima')")
