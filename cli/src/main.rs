@@ -117,6 +117,17 @@ enum Command {
     /// The query-replica table directory of a catalog.
     #[command(subcommand)]
     Directory(DirectoryCmd),
+    /// Service principals (OAuth2 client credentials).
+    #[command(subcommand)]
+    Principal(cmd::access::PrincipalCmd),
+    /// Roles and their members.
+    #[command(subcommand)]
+    Role(cmd::access::RoleCmd),
+    /// Grants of privileges on securables to roles.
+    #[command(subcommand)]
+    Grant(cmd::access::GrantCmd),
+    /// Who the configured token authenticates as, and its roles in the account.
+    Whoami,
     /// Operator commands.
     #[command(subcommand)]
     Admin(AdminCmd),
@@ -192,6 +203,10 @@ async fn run(global: Global, command: Command) -> CliResult<()> {
         Command::Index(c) => cmd::index::run(&ctx, c).await,
         Command::Directory(c) => cmd::directory::run(&ctx, c).await,
         Command::Admin(c) => cmd::admin::run(&ctx, c).await,
+        Command::Principal(c) => cmd::access::run_principal(&ctx, c).await,
+        Command::Role(c) => cmd::access::run_role(&ctx, c).await,
+        Command::Grant(c) => cmd::access::run_grant(&ctx, c).await,
+        Command::Whoami => cmd::access::whoami(&ctx).await,
         Command::Health => {
             let a = ctx
                 .api

@@ -27,6 +27,8 @@ use serde_json::{Value, json};
 
 const OPERATOR: &str = "console-operator-token-0001";
 const ACME: &str = "console-acme-token-0001";
+/// A token naming principal `rita` in `acme`: what it sees comes from its roles' grants.
+const RITA: &str = "console-rita-token-0001";
 const UPSTREAM_SECRET: &str = "upstream-bearer-secret-7f3a";
 const HOSTILE: &str = "<img src=x onerror=alert(1)>";
 const WAIT: Duration = Duration::from_secs(45);
@@ -110,7 +112,11 @@ fn serve(dir: &Path, out: &Path) -> (Proc, String) {
     let tokens = dir.join("tokens.json");
     std::fs::write(
         &tokens,
-        json!({"tokens": [{"token": ACME, "operator": false, "accounts": ["acme"]}]}).to_string(),
+        json!({"tokens": [
+            {"token": ACME, "operator": false, "accounts": ["acme"]},
+            {"token": RITA, "accounts": ["acme"], "principal": "rita"},
+        ]})
+        .to_string(),
     )
     .expect("tokens file");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_flotilla"));
@@ -674,6 +680,71 @@ async fn console_end_to_end_in_headless_chromium() {
     ui.with_text("div[@class='pane-main']", "Select a namespace")
         .await;
     ui.shot("index-catalog").await.expect("shot");
+
+    // ---- access control: the admin's view, and a reader's -----------------------------------
+    api(
+        &base,
+        ACME,
+        "POST",
+        "/v1/accounts/acme/roles",
+        Some(json!({"name": "readers"})),
+    )
+    .await;
+    api(
+        &base,
+        ACME,
+        "PUT",
+        "/v1/accounts/acme/roles/readers/members/rita",
+        None,
+    )
+    .await;
+    let grant = api(
+        &base,
+        ACME,
+        "POST",
+        "/v1/accounts/acme/grants",
+        Some(json!({"role": "readers", "privilege": "READ",
+            "securable": {"type": "CATALOG", "catalog_id": catalog_id}})),
+    )
+    .await;
+    let grant_id = grant["id"].as_str().expect("grant id").to_owned();
+    ui.go("#/a/acme/access").await;
+    ui.heading("Access").await;
+    ui.css("tr[data-role=readers]").await;
+    ui.css(&format!("tr[data-grant='{grant_id}']")).await;
+    ui.shot("access").await.expect("shot");
+    ui.click("#sign-out").await;
+    ui.css("#signin-token").await;
+    ui.sign_in(RITA, "acme").await;
+    ui.heading("Catalogs").await;
+    ui.with_text("table[@class='data']//a", "analytics").await;
+    // The reader may not create catalogs: the console does not offer it.
+    let text = ui.body_text().await;
+    assert!(!text.contains("Create a catalog"), "{text}");
+    ui.go("#/a/acme/access").await;
+    ui.heading("Access").await;
+    ui.with_text("table[@class='kv']//td", "rita").await;
+    let text = ui.body_text().await;
+    assert!(
+        text.contains("readers") && !text.contains("Service principals"),
+        "{text}"
+    );
+    // Revoked: the catalog is gone from the reader's listing at the next load.
+    api(
+        &base,
+        ACME,
+        "DELETE",
+        &format!("/v1/accounts/acme/grants/{grant_id}"),
+        None,
+    )
+    .await;
+    ui.go("#/a/acme/catalogs").await;
+    ui.heading("Catalogs").await;
+    ui.with_text("p[@class='empty']", "No catalogs").await;
+    ui.click("#sign-out").await;
+    ui.css("#signin-token").await;
+    ui.sign_in(OPERATOR, "").await;
+    ui.heading("Accounts").await;
 
     // ---- the token lives only in this tab's session ------------------------------------------
     let storage = ui

@@ -1,5 +1,6 @@
 //! One module per noun; each has a clap `Subcommand` enum and a `run`.
 
+pub mod access;
 pub mod account;
 pub mod admin;
 pub mod catalog;

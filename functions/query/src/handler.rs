@@ -4,6 +4,7 @@
 
 use flotilla_base::error::Error;
 use flotilla_services::AppState;
+use flotilla_services::acl::{Access, Action, Securable};
 use flotilla_services::auth::Principal;
 use flotilla_services::service::directory;
 use serde::Deserialize;
@@ -15,6 +16,20 @@ use serde_json::Value;
 pub struct QueryEvent {
     pub account_id: String,
     pub catalog_id: String,
+    /// The principal the invoker reads for (an engine front end acting for a user): its
+    /// roles' grants decide which entries it gets, through the same decision as `/v1`.
+    /// Without it the invoker reads the whole directory.
+    #[serde(default)]
+    pub principal: Option<EventPrincipal>,
+}
+
+/// A named principal in a query event.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventPrincipal {
+    pub name: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
 }
 
 /// A failed invocation: the API error code and message (5xx detail only in the log).
@@ -57,8 +72,18 @@ pub async fn invoke(
 pub async fn handle(state: &AppState, event: QueryEvent) -> Result<Value, HandlerError> {
     // IAM's invoke permission is this function's authorization: its invoker reads every
     // account's directory, as an operator does; the account rule still checks the id.
-    let scope = Principal::operator("lambda:query").authorize_account(&event.account_id)?;
-    Ok(directory::get(state, &scope.account, &event.catalog_id).await?)
+    let principal = match &event.principal {
+        None => Principal::operator("lambda:query"),
+        Some(p) => {
+            flotilla_services::auth::validate_principal_name("principal name", &p.name)?;
+            Principal::for_accounts("lambda:query", [event.account_id.clone()])
+                .named(p.name.clone(), p.groups.clone())
+        }
+    };
+    let scope = principal.authorize_account(&event.account_id)?;
+    let access = Access::resolve(state.store.as_ref(), &state.acl, scope).await?;
+    access.authorize(Action::Describe, &Securable::catalog(&event.catalog_id))?;
+    Ok(directory::get(state, &access, &event.catalog_id).await?)
 }
 
 #[cfg(test)]
@@ -224,6 +249,75 @@ mod tests {
             handle(&f.state, e).await.expect_err("bad id").api().kind,
             ErrorKind::NotFound
         );
+    }
+
+    /// An event naming a principal answers what its grants let it read, through the same
+    /// decision as `/v1`: nothing (as absent) without a grant, the granted namespace with one.
+    #[tokio::test]
+    async fn a_principal_in_the_event_reads_only_what_it_was_granted() {
+        use flotilla_services::service::access_control::{grants, roles};
+        let f = fixture().await;
+        create_table(&f, "orders").await;
+        let mut e = event(&f);
+        e.principal = Some(EventPrincipal {
+            name: "rita".into(),
+            groups: vec!["bi".into()],
+        });
+        let err = handle(&f.state, e.clone()).await.expect_err("no grant");
+        assert_eq!(err.api().kind, ErrorKind::NotFound);
+        roles::create(
+            &f.state,
+            "acme",
+            from(json!({"name": "bi"})),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("role");
+        roles::add_member(&f.state, "acme", "bi", "group:bi")
+            .await
+            .expect("member");
+        let admin = flotilla_services::acl::Access::unrestricted(
+            Principal::for_accounts("t", ["acme".to_owned()]),
+            "acme",
+        );
+        grants::create(
+            &f.state,
+            &admin,
+            from(json!({"role": "bi", "privilege": "READ",
+                "securable": {"type": "NAMESPACE", "catalog_id": f.catalog, "path": ["sales"]}})),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("grant");
+        let ns = NamespacePath::new(vec!["hr".into()]).expect("ns");
+        namespaces::create(
+            &f.state,
+            "acme",
+            &f.catalog,
+            from(json!({"path": ["hr"]})),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("namespace");
+        let body = json!({"name": "salaries", "format": "ICEBERG", "schema": {"type": "struct", "fields": []}});
+        relations::create_table(
+            &f.state,
+            "acme",
+            &f.catalog,
+            &ns,
+            from(body),
+            OnConflict::Error,
+            None,
+        )
+        .await
+        .expect("table");
+        let got = handle(&f.state, e).await.expect("directory");
+        assert_eq!(names(&got), ["orders"]);
+        let all = handle(&f.state, event(&f)).await.expect("directory");
+        assert_eq!(names(&all), ["salaries", "orders"]);
     }
 
     #[test]

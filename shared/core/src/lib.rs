@@ -11,7 +11,7 @@ pub mod fuzzing;
 pub use flotilla_base::{clock, error};
 pub use flotilla_http as http;
 pub use flotilla_reconcile as reconcile;
-pub use flotilla_services::{access, auth, service, state};
+pub use flotilla_services::{access, acl, auth, service, state};
 
 /// The catalog directory: the replica and its generation (`flotilla_directory`) and the
 /// operations that need the application state (`flotilla_services::service::directory`).

@@ -195,6 +195,55 @@ pub fn checkpoint_chunks_prefix(subject: &str) -> String {
 }
 pub const CHECKPOINT_PREFIX: &str = "CKPT#";
 
+// ---- access control (account partition) ---------------------------------------------
+//
+// Every item of an account's access control (service principals, roles, memberships,
+// grants) lives under one sort-key prefix, so that a host loads the whole of it with one
+// strong prefix query between two reads of the generation item ([`acl_generation`]).
+
+/// Every access-control item of an account (the generation included).
+pub const ACL_PREFIX: &str = "ACL#";
+
+/// The account's grants generation: an opaque value replaced in the same transaction as
+/// every principal, role, membership and grant change. Hosts validate their cached view of
+/// the account's grants with one strong point read of it per request. Control data: never
+/// exposed.
+pub fn acl_generation(account: &str) -> Key {
+    Key::new(account_pk(account), "ACL#GEN")
+}
+
+/// A service principal (by id): name, client id, salted secret hash, secret generation.
+pub fn service_principal(account: &str, id: &str) -> Key {
+    Key::new(account_pk(account), format!("ACL#PRINCIPAL#{id}"))
+}
+pub const SERVICE_PRINCIPAL_PREFIX: &str = "ACL#PRINCIPAL#";
+
+/// Unique name of a service principal within the account; body holds its id.
+pub fn service_principal_name(account: &str, name: &str) -> Key {
+    Key::new(account_pk(account), format!("ACL#PRINCIPALNAME#{name}"))
+}
+
+/// A role (by name: roles are named in grants and memberships).
+pub fn role(account: &str, name: &str) -> Key {
+    Key::new(account_pk(account), format!("ACL#ROLE#{name}"))
+}
+pub const ROLE_PREFIX: &str = "ACL#ROLE#";
+
+/// One member of a role: a principal name or `group:<name>`, after U+001E.
+pub fn role_member(account: &str, role: &str, member: &str) -> Key {
+    Key::new(
+        account_pk(account),
+        format!("ACL#MEMBER#{role}{REL_SEP}{member}"),
+    )
+}
+pub const ROLE_MEMBER_PREFIX: &str = "ACL#MEMBER#";
+
+/// A grant (by id): role, privilege and securable.
+pub fn grant(account: &str, id: &str) -> Key {
+    Key::new(account_pk(account), format!("ACL#GRANT#{id}"))
+}
+pub const GRANT_PREFIX: &str = "ACL#GRANT#";
+
 // ---- due-time index --------------------------------------------------------------------
 
 /// Partitions of the due-time index. An integration always lands in the same one, so a
@@ -543,6 +592,21 @@ mod tests {
             Some((1_700_000_000_000, "acme".into(), "i1".into()))
         );
         assert_eq!(catalog("acme", "c1"), k("ACCT#acme", "CAT#c1"));
+        assert_eq!(acl_generation("acme"), k("ACCT#acme", "ACL#GEN"));
+        assert_eq!(role("acme", "r"), k("ACCT#acme", "ACL#ROLE#r"));
+        assert_eq!(
+            role_member("acme", "r", "group:eng"),
+            k("ACCT#acme", "ACL#MEMBER#r\u{1E}group:eng")
+        );
+        assert_eq!(grant("acme", "g1"), k("ACCT#acme", "ACL#GRANT#g1"));
+        assert_eq!(
+            service_principal("acme", "p1"),
+            k("ACCT#acme", "ACL#PRINCIPAL#p1")
+        );
+        assert_eq!(
+            service_principal_name("acme", "etl"),
+            k("ACCT#acme", "ACL#PRINCIPALNAME#etl")
+        );
         assert_eq!(
             catalog_name("acme", "sales"),
             k("ACCT#acme", "CATNAME#sales")

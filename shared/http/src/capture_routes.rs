@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::routing::{get, post, put};
 use serde::Deserialize;
 
-use super::extract::{AccountScope, JsonBody, P, Q, Scope};
+use super::extract::{Action, JsonBody, P, Q, Scope, Securable};
 use super::ok;
 use crate::error::HttpResult;
 use flotilla_base::error::Error;
@@ -42,22 +42,26 @@ fn ns_path(segment: &str) -> Result<NamespacePath, Error> {
 
 async fn list_errors(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
 ) -> HttpResult<Response> {
-    Ok(ok(service::list_errors(&state, &a, &c).await?))
+    // The catalog's validation errors name its tables: a reader of the whole catalog.
+    access.authorize(Action::Read, &Securable::catalog(&c))?;
+    Ok(ok(service::list_errors(&state, &access.account, &c).await?))
 }
 
 async fn get_validation(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns, name)): P<(String, String, String, String)>,
 ) -> HttpResult<Response> {
+    let path = ns_path(&ns)?;
+    access.authorize(Action::Read, &Securable::table(&c, &path, &name))?;
     Ok(ok(service::get_table(
         &state,
-        &a,
+        &access.account,
         &c,
-        &ns_path(&ns)?,
+        &path,
         &name,
     )
     .await?))
@@ -73,15 +77,31 @@ struct VisibilityBody {
 
 async fn put_visibility(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns, name)): P<(String, String, String, String)>,
     body: JsonBody<VisibilityBody>,
 ) -> HttpResult<Response> {
+    let path = ns_path(&ns)?;
+    let table = Securable::table(&c, &path, &name);
+    if !access.allows(Action::Manage, &table) {
+        // The overlay that manages the table may decide its visibility too.
+        let managing =
+            flotilla_services::service::relations::load(state.store.as_ref(), &c, &path, &name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|r| r.value.managed_by.map(|m| m.overlay_id));
+        let by_overlay =
+            managing.is_some_and(|o| access.allows(Action::Manage, &Securable::overlay(&o)));
+        if !by_overlay {
+            return Err(access.refusal(Action::Manage, &table).into());
+        }
+    }
     Ok(ok(service::set_override(
         &state,
-        &a,
+        &access.account,
         &c,
-        &ns_path(&ns)?,
+        &path,
         &name,
         body.value.visible,
     )
@@ -98,11 +118,12 @@ pub(crate) struct CaptureQuery {
 /// Queues the overlay's capture job (the workers run it) and answers `202` with the message.
 async fn capture_overlay(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<CaptureQuery>,
 ) -> HttpResult<Response> {
-    let queued = service::enqueue_capture(&state, &a, &id, q.revalidate).await?;
+    access.authorize(Action::Manage, &Securable::overlay(&id))?;
+    let queued = service::enqueue_capture(&state, &access.account, &id, q.revalidate).await?;
     Ok(super::json_response(
         axum::http::StatusCode::ACCEPTED,
         queued,

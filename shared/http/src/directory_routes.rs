@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::{get, post};
 
-use super::extract::{AccountScope, Auth, JsonBody, P, Scope};
+use super::extract::{Action, Auth, JsonBody, P, Scope, Securable};
 use super::ok;
 use crate::error::HttpResult;
 use flotilla_base::error::Error;
@@ -26,10 +26,11 @@ pub fn routes() -> Router<AppState> {
 /// `GET {A}/catalogs/{catalog_id}/directory`: served from the replica, refreshed first.
 async fn get_directory(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
 ) -> HttpResult<Response> {
-    Ok(ok(directory::get(&state, &a, &c).await?))
+    access.authorize(Action::Describe, &Securable::catalog(&c))?;
+    Ok(ok(directory::get(&state, &access, &c).await?))
 }
 
 /// `POST /v1/admin/catalog-finalize`: operator only; refuses without both acknowledgements.

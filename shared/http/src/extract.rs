@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::error::HttpError;
 use flotilla_base::error::{Error, ErrorKind};
+pub use flotilla_services::acl::{Access, Action, Securable};
 pub use flotilla_services::auth::AccountScope;
 use flotilla_services::auth::Principal;
 use flotilla_services::service::OnConflict;
@@ -49,16 +50,19 @@ impl FromRequestParts<AppState> for Auth {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(unauth)?;
-        let principal = state.auth.authenticate(token).ok_or_else(unauth)?;
+        let principal = state.authenticate(token).ok_or_else(unauth)?;
         tracing::Span::current().record("principal", principal.subject.as_str());
         Ok(Auth(principal))
     }
 }
 
-/// The caller in the route's `{account_id}`: authenticated ([`Auth`]: `401`), then
-/// [`Principal::authorize_account`] (`404` for an ill-formed id, `403` outside the
-/// principal's accounts). Every account-scoped route takes it in place of [`Auth`].
-pub struct Scope(pub AccountScope);
+/// The caller in the route's `{account_id}`, with what it may do there: authenticated
+/// ([`Auth`]: `401`), then [`Principal::authorize_account`] (`404` for an ill-formed id, `403`
+/// outside the principal's accounts), then its grants in the account ([`Access::resolve`]:
+/// one strong point read for a named principal, none for operators and unnamed tokens).
+/// Every account-scoped route takes it in place of [`Auth`] and asks it
+/// ([`Access::authorize`]) before touching any securable.
+pub struct Scope(pub Access);
 
 impl FromRequestParts<AppState> for Scope {
     type Rejection = HttpError;
@@ -74,7 +78,9 @@ impl FromRequestParts<AppState> for Scope {
         let account = params
             .get("account_id")
             .ok_or_else(|| Error::internal("the route has no {account_id} parameter"))?;
-        Ok(principal.authorize_account(account).map(Scope)?)
+        let scope = principal.authorize_account(account)?;
+        let access = Access::resolve(state.store.as_ref(), &state.acl, scope).await?;
+        Ok(Scope(access))
     }
 }
 
@@ -439,7 +445,7 @@ mod account_scope_tests {
         )
     }
 
-    async fn probe(Scope(AccountScope { account, .. }): Scope) -> String {
+    async fn probe(Scope(Access { account, .. }): Scope) -> String {
         account
     }
 

@@ -32,12 +32,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::extract::{
-    AccountScope, CreateParams, IdempotencyKey, JsonBody, ListParams, P, Q, Scope,
+    Access, Action, CreateParams, IdempotencyKey, JsonBody, ListParams, P, Q, Scope, Securable,
     account_idempotency,
 };
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
 use flotilla_base::error::{Error, ErrorKind, Result};
+use flotilla_services::acl::Privilege;
 use flotilla_services::service::OnConflict;
 use flotilla_services::service::index_catalogs::{self, explain, service};
 use flotilla_services::service::{decode_page_token, encode_page_token, page_body, page_size};
@@ -171,13 +172,22 @@ async fn read<T>(
 
 // ---- index catalogs -------------------------------------------------------------------
 
+fn visible_index_catalog(access: &Access, c: &IndexCatalog) -> bool {
+    access.visible(&Securable::index_catalog(&c.name))
+}
+
 async fn create_catalog(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<CreateIndexCatalogRequest>,
 ) -> HttpResult<Response> {
+    access.authorize(
+        Action::Create(Privilege::IndexCatalogCreate),
+        &Securable::Account,
+    )?;
+    let a = access.account.clone();
     only_error_mode(&params)?;
     let idem = account_idempotency(&a, k, params.on_conflict, "index-catalogs", &body.canonical)?;
     let req = body.value;
@@ -197,20 +207,41 @@ async fn create_catalog(
 
 async fn list_catalogs(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     Q(l): Q<ListParams>,
 ) -> HttpResult<Response> {
+    let a = access.account.clone();
     let scope = format!("index-catalogs|{a}");
-    let req = page_request(&scope, &l)?;
-    let listed = read(&state, async |s| s.list_index_catalogs(&a, &req).await).await?;
-    page(&scope, &listed.items, listed.next_page_token)
+    let mut req = page_request(&scope, &l)?;
+    let size = req.page_size.unwrap_or(1);
+    // Only the index catalogs the caller may see, `size` of them: each further page asks for
+    // exactly what is missing, so the listing stops on a page boundary of the crate's.
+    let mut items = Vec::new();
+    loop {
+        let listed = read(&state, async |s| s.list_index_catalogs(&a, &req).await).await?;
+        items.extend(
+            listed
+                .items
+                .into_iter()
+                .filter(|c| visible_index_catalog(&access, c)),
+        );
+        match listed.next_page_token {
+            Some(t) if items.len() < size => {
+                req.page_size = Some(size - items.len());
+                req.page_token = Some(t);
+            }
+            next => return page(&scope, &items, next),
+        }
+    }
 }
 
 async fn get_catalog(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Describe, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     name("index catalog name", &c)?;
     let catalog = read(&state, async |s| s.get_index_catalog(&a, &c).await).await?;
     Ok(ok(to_json(&catalog)?))
@@ -220,12 +251,14 @@ async fn get_catalog(
 
 async fn create_namespace(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<CreateNamespaceRequest>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Write, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     only_error_mode(&params)?;
     name("index catalog name", &c)?;
     let route = format!("index-namespaces/{c}");
@@ -245,10 +278,12 @@ async fn create_namespace(
 
 async fn list_namespaces(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
     Q(l): Q<ListParams>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Read, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     name("index catalog name", &c)?;
     let scope = format!("index-namespaces|{a}|{c}");
     let req = page_request(&scope, &l)?;
@@ -258,9 +293,11 @@ async fn list_namespaces(
 
 async fn drop_namespace(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns)): P<(String, String, String)>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Write, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     name("index catalog name", &c)?;
     let path = ns_path(&ns)?;
     run(&state, &a, async |s| s.drop_namespace(&a, &c, &path).await).await?;
@@ -271,11 +308,13 @@ async fn drop_namespace(
 
 async fn register(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns)): P<(String, String, String)>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<RegisterIndexRequest>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Write, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     name("index catalog name", &c)?;
     let namespace = ns_path(&ns)?;
     let route = format!("indexes/{c}/{ns}");
@@ -299,10 +338,12 @@ async fn register(
 
 async fn list_indexes(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns)): P<(String, String, String)>,
     Q(l): Q<ListParams>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Read, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     name("index catalog name", &c)?;
     let namespace = ns_path(&ns)?;
     let scope = format!("indexes|{a}|{c}|{ns}");
@@ -325,9 +366,11 @@ fn identifier(c: &str, ns: &str, index: &str) -> Result<IndexIdentifier> {
 
 async fn load(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns, i)): IndexPath,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Read, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     let id = identifier(&c, &ns, &i)?;
     let entry = read(&state, async |s| s.load(&a, &c, &id).await).await?;
     Ok(ok(to_json(&entry)?))
@@ -335,9 +378,11 @@ async fn load(
 
 async fn drop_index(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns, i)): IndexPath,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Write, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     let id = identifier(&c, &ns, &i)?;
     run(&state, &a, async |s| s.drop(&a, &c, &id).await).await?;
     Ok(no_content())
@@ -345,11 +390,13 @@ async fn drop_index(
 
 async fn commit(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns, i)): IndexPath,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<CommitIndexRequest>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Write, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     refuse_idempotency_key(&k)?;
     let id = identifier(&c, &ns, &i)?;
     let req = body.value;
@@ -359,11 +406,13 @@ async fn commit(
 
 async fn rename(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<RenameIndexRequest>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Write, &Securable::index_catalog(&c))?;
+    let a = access.account.clone();
     refuse_idempotency_key(&k)?;
     name("index catalog name", &c)?;
     let req = body.value;

@@ -7,12 +7,13 @@ use axum::routing::{get, post, put};
 use serde::Deserialize;
 
 use super::extract::{
-    AccountScope, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, P, Q, Scope,
+    Action, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, P, Q, Scope, Securable,
     account_idempotency,
 };
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
 use flotilla_base::error::Error;
+use flotilla_services::acl::Privilege;
 use flotilla_services::service::{integrations, overlays, page_size};
 use flotilla_services::state::AppState;
 
@@ -63,11 +64,16 @@ struct DeleteQuery {
 
 async fn create_integration(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<integrations::CreateIntegration>,
 ) -> HttpResult<Response> {
+    access.authorize(
+        Action::Create(Privilege::IntegrationCreate),
+        &Securable::Account,
+    )?;
+    let a = access.account.clone();
     let fingerprint = integrations::fingerprint_body(&body.canonical);
     let idem = account_idempotency(&a, k, params.on_conflict, "integrations", &fingerprint)?;
     Ok(recorded(
@@ -77,7 +83,7 @@ async fn create_integration(
 
 async fn list_integrations(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     Q(l): Q<ListQuery>,
 ) -> HttpResult<Response> {
     if l.integration_id.is_some() {
@@ -85,7 +91,7 @@ async fn list_integrations(
     }
     Ok(ok(integrations::list(
         &state,
-        &a,
+        &access,
         page_size(l.page_size)?,
         l.page_token.as_deref(),
     )
@@ -94,30 +100,37 @@ async fn list_integrations(
 
 async fn get_integration(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<super::capture_routes::CaptureQuery>,
 ) -> HttpResult<Response> {
-    let mut v = integrations::get(&state, &a, &id).await?;
+    let this = Securable::integration(&id);
+    access.authorize(Action::Describe, &this)?;
+    if q.revalidate {
+        access.authorize(Action::Manage, &this)?;
+    }
+    let a = &access.account;
+    let mut v = integrations::get(&state, a, &id).await?;
     if q.revalidate {
         // Describing may request revalidation: one job per active overlay of the
         // integration, queued for the workers, validates its tables' captured files again.
         v["revalidation"] =
-            flotilla_reconcile::capture::service::enqueue_revalidation(&state, &a, &id).await?;
+            flotilla_reconcile::capture::service::enqueue_revalidation(&state, a, &id).await?;
     }
     Ok(ok(v))
 }
 
 async fn patch_integration(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<integrations::PatchIntegration>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Manage, &Securable::integration(&id))?;
     Ok(ok(integrations::patch(
         &state,
-        &a,
+        &access.account,
         &id,
         body.value,
         m.as_deref(),
@@ -127,14 +140,15 @@ async fn patch_integration(
 
 async fn rotate_authentication(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<integrations::RotateAuthentication>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Manage, &Securable::integration(&id))?;
     Ok(ok(integrations::rotate(
         &state,
-        &a,
+        &access.account,
         &id,
         body.value,
         m.as_deref(),
@@ -144,12 +158,13 @@ async fn rotate_authentication(
 
 async fn delete_integration(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<DeleteQuery>,
     IfMatch(m): IfMatch,
 ) -> HttpResult<Response> {
-    integrations::delete(&state, &a, &id, q.cascade, m.as_deref()).await?;
+    access.authorize(Action::Drop, &Securable::integration(&id))?;
+    integrations::delete(&state, &access.account, &id, q.cascade, m.as_deref()).await?;
     Ok(no_content())
 }
 
@@ -187,11 +202,18 @@ async fn sweep_credentials(
 
 async fn create_overlay(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<overlays::CreateOverlay>,
 ) -> HttpResult<Response> {
+    // An overlay uses its integration and writes into its catalog.
+    access.authorize(
+        Action::Use,
+        &Securable::integration(&body.value.integration_id),
+    )?;
+    access.authorize(Action::Write, &Securable::catalog(&body.value.catalog_id))?;
+    let a = access.account.clone();
     let idem = account_idempotency(&a, k, params.on_conflict, "overlays", &body.canonical)?;
     Ok(recorded(
         overlays::create(&state, &a, body.value, params.on_conflict, idem).await?,
@@ -200,12 +222,12 @@ async fn create_overlay(
 
 async fn list_overlays(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     Q(l): Q<ListQuery>,
 ) -> HttpResult<Response> {
     Ok(ok(overlays::list(
         &state,
-        &a,
+        &access,
         l.integration_id.as_deref(),
         page_size(l.page_size)?,
         l.page_token.as_deref(),
@@ -215,22 +237,24 @@ async fn list_overlays(
 
 async fn get_overlay(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
 ) -> HttpResult<Response> {
-    Ok(ok(overlays::get(&state, &a, &id).await?))
+    access.authorize(Action::Describe, &Securable::overlay(&id))?;
+    Ok(ok(overlays::get(&state, &access.account, &id).await?))
 }
 
 async fn patch_overlay(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<overlays::PatchOverlay>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Manage, &Securable::overlay(&id))?;
     Ok(ok(overlays::patch(
         &state,
-        &a,
+        &access.account,
         &id,
         body.value,
         m.as_deref(),
@@ -240,10 +264,11 @@ async fn patch_overlay(
 
 async fn delete_overlay(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     IfMatch(m): IfMatch,
 ) -> HttpResult<Response> {
-    overlays::delete(&state, &a, &id, m.as_deref()).await?;
+    access.authorize(Action::Drop, &Securable::overlay(&id))?;
+    overlays::delete(&state, &access.account, &id, m.as_deref()).await?;
     Ok(no_content())
 }

@@ -2,6 +2,7 @@
 //! The one HTTP router, served by `functions/api` (through `lambda_http`) and by
 //! `flotilla serve` (through `axum::serve`). No route exists in only one host.
 
+mod access_routes;
 mod capture_routes;
 mod directory_routes;
 pub mod error;
@@ -9,6 +10,7 @@ pub mod extract;
 mod index_routes;
 mod integration_routes;
 mod metrics_layer;
+pub mod oauth;
 mod openapi_routes;
 mod reconcile_routes;
 mod routes;

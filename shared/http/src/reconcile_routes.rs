@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
 
-use super::extract::{AccountScope, P, Scope};
+use super::extract::{Action, P, Scope, Securable};
 use super::ok;
 use crate::error::HttpResult;
 use flotilla_base::error::Error;
@@ -22,10 +22,12 @@ pub fn routes() -> Router<AppState> {
 
 async fn reconcile_overlay(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
 ) -> HttpResult<Response> {
-    let summary = reconcile(&state, &AdapterConnector, &a, &id, &RunOptions::default())
+    access.authorize(Action::Manage, &Securable::overlay(&id))?;
+    let a = &access.account;
+    let summary = reconcile(&state, &AdapterConnector, a, &id, &RunOptions::default())
         .await
         .map_err(Error::from)?;
     Ok(ok(summary.to_json()))

@@ -11,12 +11,13 @@ use serde_json::json;
 use tower_http::trace::TraceLayer;
 
 use super::extract::{
-    AccountScope, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, ListParams,
-    MAX_BODY_BYTES, P, Q, Scope, account_idempotency, idempotency,
+    Access, Action, Auth, CreateParams, IdempotencyKey, IfMatch, JsonBody, ListParams,
+    MAX_BODY_BYTES, P, Q, Scope, Securable, account_idempotency, idempotency,
 };
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
 use flotilla_base::error::{Error, Result};
+use flotilla_services::acl::Privilege;
 use flotilla_services::service::idempotency::system_receipt_key;
 use flotilla_services::service::{accounts, catalogs, namespaces, page_size, relations};
 use flotilla_services::state::AppState;
@@ -72,6 +73,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
             get(get_account).delete(delete_account),
         )
         .nest("/v1/accounts/{account_id}", account_routes)
+        .merge(super::access_routes::routes())
         .merge(super::capture_routes::routes())
         .merge(super::directory_routes::routes())
         .merge(super::index_routes::routes())
@@ -166,11 +168,9 @@ async fn list_accounts(
     .await?))
 }
 
-async fn get_account(
-    State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
-) -> HttpResult<Response> {
-    Ok(ok(accounts::get(&state, &a).await?))
+async fn get_account(State(state): State<AppState>, Scope(access): Scope) -> HttpResult<Response> {
+    access.authorize(Action::Describe, &Securable::Account)?;
+    Ok(ok(accounts::get(&state, &access.account).await?))
 }
 
 async fn delete_account(
@@ -189,20 +189,25 @@ async fn delete_account(
 
 async fn create_catalog(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<catalogs::CreateCatalog>,
 ) -> HttpResult<Response> {
-    let idem = account_idempotency(&a, k, params.on_conflict, "catalogs", &body.canonical)?;
+    access.authorize(
+        Action::Create(Privilege::CatalogCreate),
+        &Securable::Account,
+    )?;
+    let a = &access.account;
+    let idem = account_idempotency(a, k, params.on_conflict, "catalogs", &body.canonical)?;
     Ok(recorded(
-        catalogs::create(&state, &a, body.value, params.on_conflict, idem).await?,
+        catalogs::create(&state, a, body.value, params.on_conflict, idem).await?,
     ))
 }
 
 async fn list_catalogs(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     Q(l): Q<ListParams>,
 ) -> HttpResult<Response> {
     if l.parent.is_some() {
@@ -210,7 +215,7 @@ async fn list_catalogs(
     }
     Ok(ok(catalogs::list(
         &state,
-        &a,
+        &access,
         page_size(l.page_size)?,
         l.page_token.as_deref(),
     )
@@ -219,22 +224,24 @@ async fn list_catalogs(
 
 async fn get_catalog(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
 ) -> HttpResult<Response> {
-    Ok(ok(catalogs::get(&state, &a, &c).await?))
+    access.authorize(Action::Describe, &Securable::catalog(&c))?;
+    Ok(ok(catalogs::get(&state, &access.account, &c).await?))
 }
 
 async fn patch_catalog(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<catalogs::PatchCatalog>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Manage, &Securable::catalog(&c))?;
     Ok(ok(catalogs::patch(
         &state,
-        &a,
+        &access.account,
         &c,
         body.value,
         m.as_deref(),
@@ -244,11 +251,12 @@ async fn patch_catalog(
 
 async fn delete_catalog(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
     IfMatch(m): IfMatch,
 ) -> HttpResult<Response> {
-    catalogs::delete(&state, &a, &c, m.as_deref()).await?;
+    access.authorize(Action::Drop, &Securable::catalog(&c))?;
+    catalogs::delete(&state, &access.account, &c, m.as_deref()).await?;
     Ok(no_content())
 }
 
@@ -256,22 +264,28 @@ async fn delete_catalog(
 
 async fn create_namespace(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<namespaces::CreateNamespace>,
 ) -> HttpResult<Response> {
+    let path = NamespacePath::new(body.value.path.clone()).map_err(Error::from)?;
+    access.authorize(
+        Action::Write,
+        &Securable::container(&c, path.parent().as_ref()),
+    )?;
+    let a = &access.account;
     let route = route_key(&["namespaces", &c]);
-    let idem = account_idempotency(&a, k, params.on_conflict, &route, &body.canonical)?;
+    let idem = account_idempotency(a, k, params.on_conflict, &route, &body.canonical)?;
     Ok(recorded(
-        namespaces::create(&state, &a, &c, body.value, params.on_conflict, idem).await?,
+        namespaces::create(&state, a, &c, body.value, params.on_conflict, idem).await?,
     ))
 }
 
 async fn list_namespaces(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c)): P<(String, String)>,
     Q(l): Q<ListParams>,
 ) -> HttpResult<Response> {
@@ -279,9 +293,10 @@ async fn list_namespaces(
         Some(s) if !s.is_empty() => Some(ns_path(s)?),
         _ => None,
     };
+    access.authorize(Action::Describe, &Securable::container(&c, parent.as_ref()))?;
     Ok(ok(namespaces::list(
         &state,
-        &a,
+        &access,
         &c,
         parent.as_ref(),
         page_size(l.page_size)?,
@@ -292,24 +307,30 @@ async fn list_namespaces(
 
 async fn get_namespace(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns)): P<(String, String, String)>,
 ) -> HttpResult<Response> {
-    Ok(ok(namespaces::get(&state, &a, &c, &ns_path(&ns)?).await?))
+    let path = ns_path(&ns)?;
+    access.authorize(Action::Describe, &Securable::namespace(&c, &path))?;
+    Ok(ok(
+        namespaces::get(&state, &access.account, &c, &path).await?
+    ))
 }
 
 async fn patch_namespace(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns)): P<(String, String, String)>,
     IfMatch(m): IfMatch,
     body: JsonBody<namespaces::PatchNamespace>,
 ) -> HttpResult<Response> {
+    let path = ns_path(&ns)?;
+    access.authorize(Action::Manage, &Securable::namespace(&c, &path))?;
     Ok(ok(namespaces::patch(
         &state,
-        &a,
+        &access.account,
         &c,
-        &ns_path(&ns)?,
+        &path,
         body.value,
         m.as_deref(),
     )
@@ -318,11 +339,13 @@ async fn patch_namespace(
 
 async fn delete_namespace(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns)): P<(String, String, String)>,
     IfMatch(m): IfMatch,
 ) -> HttpResult<Response> {
-    namespaces::delete(&state, &a, &c, &ns_path(&ns)?, m.as_deref()).await?;
+    let path = ns_path(&ns)?;
+    access.authorize(Action::Drop, &Securable::namespace(&c, &path))?;
+    namespaces::delete(&state, &access.account, &c, &path, m.as_deref()).await?;
     Ok(no_content())
 }
 
@@ -330,41 +353,43 @@ async fn delete_namespace(
 
 async fn create_table(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns)): P<(String, String, String)>,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<relations::CreateTable>,
 ) -> HttpResult<Response> {
     let path = ns_path(&ns)?;
+    access.authorize(Action::Write, &Securable::namespace(&c, &path))?;
+    let a = &access.account;
     let route = route_key(&["tables", &c, &ns]);
-    let idem = account_idempotency(&a, k, params.on_conflict, &route, &body.canonical)?;
+    let idem = account_idempotency(a, k, params.on_conflict, &route, &body.canonical)?;
     Ok(recorded(
-        relations::create_table(&state, &a, &c, &path, body.value, params.on_conflict, idem)
-            .await?,
+        relations::create_table(&state, a, &c, &path, body.value, params.on_conflict, idem).await?,
     ))
 }
 
 async fn create_view(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, c, ns)): P<(String, String, String)>,
     Q(params): Q<CreateParams>,
     IdempotencyKey(k): IdempotencyKey,
     body: JsonBody<relations::CreateView>,
 ) -> HttpResult<Response> {
     let path = ns_path(&ns)?;
+    access.authorize(Action::Write, &Securable::namespace(&c, &path))?;
+    let a = &access.account;
     let route = route_key(&["views", &c, &ns]);
-    let idem = account_idempotency(&a, k, params.on_conflict, &route, &body.canonical)?;
+    let idem = account_idempotency(a, k, params.on_conflict, &route, &body.canonical)?;
     Ok(recorded(
-        relations::create_view(&state, &a, &c, &path, body.value, params.on_conflict, idem).await?,
+        relations::create_view(&state, a, &c, &path, body.value, params.on_conflict, idem).await?,
     ))
 }
 
 async fn list_relations(
     state: AppState,
-    _scope: AccountScope,
-    a: String,
+    access: Access,
     c: String,
     ns: String,
     l: ListParams,
@@ -374,9 +399,10 @@ async fn list_relations(
         return Err(Error::invalid("parent applies to namespace listings only").into());
     }
     let path = ns_path(&ns)?;
+    access.authorize(Action::Describe, &Securable::namespace(&c, &path))?;
     Ok(ok(relations::list(
         &state,
-        &a,
+        &access,
         &c,
         &path,
         kind,
@@ -388,36 +414,38 @@ async fn list_relations(
 
 async fn list_tables(
     State(state): State<AppState>,
-    Scope(scope): Scope,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(access): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
     Q(l): Q<ListParams>,
 ) -> HttpResult<Response> {
-    list_relations(state, scope, a, c, ns, l, RelationKind::Table).await
+    list_relations(state, access, c, ns, l, RelationKind::Table).await
 }
 
 async fn list_views(
     State(state): State<AppState>,
-    Scope(scope): Scope,
-    P((a, c, ns)): P<(String, String, String)>,
+    Scope(access): Scope,
+    P((_, c, ns)): P<(String, String, String)>,
     Q(l): Q<ListParams>,
 ) -> HttpResult<Response> {
-    list_relations(state, scope, a, c, ns, l, RelationKind::View).await
+    list_relations(state, access, c, ns, l, RelationKind::View).await
 }
 
 type RelPath = P<(String, String, String, String)>;
 
 async fn get_relation(
     state: AppState,
-    _scope: AccountScope,
+    access: Access,
     path: (String, String, String, String),
     kind: RelationKind,
 ) -> HttpResult<Response> {
-    let (a, c, ns, name) = path;
+    let (_, c, ns, name) = path;
+    let ns = ns_path(&ns)?;
+    access.authorize(Action::Read, &Securable::relation(&c, &ns, &name, kind))?;
     Ok(ok(relations::get(
         &state,
-        &a,
+        &access.account,
         &c,
-        &ns_path(&ns)?,
+        &ns,
         &name,
         kind,
     )
@@ -426,34 +454,48 @@ async fn get_relation(
 
 async fn get_table(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    Scope(access): Scope,
     P(path): RelPath,
 ) -> HttpResult<Response> {
-    get_relation(state, scope, path, RelationKind::Table).await
+    get_relation(state, access, path, RelationKind::Table).await
 }
 
 async fn get_view(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    Scope(access): Scope,
     P(path): RelPath,
 ) -> HttpResult<Response> {
-    get_relation(state, scope, path, RelationKind::View).await
+    get_relation(state, access, path, RelationKind::View).await
 }
 
 async fn patch_relation(
     state: AppState,
-    _scope: AccountScope,
+    access: Access,
     path: (String, String, String, String),
     if_match: Option<String>,
     body: relations::PatchRelation,
     kind: RelationKind,
 ) -> HttpResult<Response> {
-    let (a, c, ns, name) = path;
+    let (_, c, ns, name) = path;
+    let ns = ns_path(&ns)?;
+    let this = Securable::relation(&c, &ns, &name, kind);
+    access.authorize(Action::Write, &this)?;
+    // A rename or move drops it here and creates it there.
+    if body.name.as_ref().is_some_and(|n| n != &name)
+        || body.namespace.as_ref().is_some_and(|p| p != ns.segments())
+    {
+        access.authorize(Action::Drop, &this)?;
+        let dest = match &body.namespace {
+            Some(p) => NamespacePath::new(p.clone()).map_err(Error::from)?,
+            None => ns.clone(),
+        };
+        access.authorize(Action::Write, &Securable::namespace(&c, &dest))?;
+    }
     Ok(ok(relations::patch(
         &state,
-        &a,
+        &access.account,
         &c,
-        &ns_path(&ns)?,
+        &ns,
         &name,
         kind,
         body,
@@ -464,37 +506,39 @@ async fn patch_relation(
 
 async fn patch_table(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    Scope(access): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
     body: JsonBody<relations::PatchRelation>,
 ) -> HttpResult<Response> {
-    patch_relation(state, scope, path, m, body.value, RelationKind::Table).await
+    patch_relation(state, access, path, m, body.value, RelationKind::Table).await
 }
 
 async fn patch_view(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    Scope(access): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
     body: JsonBody<relations::PatchRelation>,
 ) -> HttpResult<Response> {
-    patch_relation(state, scope, path, m, body.value, RelationKind::View).await
+    patch_relation(state, access, path, m, body.value, RelationKind::View).await
 }
 
 async fn delete_relation(
     state: AppState,
-    _scope: AccountScope,
+    access: Access,
     path: (String, String, String, String),
     if_match: Option<String>,
     kind: RelationKind,
 ) -> HttpResult<Response> {
-    let (a, c, ns, name) = path;
+    let (_, c, ns, name) = path;
+    let ns = ns_path(&ns)?;
+    access.authorize(Action::Drop, &Securable::relation(&c, &ns, &name, kind))?;
     relations::delete(
         &state,
-        &a,
+        &access.account,
         &c,
-        &ns_path(&ns)?,
+        &ns,
         &name,
         kind,
         if_match.as_deref(),
@@ -505,18 +549,18 @@ async fn delete_relation(
 
 async fn delete_table(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    Scope(access): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
 ) -> HttpResult<Response> {
-    delete_relation(state, scope, path, m, RelationKind::Table).await
+    delete_relation(state, access, path, m, RelationKind::Table).await
 }
 
 async fn delete_view(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    Scope(access): Scope,
     P(path): RelPath,
     IfMatch(m): IfMatch,
 ) -> HttpResult<Response> {
-    delete_relation(state, scope, path, m, RelationKind::View).await
+    delete_relation(state, access, path, m, RelationKind::View).await
 }

@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
 
-use super::extract::{AccountScope, P, Q, Scope};
+use super::extract::{Action, P, Q, Scope, Securable};
 use super::ok;
 use crate::error::HttpResult;
 use flotilla_base::error::Error;
@@ -69,10 +69,12 @@ struct ObjectsQuery {
 
 async fn validate(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<ValidateQuery>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Use, &Securable::integration(&id))?;
+    let a = &access.account;
     let table = match (q.namespace.as_deref(), q.table) {
         (None, None) => None,
         (Some(ns), Some(name)) if !name.is_empty() => Some(TableChoice {
@@ -81,7 +83,7 @@ async fn validate(
         }),
         _ => return Err(Error::invalid("namespace and table are given together").into()),
     };
-    let report = validation::validate(&state, &a, &id, table).await?;
+    let report = validation::validate(&state, a, &id, table).await?;
     Ok(ok(
         serde_json::to_value(report).map_err(|e| Error::internal(e.to_string()))?
     ))
@@ -89,10 +91,12 @@ async fn validate(
 
 async fn list_namespaces(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<NamespacesQuery>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Use, &Securable::integration(&id))?;
+    let a = &access.account;
     let parent = match q.parent.as_deref() {
         Some(s) if !s.is_empty() => Some(parse_namespace(s, "parent")?),
         _ => None,
@@ -100,7 +104,7 @@ async fn list_namespaces(
     let size = page_size(q.page_size)?;
     Ok(ok(upstream::list_namespaces(
         &state,
-        &a,
+        a,
         &id,
         parent,
         size,
@@ -111,10 +115,12 @@ async fn list_namespaces(
 
 async fn list_objects(
     State(state): State<AppState>,
-    Scope(AccountScope { account: a, .. }): Scope,
+    Scope(access): Scope,
     P((_, id)): P<(String, String)>,
     Q(q): Q<ObjectsQuery>,
 ) -> HttpResult<Response> {
+    access.authorize(Action::Use, &Securable::integration(&id))?;
+    let a = &access.account;
     let namespace = match q.namespace.as_deref() {
         Some(s) if !s.is_empty() => parse_namespace(s, "namespace")?,
         _ => return Err(Error::invalid("namespace is required").into()),
@@ -126,7 +132,7 @@ async fn list_objects(
     let size = page_size(q.page_size)?;
     Ok(ok(upstream::list_objects(
         &state,
-        &a,
+        a,
         &id,
         namespace,
         kinds,

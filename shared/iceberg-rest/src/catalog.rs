@@ -17,6 +17,7 @@ use flotilla_domain::names::NamespacePath;
 use flotilla_http::extract::Auth;
 use flotilla_metastore::Consistency;
 use flotilla_parqdb::location::Warehouse;
+use flotilla_services::acl::{Access, Action, Securable};
 use flotilla_services::auth::Principal;
 use flotilla_services::service::{catalogs, read};
 use flotilla_services::state::AppState;
@@ -75,22 +76,25 @@ impl FromRequestParts<AppState> for Caller {
 pub struct Ctx {
     pub state: AppState,
     pub config: Arc<IcebergConfig>,
-    pub principal: Principal,
+    /// The caller and what its grants allow in the catalog's account.
+    pub access: Access,
     pub account: String,
     pub catalog: CatalogRecord,
     pub warehouse: Warehouse,
 }
 
 impl Ctx {
-    /// Resolves `<account>.<catalog id>` for `principal`. Another account's principal is
-    /// refused before anything of the catalog is read.
+    /// Resolves `<account>.<catalog id>` for `principal`. Another account's principal, and
+    /// one that may not see the catalog, is refused before anything of the catalog is read.
     pub async fn resolve(
         state: &AppState,
         config: &Arc<IcebergConfig>,
         principal: Principal,
         prefix: &str,
     ) -> IcebergResult<Ctx> {
-        let (account, catalog_id) = authorize_prefix(&principal, prefix)?;
+        let (access, catalog_id) = access_for_prefix(state, principal, prefix).await?;
+        let account = access.account.clone();
+        let account = account.as_str();
         let catalog = catalogs::load(state.store.as_ref(), account, catalog_id)
             .await
             .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?
@@ -102,11 +106,68 @@ impl Ctx {
         Ok(Ctx {
             state: state.clone(),
             config: config.clone(),
-            principal,
+            access,
             account: account.to_owned(),
             catalog,
             warehouse,
         })
+    }
+
+    /// The one decision ([`Access::authorize`]) in this endpoint's answers: `403
+    /// ForbiddenException` when the caller may see the object, else exactly what this
+    /// endpoint answers when it does not exist (a missing namespace above a table answers
+    /// as a missing namespace, as for a table that does not exist).
+    pub fn authorize(&self, action: Action, on: &Securable) -> IcebergResult<()> {
+        if self.access.allows(action, on) {
+            return Ok(());
+        }
+        if self.access.visible(on) {
+            return Err(IcebergError::from_api(
+                self.access.refusal(action, on),
+                Missing::Catalog,
+            ));
+        }
+        Err(self.absent(on))
+    }
+
+    /// Whether `action` on `on` is allowed (listing filters, credential scope).
+    pub fn allows(&self, action: Action, on: &Securable) -> bool {
+        self.access.allows(action, on)
+    }
+
+    /// The not-found answer of this endpoint for `on`, at the highest level the caller may
+    /// not see.
+    fn absent(&self, on: &Securable) -> IcebergError {
+        let ns = |p: &[String]| NamespacePath::new(p.to_vec()).ok();
+        match on {
+            Securable::Table { path, name, .. } | Securable::View { path, name, .. } => {
+                let parent = Securable::Namespace {
+                    catalog_id: self.catalog.id.clone(),
+                    path: path.clone(),
+                };
+                if !self.access.visible(&parent) {
+                    return self.absent(&parent);
+                }
+                let shown = ns(path).map(|p| p.to_string()).unwrap_or_default();
+                match on {
+                    Securable::View { .. } => IcebergError::no_such(
+                        Missing::View,
+                        format!("view {shown}.{name} not found"),
+                    ),
+                    _ => IcebergError::no_such(
+                        Missing::Table,
+                        format!("table {shown}.{name} not found"),
+                    ),
+                }
+            }
+            Securable::Namespace { path, .. } => match ns(path) {
+                Some(p) => {
+                    IcebergError::no_such(Missing::Namespace, format!("namespace {p} not found"))
+                }
+                None => IcebergError::no_such(Missing::Namespace, "namespace not found"),
+            },
+            other => IcebergError::from_api(other.absent(), Missing::Catalog),
+        }
     }
 
     pub fn catalog_id(&self) -> &str {
@@ -144,6 +205,26 @@ impl Ctx {
             && !dir.contains("/../")
             && !dir.ends_with("/..")
     }
+}
+
+/// The caller's access in the account of `<account>.<catalog id>`, refused (as an unknown
+/// prefix) unless it may see the catalog; nothing of the catalog is read.
+pub async fn access_for_prefix<'a>(
+    state: &AppState,
+    principal: Principal,
+    prefix: &'a str,
+) -> IcebergResult<(Access, &'a str)> {
+    let (account, catalog_id) = authorize_prefix(&principal, prefix)?;
+    let scope = principal
+        .authorize_account(account)
+        .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
+    let access = Access::resolve(state.store.as_ref(), &state.acl, scope)
+        .await
+        .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
+    access
+        .authorize(Action::Describe, &Securable::catalog(catalog_id))
+        .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
+    Ok((access, catalog_id))
 }
 
 /// Splits `<account>.<catalog id>` and checks the principal may act in that account,
@@ -317,10 +398,13 @@ pub async fn get_config(
     })?;
     let unknown = || IcebergError::no_such(Missing::Catalog, format!("no warehouse {w:?}"));
     let (account, name) = w.split_once('/').ok_or_else(unknown)?;
-    p.authorize_account(account).map_err(|e| match e.kind {
+    let scope = p.authorize_account(account).map_err(|e| match e.kind {
         ErrorKind::NotFound => unknown(),
         _ => IcebergError::from_api(e, Missing::Catalog),
     })?;
+    let access = Access::resolve(state.store.as_ref(), &state.acl, scope)
+        .await
+        .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
     let store = state.store.as_ref();
     // A catalog id, else a display name.
     let by_id = catalogs::load(store, account, name).await.ok();
@@ -341,6 +425,10 @@ pub async fn get_config(
                 .value
         }
     };
+    // A catalog the caller may not see is an unknown warehouse, by id or by name alike.
+    if !access.allows(Action::Describe, &Securable::catalog(&catalog.id)) {
+        return Err(unknown());
+    }
     // A catalog whose warehouse is unusable is reported now rather than at the first write.
     let wh = resolve_warehouse(&config, &catalog)?;
     if catalog.properties.contains_key("warehouse") {

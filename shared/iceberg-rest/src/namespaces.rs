@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use flotilla_http::extract::parse_json;
+use flotilla_services::acl::{Action, Securable};
 use flotilla_services::service::OnConflict;
 use flotilla_services::service::namespaces::{self, CreateNamespace, PatchNamespace};
 use flotilla_services::state::AppState;
@@ -68,9 +69,13 @@ pub async fn list_namespaces(
         Some(s) => Some(ns_from_segment(s)?),
         None => None,
     };
+    ctx.authorize(
+        Action::Describe,
+        &Securable::container(ctx.catalog_id(), parent.as_ref()),
+    )?;
     let page = namespaces::list(
         &state,
-        &ctx.account,
+        &ctx.access,
         ctx.catalog_id(),
         parent.as_ref(),
         q.size()?,
@@ -105,6 +110,10 @@ pub async fn create_namespace(
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let req: CreateNamespaceRequest = body(&bytes)?;
     let path = ns_from_parts(req.namespace)?;
+    ctx.authorize(
+        Action::Write,
+        &Securable::container(ctx.catalog_id(), path.parent().as_ref()),
+    )?;
     let created = namespaces::create(
         &state,
         &ctx.account,
@@ -133,6 +142,10 @@ pub async fn load_namespace(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Describe,
+        &Securable::namespace(ctx.catalog_id(), &path),
+    )?;
     let v = namespaces::get(&state, &ctx.account, ctx.catalog_id(), &path)
         .await
         .map_err(api)?;
@@ -147,6 +160,10 @@ pub async fn namespace_exists(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Describe,
+        &Securable::namespace(ctx.catalog_id(), &path),
+    )?;
     namespaces::get(&state, &ctx.account, ctx.catalog_id(), &path)
         .await
         .map_err(api)?;
@@ -161,6 +178,7 @@ pub async fn drop_namespace(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(Action::Drop, &Securable::namespace(ctx.catalog_id(), &path))?;
     namespaces::delete(&state, &ctx.account, ctx.catalog_id(), &path, None)
         .await
         .map_err(api)?;
@@ -184,6 +202,10 @@ pub async fn update_properties(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Manage,
+        &Securable::namespace(ctx.catalog_id(), &path),
+    )?;
     let req: UpdateProperties = body(&bytes)?;
     let removals: BTreeSet<&String> = req.removals.iter().collect();
     if let Some(k) = req.updates.keys().find(|k| removals.contains(k)) {

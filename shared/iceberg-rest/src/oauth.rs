@@ -3,8 +3,9 @@
 //! before anything else.
 //!
 //! Who can answer it depends on who verifies tokens:
-//! - `flotilla serve` verifies Flotilla tokens itself, so the client secret is a Flotilla
-//!   token and the access token is that same token ([`TokenExchange::Verify`]).
+//! - `flotilla serve` verifies Flotilla tokens itself: the client secret is a Flotilla token
+//!   (the access token is that same token) or a service principal's secret (a signed access
+//!   token), as on `/v1/oauth/tokens` ([`TokenExchange::Verify`], `flotilla_http::oauth`).
 //! - Behind API Gateway the JWT authorizer verifies every other route against the identity
 //!   provider, and this function never sees a secret it could check. The route is public
 //!   there and the exchange is relayed to the identity provider's token endpoint
@@ -19,13 +20,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
+use flotilla_http::oauth::{
+    ClientCredentials, check_grant_type, exchange_verified, no_store, oauth_error,
+};
 use flotilla_services::state::AppState;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The identity provider's token endpoint the `iceberg` Lambda function relays the exchange
 /// to (deployment setting, e.g. a Cognito domain's `/oauth2/token`). Unset: the route tells
@@ -194,46 +198,6 @@ async fn read_limited(mut answer: reqwest::Response) -> Option<Vec<u8>> {
     Some(body)
 }
 
-/// What the engine sent: from the form, else the secret from HTTP Basic (as DuckDB sends it).
-struct ClientCredentials {
-    id: Option<String>,
-    secret: String,
-    scope: Option<String>,
-}
-
-impl ClientCredentials {
-    fn from_request(form: &BTreeMap<String, String>, headers: &HeaderMap) -> Option<Self> {
-        let basic = headers
-            .get(AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| {
-                h.strip_prefix("Basic ")
-                    .or_else(|| h.strip_prefix("basic "))
-            })
-            .and_then(|b64| {
-                base64::engine::general_purpose::STANDARD
-                    .decode(b64.trim())
-                    .ok()
-            })
-            .and_then(|raw| String::from_utf8(raw).ok())
-            .and_then(|text| {
-                let (id, secret) = text.split_once(':')?;
-                Some((form_decode(id), form_decode(secret)))
-            });
-        let (basic_id, basic_secret) = basic.unzip();
-        let secret = form
-            .get("client_secret")
-            .cloned()
-            .or(basic_secret)
-            .filter(|s| !s.is_empty())?;
-        Some(Self {
-            id: form.get("client_id").cloned().or(basic_id),
-            secret,
-            scope: form.get("scope").cloned().filter(|s| !s.is_empty()),
-        })
-    }
-}
-
 /// `POST /iceberg/v1/oauth/tokens` (client credentials only).
 pub async fn oauth_tokens(
     State(state): State<AppState>,
@@ -242,22 +206,8 @@ pub async fn oauth_tokens(
     body: axum::body::Bytes,
 ) -> Response {
     let form: BTreeMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
-    match form.get("grant_type").map(String::as_str) {
-        Some("client_credentials") => {}
-        Some(_) => {
-            return oauth_error(
-                StatusCode::BAD_REQUEST,
-                "unsupported_grant_type",
-                "only grant_type=client_credentials is supported",
-            );
-        }
-        None => {
-            return oauth_error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                "grant_type is required",
-            );
-        }
+    if let Some(refusal) = check_grant_type(&form) {
+        return refusal;
     }
     if let TokenExchange::Unconfigured = *exchange {
         return oauth_error(
@@ -277,56 +227,10 @@ pub async fn oauth_tokens(
     };
     match exchange.as_ref() {
         TokenExchange::Relay(relay) => relay.exchange(&creds).await,
-        TokenExchange::Verify | TokenExchange::Unconfigured => verify(&state, &creds.secret),
+        TokenExchange::Verify | TokenExchange::Unconfigured => {
+            exchange_verified(&state, &creds).await
+        }
     }
-}
-
-/// The access token is the credential itself: it authenticates as the same principal on
-/// every route, so the exchange grants nothing the client did not already hold.
-fn verify(state: &AppState, secret: &str) -> Response {
-    if state.auth.authenticate(secret).is_none() {
-        return oauth_error(
-            StatusCode::UNAUTHORIZED,
-            "invalid_client",
-            "the client credentials are not valid",
-        );
-    }
-    no_store(
-        Json(json!({
-            "access_token": secret,
-            "token_type": "bearer",
-            "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
-            "expires_in": 3600,
-        }))
-        .into_response(),
-    )
-}
-
-fn no_store(mut resp: Response) -> Response {
-    resp.headers_mut()
-        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp.headers_mut()
-        .entry(CONTENT_TYPE)
-        .or_insert(HeaderValue::from_static("application/json"));
-    resp
-}
-
-fn oauth_error(status: StatusCode, error: &str, description: &str) -> Response {
-    no_store(
-        (
-            status,
-            Json(json!({"error": error, "error_description": description})),
-        )
-            .into_response(),
-    )
-}
-
-/// Basic credentials are form-encoded before base64 (RFC 6749 section 2.3.1).
-fn form_decode(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={s}").as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
 }
 
 fn form_encode(s: &str) -> String {

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use flotilla_domain::model::RelationKind;
 use flotilla_domain::names::NamespacePath;
+use flotilla_services::acl::{Action, Securable};
 use flotilla_services::service::OnConflict;
 use flotilla_services::service::relations::{self, CreateTable, PatchRelation};
 use flotilla_services::state::AppState;
@@ -75,9 +76,12 @@ pub fn client_config(ctx: &Ctx, location: &str) -> std::collections::BTreeMap<St
     }
 }
 
-/// What credentials for a relation may do: an overlay-managed relation is read-only here.
-pub fn access_of(rec: &flotilla_domain::model::RelationRecord) -> vending::Access {
-    if rec.managed_by.is_some() {
+/// What credentials for a relation may do: read-only for an overlay-managed relation (read-
+/// only here) and for a caller without `WRITE` on it (a reader's engine gets credentials
+/// that cannot write a byte).
+pub fn access_of(ctx: &Ctx, rec: &flotilla_domain::model::RelationRecord) -> vending::Access {
+    let table = Securable::table(ctx.catalog_id(), &rec.namespace, &rec.name);
+    if rec.managed_by.is_some() || !ctx.allows(Action::Write, &table) {
         vending::Access::ReadOnly
     } else {
         vending::Access::ReadWrite
@@ -124,10 +128,20 @@ pub async fn list_tables(
     let token = q.token();
     let from_directory = token.is_some_and(|t| t.starts_with(DIRECTORY_TOKEN));
     if from_directory || token.is_none() {
-        let (account, catalog_id) = crate::catalog::authorize_prefix(&caller.0, &prefix)?;
+        let (access, catalog_id) =
+            crate::catalog::access_for_prefix(&state, caller.0.clone(), &prefix).await?;
+        let ns = Securable::namespace(catalog_id, &path);
+        if !access.allows(Action::Describe, &ns) {
+            // The endpoint's own answer for a namespace it cannot show.
+            let ctx = ctx(&state, &config, caller, &prefix).await?;
+            return Err(ctx
+                .authorize(Action::Describe, &ns)
+                .err()
+                .unwrap_or_else(|| IcebergError::internal("a refused listing was allowed")));
+        }
         if let Some(v) = list_from_directory(
             &state,
-            account,
+            &access,
             catalog_id,
             &path,
             size,
@@ -140,9 +154,13 @@ pub async fn list_tables(
         }
     }
     let ctx = ctx(&state, &config, caller, &prefix).await?;
+    ctx.authorize(
+        Action::Describe,
+        &Securable::namespace(ctx.catalog_id(), &path),
+    )?;
     let page = relations::list(
         &state,
-        &ctx.account,
+        &ctx.access,
         ctx.catalog_id(),
         &path,
         RelationKind::Table,
@@ -179,7 +197,7 @@ pub async fn list_tables(
 /// answered here (from the last-good snapshot if need be), so paging never mixes sources.
 async fn list_from_directory(
     state: &AppState,
-    account: &str,
+    access: &flotilla_services::acl::Access,
     catalog_id: &str,
     path: &NamespacePath,
     size: usize,
@@ -194,7 +212,7 @@ async fn list_from_directory(
     {
         return Ok(None);
     }
-    let view = flotilla_services::service::directory::get_view(state, account, catalog_id)
+    let view = flotilla_services::service::directory::get_view(state, &access.account, catalog_id)
         .await
         .map_err(|e| IcebergError::from_api(e, Missing::Catalog))?;
     let fresh =
@@ -233,6 +251,10 @@ async fn list_from_directory(
         }
         let name = e.name.as_str();
         if after.is_some_and(|a| name <= a) {
+            continue;
+        }
+        // Only what the caller may read, so a page holds `size` of those.
+        if !access.allows(Action::Read, &Securable::table(catalog_id, path, name)) {
             continue;
         }
         if names.len() == size {
@@ -289,6 +311,10 @@ pub async fn create_table(
 ) -> IcebergResult<Response> {
     let ctx = ctx(&state, &config, caller, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Write,
+        &Securable::namespace(ctx.catalog_id(), &path),
+    )?;
     let req: CreateTableRequest = schema_body(&bytes)?;
     flotilla_domain::names::validate_segment("table name", &req.name)
         .map_err(|e| IcebergError::bad_request(e.0))?;
@@ -376,13 +402,24 @@ pub async fn load_table(
     {
         return Err(IcebergError::bad_request("snapshots must be all or refs"));
     }
+    ctx.authorize(
+        Action::Read,
+        &Securable::table(ctx.catalog_id(), &path, &table),
+    )?;
     let (rec, loc) = commit::require_table(&ctx, &path, &table).await?;
     if crate::federated::is_federated(&ctx, &rec.value) {
         let v = crate::federated::load(&ctx, &headers, &rec.value).await?;
         return Ok(Json(v).into_response());
     }
     let metadata = commit::read_metadata(&ctx, &loc).await?;
-    let v = load_result(&ctx, &headers, Some(&loc), &metadata, access_of(&rec.value)).await?;
+    let v = load_result(
+        &ctx,
+        &headers,
+        Some(&loc),
+        &metadata,
+        access_of(&ctx, &rec.value),
+    )
+    .await?;
     Ok(Json(v).into_response())
 }
 
@@ -394,6 +431,10 @@ pub async fn table_exists(
 ) -> IcebergResult<Response> {
     let ctx = ctx(&state, &config, caller, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Read,
+        &Securable::table(ctx.catalog_id(), &path, &table),
+    )?;
     let (rec, _) = commit::require_table(&ctx, &path, &table).await?;
     if crate::federated::is_federated(&ctx, &rec.value) {
         crate::federated::visible_pointer(&ctx, &rec.value).await?;
@@ -409,6 +450,10 @@ pub async fn load_credentials(
 ) -> IcebergResult<Response> {
     let ctx = ctx(&state, &config, caller, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Read,
+        &Securable::table(ctx.catalog_id(), &path, &table),
+    )?;
     let (rec, loc) = commit::require_table(&ctx, &path, &table).await?;
     if crate::federated::is_federated(&ctx, &rec.value) {
         let v = crate::federated::credentials(&ctx, &rec.value).await?;
@@ -422,7 +467,7 @@ pub async fn load_credentials(
             .to_owned(),
     };
     // Renewal: always fresh credentials, never the cached ones being replaced.
-    let vended = vend(&ctx, &location, access_of(&rec.value), true).await?;
+    let vended = vend(&ctx, &location, access_of(&ctx, &rec.value), true).await?;
     let (_, creds) = vending::render(&client_config(&ctx, &location), vended.as_ref());
     Ok(Json(json!({"storage-credentials": creds})).into_response())
 }
@@ -454,6 +499,10 @@ pub async fn commit_table(
 ) -> IcebergResult<Response> {
     let ctx = ctx(&state, &config, caller, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Write,
+        &Securable::table(ctx.catalog_id(), &path, &table),
+    )?;
     let req: CommitTableRequest = schema_body(&bytes)?;
     if let Some(id) = &req.identifier
         && (id.name != table || id.namespace != path.segments())
@@ -499,8 +548,14 @@ pub async fn commit_transaction(
         let id = c.identifier.ok_or_else(|| {
             IcebergError::bad_request("every table change of a transaction needs an identifier")
         })?;
+        let namespace = ns_from_parts(id.namespace)?;
+        // Every table of the transaction, before anything is written.
+        ctx.authorize(
+            Action::Write,
+            &Securable::table(ctx.catalog_id(), &namespace, &id.name),
+        )?;
         changes.push(TableChange {
-            namespace: ns_from_parts(id.namespace)?,
+            namespace,
             name: id.name,
             requirements: c.requirements,
             updates: c.updates,
@@ -525,6 +580,10 @@ pub async fn drop_table(
 ) -> IcebergResult<Response> {
     let ctx = ctx(&state, &config, caller, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Drop,
+        &Securable::table(ctx.catalog_id(), &path, &table),
+    )?;
     let rec = commit::load_record(&ctx, &path, &table)
         .await?
         .ok_or_else(|| {
@@ -574,6 +633,12 @@ pub async fn rename_relation(
     let req: RenameRequest = body(bytes)?;
     let from = ns_from_parts(req.source.namespace)?;
     let to = ns_from_parts(req.destination.namespace)?;
+    // A rename drops the source and creates the destination.
+    ctx.authorize(
+        Action::Drop,
+        &Securable::relation(ctx.catalog_id(), &from, &req.source.name, kind),
+    )?;
+    ctx.authorize(Action::Write, &Securable::namespace(ctx.catalog_id(), &to))?;
     // The destination namespace must exist (404 NoSuchNamespaceException otherwise).
     flotilla_services::service::namespaces::require(state.store.as_ref(), ctx.catalog_id(), &to)
         .await
@@ -627,6 +692,10 @@ pub async fn register_table(
 ) -> IcebergResult<Response> {
     let ctx = ctx(&state, &config, caller, &prefix).await?;
     let path: NamespacePath = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Write,
+        &Securable::namespace(ctx.catalog_id(), &path),
+    )?;
     let req: RegisterRequest = body(&bytes)?;
     flotilla_domain::names::validate_segment("table name", &req.name)
         .map_err(|e| IcebergError::bad_request(e.0))?;

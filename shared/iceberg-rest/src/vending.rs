@@ -37,7 +37,8 @@ pub enum Access {
     /// Read, write and delete objects below the prefix (the engine commits through the
     /// catalog; the credentials only reach the table's files).
     ReadWrite,
-    /// Read and list only (relations an overlay manages).
+    /// Read and list only: relations an overlay manages, and callers whose grants allow
+    /// reading but not writing the table.
     ReadOnly,
 }
 

@@ -29,9 +29,14 @@ use serde_json::{Value, json};
 use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_segment};
 use crate::error::{IcebergError, IcebergResult, Missing};
 use crate::namespaces::schema_body;
+use flotilla_services::acl::{Action, Securable};
 
 fn api(e: flotilla_base::error::Error) -> IcebergError {
     IcebergError::from_api(e, Missing::View)
+}
+
+fn view_securable(ctx: &Ctx, ns: &NamespacePath, name: &str) -> Securable {
+    Securable::relation(ctx.catalog_id(), ns, name, RelationKind::View)
 }
 
 pub async fn list_views(
@@ -43,9 +48,13 @@ pub async fn list_views(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Describe,
+        &Securable::namespace(ctx.catalog_id(), &path),
+    )?;
     let page = relations::list(
         &state,
-        &ctx.account,
+        &ctx.access,
         ctx.catalog_id(),
         &path,
         RelationKind::View,
@@ -183,6 +192,10 @@ pub async fn create_view(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(
+        Action::Write,
+        &Securable::namespace(ctx.catalog_id(), &path),
+    )?;
     let req: CreateViewRequest = schema_body(&bytes)?;
     flotilla_domain::names::validate_segment("view name", &req.name)
         .map_err(|e| IcebergError::bad_request(e.0))?;
@@ -366,6 +379,7 @@ pub async fn load_view(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(Action::Read, &view_securable(&ctx, &path, &view))?;
     let rec = load_view_record(&ctx, &path, &view).await?;
     let (loc, metadata) = current_view(&ctx, &rec.value).await?;
     Ok(Json(load_view_result(loc.as_deref(), &metadata)?).into_response())
@@ -379,6 +393,7 @@ pub async fn view_exists(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(Action::Read, &view_securable(&ctx, &path, &view))?;
     load_view_record(&ctx, &path, &view).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -428,6 +443,7 @@ pub async fn replace_view(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(Action::Write, &view_securable(&ctx, &path, &view))?;
     let req: CommitViewRequest = schema_body(&bytes)?;
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
@@ -497,6 +513,7 @@ pub async fn drop_view(
 ) -> IcebergResult<Response> {
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
+    ctx.authorize(Action::Drop, &view_securable(&ctx, &path, &view))?;
     load_view_record(&ctx, &path, &view).await?;
     relations::delete(
         &state,

@@ -524,7 +524,12 @@ impl<'a> Publisher<'a> {
         if chunk.iter().any(|(_, a)| a.signals()) {
             ops.push(directory_bump(&self.overlay.catalog_id)?);
         }
-        if ops.len() > ns_ops.len() {
+        // A move carries its grants along, one relation per transaction (moves are rare).
+        let moves = chunk.iter().any(|(_, a)| matches!(a, Action::Move { .. }));
+        if ops.len() <= ns_ops.len() {
+            return Ok(blocked);
+        }
+        if !moves {
             match self.commit(ops).await? {
                 Commit::Applied => {
                     for (d, a) in &chunk {
@@ -534,10 +539,9 @@ impl<'a> Publisher<'a> {
                 }
                 Commit::Reread => {}
             }
-        } else {
-            return Ok(blocked);
         }
-        // The batch lost a race somewhere: publish each relation alone from fresh reads.
+        // The batch lost a race somewhere, or moves an identity: publish each relation alone
+        // from fresh reads.
         let mut failed = 0;
         for (d, _) in chunk {
             if !self.publish_one(d, ns_ops, ctx, desired, summary).await? {
@@ -620,6 +624,22 @@ impl<'a> Publisher<'a> {
             ops.extend(self.action_ops(&action, &d.slot())?);
             if action.signals() {
                 ops.push(directory_bump(&self.overlay.catalog_id)?);
+            }
+            if let Action::Move { from, .. } = &action {
+                // The grants naming the relation move with its identity.
+                use flotilla_services::acl::Securable;
+                let cat = &self.overlay.catalog_id;
+                let to = d.slot();
+                ops.extend(
+                    flotilla_services::acl::move_ops(
+                        self.state.store.as_ref(),
+                        &self.state.acl,
+                        &self.overlay.account_id,
+                        &Securable::relation(cat, &from.0, &from.1, d.kind),
+                        &Securable::relation(cat, &to.0, &to.1, d.kind),
+                    )
+                    .await?,
+                );
             }
             match self.commit(ops).await? {
                 Commit::Applied => {

@@ -17,7 +17,49 @@ use flotilla_base::error::Error;
 use flotilla_base::store::{MAX_ATTEMPTS, backoff};
 use flotilla_services::service::relations::directory_bump;
 
+/// The most operations a retirement batch may use with its grants' deletions (the rest of
+/// the transaction's 100 is the publication fence).
+const MAX_RETIRE_OPS: usize = 90;
+
 impl Publisher<'_> {
+    /// Commits a batch retiring the relations at `slots` with the deletion of their grants;
+    /// a batch that would outgrow one transaction with them answers `Reread`, so the caller
+    /// retires its relations one by one.
+    async fn commit_with_grants(
+        &self,
+        mut ops: Vec<Op>,
+        slots: &[&Slot],
+    ) -> Result<Commit, ReconcileError> {
+        let grants = self.grant_ops(slots).await?;
+        if grants.len() + ops.len() > MAX_RETIRE_OPS {
+            return Ok(Commit::Reread);
+        }
+        ops.extend(grants);
+        self.commit(ops).await
+    }
+
+    /// The operations that delete the grants naming the relations at `slots` (a retired
+    /// relation takes its grants with it), with the account's grants generation check.
+    async fn grant_ops(&self, slots: &[&Slot]) -> Result<Vec<Op>, ReconcileError> {
+        use flotilla_domain::model::RelationKind;
+        use flotilla_services::acl::Securable;
+        let cat = &self.overlay.catalog_id;
+        let securables: Vec<Securable> = slots
+            .iter()
+            .flat_map(|(ns, name)| {
+                [RelationKind::Table, RelationKind::View]
+                    .map(|k| Securable::relation(cat, ns, name, k))
+            })
+            .collect();
+        Ok(flotilla_services::acl::cascade_ops_all(
+            self.state.store.as_ref(),
+            &self.state.acl,
+            &self.overlay.account_id,
+            &securables,
+        )
+        .await?)
+    }
+
     /// Retires what the complete walk observed absent, after everything desired was
     /// published: this overlay's relations not in the inventory, then claims no longer needed (deepest first), pruning the
     /// overlay-created namespaces they leave empty and unclaimed.
@@ -49,7 +91,8 @@ impl Publisher<'_> {
                 .map(|(slot, r)| Op::delete_at(slot_key(cat, slot), r.version))
                 .collect();
             ops.push(directory_bump(cat)?);
-            match self.commit(ops).await? {
+            let slots: Vec<&Slot> = batch.iter().map(|(slot, _)| *slot).collect();
+            match self.commit_with_grants(ops, &slots).await? {
                 Commit::Applied => {
                     for (_, r) in batch {
                         counts_for(summary, r.value.kind).retired += 1;
@@ -112,7 +155,13 @@ impl Publisher<'_> {
         prune.sort_by(|a, b| b.depth().cmp(&a.depth()).then(a.cmp(b)));
         prune.dedup();
         for path in prune {
-            flotilla_services::service::overlays::prune_namespace(self.state, cat, &path).await?;
+            flotilla_services::service::overlays::prune_namespace(
+                self.state,
+                &self.overlay.account_id,
+                cat,
+                &path,
+            )
+            .await?;
         }
         Ok(())
     }
@@ -132,7 +181,8 @@ impl Publisher<'_> {
                 .map(|(slot, v, _)| Op::delete_at(slot_key(cat, slot), *v))
                 .collect();
             ops.push(directory_bump(cat)?);
-            match self.commit(ops).await? {
+            let slots: Vec<&Slot> = batch.iter().map(|(slot, _, _)| slot).collect();
+            match self.commit_with_grants(ops, &slots).await? {
                 Commit::Applied => {
                     for (_, _, kind) in batch {
                         counts_for(summary, *kind).retired += 1;
@@ -140,8 +190,9 @@ impl Publisher<'_> {
                 }
                 Commit::Reread => {
                     for (slot, v, kind) in batch {
-                        let ops =
+                        let mut ops =
                             vec![Op::delete_at(slot_key(cat, slot), *v), directory_bump(cat)?];
+                        ops.extend(self.grant_ops(&[slot]).await?);
                         if let Commit::Applied = self.commit(ops).await? {
                             counts_for(summary, *kind).retired += 1;
                         }
@@ -169,10 +220,11 @@ impl Publisher<'_> {
             {
                 return Ok(());
             }
-            let ops = vec![
+            let mut ops = vec![
                 Op::delete_at(slot_key(&self.overlay.catalog_id, slot), cur.version),
                 directory_bump(&self.overlay.catalog_id)?,
             ];
+            ops.extend(self.grant_ops(&[slot]).await?);
             match self.commit(ops).await? {
                 Commit::Applied => {
                     counts_for(summary, cur.value.kind).retired += 1;

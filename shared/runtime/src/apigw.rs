@@ -13,7 +13,7 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use flotilla_services::auth::Principal;
+use flotilla_services::auth::{ClaimRules, Principal};
 use lambda_http::RequestExt;
 use lambda_http::request::RequestContext;
 
@@ -49,8 +49,13 @@ async fn per_invocation(
 async fn principal_from_claims(mut req: Request, next: Next) -> Response {
     // Never trust a principal that arrived some other way.
     req.extensions_mut().remove::<Principal>();
+    static RULES: std::sync::OnceLock<ClaimRules> = std::sync::OnceLock::new();
+    let rules = RULES.get_or_init(ClaimRules::from_env);
     let claims = jwt_claims(&req);
-    if let Some(p) = claims.as_ref().and_then(Principal::from_claims) {
+    if let Some(p) = claims
+        .as_ref()
+        .and_then(|c| Principal::from_claims_with(c, rules))
+    {
         req.extensions_mut().insert(p);
     }
     next.run(req).await

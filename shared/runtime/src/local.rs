@@ -174,7 +174,10 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
     .with_index_stores(
         flotilla_services::service::index_catalogs::local_warehouse_stores(warehouse_policy),
     )
-    .with_credentials(Arc::new(credentials));
+    .with_credentials(Arc::new(credentials))
+    // Service principals' access tokens, signed under a key kept in the data directory so
+    // that tokens survive a restart.
+    .with_token_signer(Arc::new(token_signer(&opts.data_dir)?));
     let (queue, deliveries) = crate::queue::ChannelQueue::new();
     let state = state.with_work_sender(Arc::new(queue.clone()));
     Ok(LocalStack {
@@ -188,32 +191,60 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
 /// `DATA_DIR/operator-token` (mode 0600), so a first `flotilla serve` is usable at once. The
 /// token itself is never logged.
 fn generated_operator_token(data_dir: &Path) -> Result<(String, PathBuf), LocalError> {
+    let path = data_dir.join("operator-token");
+    let token = kept_secret(
+        &path,
+        |t| t.len() >= 8,
+        || format!("flo_{}", flotilla_domain::names::new_id()) + &flotilla_domain::names::new_id(),
+    )?;
+    Ok((token, path))
+}
+
+/// The key service principals' access tokens are signed with: 32 random bytes in
+/// `DATA_DIR/token-signing-key` (mode 0600), created on first start. Removing the file ends
+/// every issued token at the next start (clients then exchange their credentials again).
+fn token_signer(data_dir: &Path) -> Result<flotilla_services::auth::TokenSigner, LocalError> {
+    use flotilla_services::auth::TokenSigner;
+    let path = data_dir.join("token-signing-key");
+    let key = kept_secret(
+        &path,
+        |k| TokenSigner::from_hex(k).is_some(),
+        TokenSigner::new_key_hex,
+    )?;
+    TokenSigner::from_hex(&key).ok_or_else(|| LocalError::Tokens("token signing key".into()))
+}
+
+/// A secret the host keeps in a file of its data directory (mode 0600): the file's trimmed
+/// text when `valid`, else `fresh()` written there first.
+fn kept_secret(
+    path: &Path,
+    valid: impl Fn(&str) -> bool,
+    fresh: impl FnOnce() -> String,
+) -> Result<String, LocalError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let path = data_dir.join("operator-token");
     let io = |source| LocalError::DataDir {
-        path: path.clone(),
+        path: path.to_path_buf(),
         source,
     };
-    if let Ok(existing) = std::fs::read_to_string(&path) {
-        let t = existing.trim().to_owned();
-        if t.len() >= 8 {
-            make_private(&path, 0o600)?;
-            return Ok((t, path));
+    if let Ok(existing) = std::fs::read_to_string(path) {
+        let t = existing.trim();
+        if valid(t) {
+            make_private(path, 0o600)?;
+            return Ok(t.to_owned());
         }
     }
-    let token =
-        format!("flo_{}", flotilla_domain::names::new_id()) + &flotilla_domain::names::new_id();
+    let secret = fresh();
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&path)
+        .open(path)
         .map_err(io)?;
-    f.write_all(token.as_bytes()).map_err(io)?;
-    make_private(&path, 0o600)?;
-    Ok((token, path))
+    f.write_all(secret.as_bytes()).map_err(io)?;
+    make_private(path, 0o600)?;
+    Ok(secret)
 }
 
 /// Creates the data directory (mode 0700) when missing. An existing directory keeps its mode

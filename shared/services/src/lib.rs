@@ -6,6 +6,7 @@
 
 #[cfg(feature = "upstream")]
 pub mod access;
+pub mod acl;
 pub mod auth;
 pub mod service;
 #[cfg(feature = "upstream")]

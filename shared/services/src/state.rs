@@ -106,6 +106,12 @@ pub struct AppState {
     /// The reconcile queue, for routes that enqueue work (on-demand capture, revalidation);
     /// `None` when the host has no queue (those routes then answer `UNAVAILABLE`).
     pub work: Option<Arc<dyn WorkSender>>,
+    /// The accounts' grants as this host last saw them (`acl`), validated per request.
+    pub acl: Arc<crate::acl::AclCache>,
+    /// Signs service principals' access tokens, on hosts that verify tokens themselves
+    /// (`flotilla serve`). `None` (AWS, where the JWT authorizer verifies every token): service
+    /// principals cannot be created and the `/v1` token route has nothing to issue.
+    pub token_signer: Option<Arc<crate::auth::TokenSigner>>,
 }
 
 impl AppState {
@@ -141,7 +147,37 @@ impl AppState {
             #[cfg(feature = "upstream")]
             aws: Arc::new(flotilla_catalog_access::sigv4::AwsDeployment::from_environment()),
             work: None,
+            acl: Arc::new(crate::acl::AclCache::new()),
+            token_signer: None,
         }
+    }
+
+    /// The operations that remove the grants naming `securable` (or anything below it), for
+    /// the transaction that deletes it ([`crate::acl::cascade_ops`]).
+    pub async fn grant_cascade(
+        &self,
+        account: &str,
+        securable: &crate::acl::Securable,
+    ) -> Result<Vec<flotilla_metastore::Op>> {
+        crate::acl::cascade_ops(self.store.as_ref(), &self.acl, account, securable).await
+    }
+
+    /// Service principals' access tokens signed and verified under `signer`.
+    pub fn with_token_signer(mut self, signer: Arc<crate::auth::TokenSigner>) -> Self {
+        self.token_signer = Some(signer);
+        self
+    }
+
+    /// The principal a bearer token authenticates: a service principal's access token (when
+    /// this host signs them and it is unexpired), else the configured authenticator.
+    pub fn authenticate(&self, bearer: &str) -> Option<crate::auth::Principal> {
+        if crate::auth::TokenSigner::is_service_token(bearer) {
+            let signer = self.token_signer.as_ref()?;
+            return signer
+                .verify(bearer, self.clock.now_secs())
+                .map(|c| c.principal());
+        }
+        self.auth.authenticate(bearer)
     }
 
     /// The reconcile queue the routes that enqueue work send to.

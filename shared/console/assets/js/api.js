@@ -127,3 +127,27 @@ export async function all(apiPath, query, limit = 5000) {
   } while (token && items.length < limit);
   return items;
 }
+
+export async function del(apiPath, ifMatch) {
+  return (await call('DELETE', apiPath, { ifMatch })).data;
+}
+
+export async function put(apiPath) {
+  return (await call('PUT', apiPath, {})).data;
+}
+
+/** The caller's privileges on a securable (`GET {A}/privileges`), as a set of names, plus
+ *  whether it administers the account: what the console shows actions for. Answers the
+ *  full set when the server predates access control. */
+export async function privileges(account, securable = {}) {
+  try {
+    const v = await get(path`/v1/accounts/${account}/privileges`, securable);
+    const names = new Set((v.privileges || []).map((p) => p.privilege));
+    return { admin: !!v.account_admin, has: (p) => v.account_admin || names.has(p), view: v };
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404 && err.code === 'NOT_FOUND' && /route/.test(err.message)) {
+      return { admin: true, has: () => true, view: null };
+    }
+    throw err;
+  }
+}

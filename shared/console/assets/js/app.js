@@ -8,6 +8,7 @@ import * as catalogs from './pages/catalogs.js';
 import * as integrations from './pages/integrations.js';
 import * as overlays from './pages/overlays.js';
 import * as indexes from './pages/indexes.js';
+import * as access from './pages/access.js';
 
 const root = document.getElementById('app');
 
@@ -24,6 +25,7 @@ const ROUTES = [
   ['a/:account/overlays/:overlay', overlays.detail],
   ['a/:account/index-catalogs', indexes.list],
   ['a/:account/index-catalogs/:index', indexes.detail],
+  ['a/:account/access', access.page],
 ].map(([pattern, page]) => [pattern.split('/'), page]);
 
 function match(segments) {
@@ -134,6 +136,7 @@ function sidebar(s, account, active) {
       item('Integrations', href('a', account, 'integrations'), 'integrations'),
       item('Overlays', href('a', account, 'overlays'), 'overlays'),
       item('Index catalogs', href('a', account, 'index-catalogs'), 'index-catalogs'),
+      item('Access', href('a', account, 'access'), 'access'),
     ) : null,
     s.operator ? h('nav', { class: 'nav-group' },
       h('div', { class: 'nav-heading' }, 'Operator'),

@@ -308,6 +308,11 @@ pub const CLIENTS: [(&str, &str); 3] = [
     ("sim-beta", "beta"),
 ];
 pub const ACCOUNTS: [&str; 2] = ["acme", "beta"];
+/// A token of `acme` naming principal `rita`: what it may do comes from grants the admins
+/// (`CLIENTS[0]`, `CLIENTS[1]`, tokens naming no principal) give role `readers`.
+pub const READER: (&str, &str) = ("sim-acme-rita", "acme");
+/// The client index of [`READER`] in a [`Req`].
+pub const READER_CLIENT: usize = 3;
 
 const CATALOG_NAMES: [&str; 3] = ["cat-a", "cat-b", "cat-c"];
 const INTEGRATION_NAMES: [&str; 2] = ["int-a", "int-b"];
@@ -401,9 +406,15 @@ pub struct Req {
 
 impl Req {
     fn token(&self) -> &'static str {
+        if self.client == READER_CLIENT {
+            return READER.0;
+        }
         CLIENTS.get(self.client).map(|c| c.0).unwrap_or(OPERATOR)
     }
     fn account(&self) -> Option<&'static str> {
+        if self.client == READER_CLIENT {
+            return Some(READER.1);
+        }
         CLIENTS.get(self.client).map(|c| c.1)
     }
 }
@@ -446,8 +457,70 @@ pub struct CatalogView {
     pub dirgen: Option<Vec<u8>>,
 }
 
+/// An account's access control as stored.
+#[derive(Clone, Debug, Default)]
+pub struct AclState {
+    pub roles: BTreeSet<String>,
+    /// (role, member)
+    pub members: BTreeSet<(String, String)>,
+    /// (grant id, role, privilege, securable)
+    pub grants: Vec<(String, String, String, Value)>,
+}
+
+impl AclState {
+    /// The grants of the roles `member` belongs to.
+    fn grants_of(&self, member: &str) -> Vec<&(String, String, String, Value)> {
+        self.grants
+            .iter()
+            .filter(|g| self.members.contains(&(g.1.clone(), member.to_owned())))
+            .collect()
+    }
+
+    /// Whether the grants allow `rita`'s request (the simulation grants `READ` only, so no
+    /// write is ever allowed): its own model of the rules, independent of the service's.
+    fn allows_reader(&self, method: &Method, path: &str) -> bool {
+        let grants = self.grants_of("rita");
+        let under = |c: &str, ns: &[String], descendants: bool| {
+            grants.iter().any(|g| {
+                let s = &g.3;
+                if s["catalog_id"].as_str() != Some(c) {
+                    return false;
+                }
+                match s["type"].as_str() {
+                    Some("CATALOG") => true,
+                    Some("NAMESPACE") => {
+                        let p: Vec<String> =
+                            serde_json::from_value(s["path"].clone()).unwrap_or_default();
+                        ns.starts_with(&p) || (descendants && p.starts_with(ns))
+                    }
+                    _ => false,
+                }
+            })
+        };
+        if *method != Method::GET {
+            return false;
+        }
+        if path == "/v1/accounts/acme/catalogs" {
+            // Listings are every member's (filtered to what it may see).
+            return true;
+        }
+        let rest = path
+            .strip_prefix("/v1/accounts/acme/catalogs/")
+            .unwrap_or("");
+        let parts: Vec<&str> = rest.split('/').collect();
+        let ns = |seg: &str| -> Vec<String> { seg.split("%1F").map(str::to_owned).collect() };
+        match parts.as_slice() {
+            [c] => under(c, &[], true),
+            [c, "namespaces", n] => under(c, &ns(n), true),
+            [c, "namespaces", n, "tables", _] => under(c, &ns(n), false),
+            _ => false,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
+    pub acl: BTreeMap<String, AclState>,
     pub accounts: BTreeMap<String, AccountView>,
     pub catalogs: BTreeMap<String, CatalogView>,
     pub ids: BTreeMap<String, Res>,
@@ -476,6 +549,9 @@ pub struct World {
     key_counter: u64,
     /// Answers the last lone request took (1 unless it was retried).
     last_attempts: usize,
+    /// The reader's successful requests of this step, checked against the grants before and
+    /// after it.
+    reader_successes: Vec<(Method, String, String)>,
 }
 
 /// What a reconcile step looked like before it ran.
@@ -506,6 +582,7 @@ fn tokens() -> StaticTokens {
     for (tok, acct) in CLIENTS {
         t.add(tok, false, vec![acct.to_owned()]);
     }
+    t.add_named(READER.0, vec![READER.1.to_owned()], "rita", vec![]);
     t
 }
 
@@ -575,6 +652,7 @@ impl World {
             stats: Stats::default(),
             key_counter: 0,
             last_attempts: 0,
+            reader_successes: Vec::new(),
         };
         w.note(format!(
             "seed {seed}: tx faults {tx_permille}/1000, read faults {read_permille}/1000"
@@ -774,6 +852,7 @@ impl World {
         for a in ACCOUNTS {
             let items = scan(raw, &keys::account_pk(a)).await;
             let mut view = AccountView::default();
+            let mut acl = AclState::default();
             let mut cat_names: BTreeMap<String, String> = BTreeMap::new();
             let mut int_names: BTreeMap<String, String> = BTreeMap::new();
             let mut ovl_names: BTreeMap<String, String> = BTreeMap::new();
@@ -812,6 +891,19 @@ impl World {
                         fences_ovl.insert(rest.to_owned());
                     } else if sk.starts_with("OVL#") {
                         view.overlays.push(decode(item)?);
+                    } else if let Some(rest) = sk.strip_prefix("ACL#ROLE#") {
+                        acl.roles.insert(rest.to_owned());
+                    } else if let Some(rest) = sk.strip_prefix("ACL#MEMBER#") {
+                        let (role, member) = rest.split_once('\u{1E}').unwrap_or((rest, ""));
+                        acl.members.insert((role.to_owned(), member.to_owned()));
+                    } else if sk.starts_with("ACL#GRANT#") {
+                        let g: Value = decode(item)?;
+                        acl.grants.push((
+                            g["id"].as_str().unwrap_or("").to_owned(),
+                            g["role"].as_str().unwrap_or("").to_owned(),
+                            g["privilege"].as_str().unwrap_or("").to_owned(),
+                            g["securable"].clone(),
+                        ));
                     } else if sk.starts_with("IDEM#") {
                         let v: Value = decode(item)?;
                         if v["state"] == "succeeded"
@@ -970,6 +1062,23 @@ impl World {
                     }
                 }
             }
+            // Memberships and grants never outlive their role.
+            for (role, member) in &acl.members {
+                if !acl.roles.contains(role) {
+                    errors.push(format!(
+                        "{a}: member {member} of role {role}, which does not exist"
+                    ));
+                }
+            }
+            for g in &acl.grants {
+                if !acl.roles.contains(&g.1) {
+                    errors.push(format!(
+                        "{a}: grant {} names role {}, which does not exist",
+                        g.0, g.1
+                    ));
+                }
+            }
+            snap.acl.insert(a.to_owned(), acl);
             snap.accounts.insert(a.to_owned(), view);
         }
 
@@ -1103,6 +1212,53 @@ impl World {
             }
         }
 
+        // No grant outlives its securable (accounts being deleted aside: their cleanup walks).
+        for (a, acl) in &snap.acl {
+            let Some(view) = snap.accounts.get(a) else {
+                continue;
+            };
+            if view.fenced || !view.exists {
+                continue;
+            }
+            for (id, _, _, s) in &acl.grants {
+                let c = s["catalog_id"].as_str().unwrap_or("");
+                let catalog_live = view.catalogs.iter().any(|x| x.id == c);
+                let live = match s["type"].as_str() {
+                    Some("CATALOG") => catalog_live,
+                    Some("NAMESPACE") => {
+                        let p: Vec<String> =
+                            serde_json::from_value(s["path"].clone()).unwrap_or_default();
+                        catalog_live
+                            && snap.catalogs.get(c).is_some_and(|v| {
+                                v.namespaces
+                                    .iter()
+                                    .any(|n| n.path.segments() == p.as_slice())
+                            })
+                    }
+                    _ => true,
+                };
+                if !live {
+                    errors.push(format!("{a}: grant {id} names {s}, which does not exist"));
+                }
+            }
+        }
+        // No request of the reader succeeded that the grants at its time did not allow.
+        for (method, path, label) in std::mem::take(&mut self.reader_successes) {
+            let before = self
+                .prev
+                .acl
+                .get("acme")
+                .is_some_and(|g| g.allows_reader(&method, &path));
+            let after = snap
+                .acl
+                .get("acme")
+                .is_some_and(|g| g.allows_reader(&method, &path));
+            if !before && !after {
+                errors.push(format!(
+                    "{label}: the reader's {method} {path} succeeded, which no grant allowed"
+                ));
+            }
+        }
         // Nothing vanished that this step was not allowed to remove.
         for (id, res) in &self.prev.ids {
             if snap.ids.contains_key(id) {
@@ -1569,6 +1725,124 @@ impl World {
         )
     }
 
+    /// An admin of `acme` changes role `readers`: creates it, adds or removes `rita`, grants
+    /// `READ` on a catalog or namespace, revokes a grant, or deletes the role.
+    fn gen_acl_change(&mut self) -> Req {
+        let client = self.rng.below(2);
+        let base = "/v1/accounts/acme";
+        let acl = self.prev.acl.get("acme").cloned().unwrap_or_default();
+        let view = self.prev.accounts.get("acme").cloned().unwrap_or_default();
+        let mk = |method, path: String, body, label: String| {
+            Req::client(client, method, path, body, Target::None, label)
+        };
+        match self.rng.below(10) {
+            0 => mk(
+                Method::POST,
+                format!("{base}/roles?on_conflict=return_existing"),
+                Some(json!({"name": "readers"})),
+                format!("c{client} create role readers"),
+            ),
+            1 | 2 => mk(
+                Method::PUT,
+                format!("{base}/roles/readers/members/rita"),
+                None,
+                format!("c{client} add rita to readers"),
+            ),
+            3 => mk(
+                Method::DELETE,
+                format!("{base}/roles/readers/members/rita"),
+                None,
+                format!("c{client} remove rita from readers"),
+            ),
+            4..=6 => {
+                let catalog = self.rng.pick(&view.catalogs).cloned();
+                let Some(c) = catalog else {
+                    return self.gen_simple_get(client);
+                };
+                let namespaces = self
+                    .prev
+                    .catalogs
+                    .get(&c.id)
+                    .map(|v| v.namespaces.clone())
+                    .unwrap_or_default();
+                let securable = match self.rng.pick(&namespaces) {
+                    Some(n) if self.rng.chance(600) => {
+                        json!({"type": "NAMESPACE", "catalog_id": c.id, "path": n.path.segments()})
+                    }
+                    _ => json!({"type": "CATALOG", "catalog_id": c.id}),
+                };
+                mk(
+                    Method::POST,
+                    format!("{base}/grants?on_conflict=return_existing"),
+                    Some(json!({"role": "readers", "privilege": "READ", "securable": securable})),
+                    format!("c{client} grant readers READ on {securable}"),
+                )
+            }
+            7 | 8 => match self.rng.pick(&acl.grants).cloned() {
+                Some((id, ..)) => mk(
+                    Method::DELETE,
+                    format!("{base}/grants/{id}"),
+                    None,
+                    format!("c{client} revoke {id}"),
+                ),
+                None => self.gen_simple_get(client),
+            },
+            _ => mk(
+                Method::DELETE,
+                format!("{base}/roles/readers"),
+                None,
+                format!("c{client} delete role readers"),
+            ),
+        }
+    }
+
+    /// `rita` reads a catalog, a namespace or a table of `acme`, or tries to write one.
+    fn gen_reader_request(&mut self) -> Req {
+        let base = "/v1/accounts/acme/catalogs";
+        let view = self.prev.accounts.get("acme").cloned().unwrap_or_default();
+        let Some(c) = self.rng.pick(&view.catalogs).cloned() else {
+            return Req::client(
+                READER_CLIENT,
+                Method::GET,
+                base.to_owned(),
+                None,
+                Target::None,
+                "reader list catalogs".into(),
+            );
+        };
+        let cv = self.prev.catalogs.get(&c.id).cloned().unwrap_or_default();
+        let ns = self
+            .rng
+            .pick(&cv.namespaces)
+            .map(|n| ns_seg(n.path.segments()));
+        let rel = self
+            .rng
+            .pick(&cv.relations)
+            .map(|r| (ns_seg(r.namespace.segments()), r.name.clone()));
+        let (method, path, body) = match (self.rng.below(6), ns, rel) {
+            (0, _, _) => (Method::GET, format!("{base}/{}", c.id), None),
+            (1 | 2, Some(n), _) => (Method::GET, format!("{base}/{}/namespaces/{n}", c.id), None),
+            (3, _, Some((n, t))) => (
+                Method::GET,
+                format!("{base}/{}/namespaces/{n}/tables/{t}", c.id),
+                None,
+            ),
+            (4, Some(n), _) => (
+                Method::POST,
+                format!("{base}/{}/namespaces/{n}/tables", c.id),
+                Some(json!({"name": "by-reader", "schema": schema(0), "format": "ICEBERG"})),
+            ),
+            (_, _, Some((n, t))) => (
+                Method::DELETE,
+                format!("{base}/{}/namespaces/{n}/tables/{t}", c.id),
+                None,
+            ),
+            _ => (Method::GET, format!("{base}/{}", c.id), None),
+        };
+        let label = format!("reader {method} {path}");
+        Req::client(READER_CLIENT, method, path, body, Target::None, label)
+    }
+
     fn gen_reconcile(&mut self) -> Option<Req> {
         let client = self.rng.below(CLIENTS.len());
         let account = CLIENTS[client].1;
@@ -1688,6 +1962,10 @@ impl World {
         let Some((status, body)) = answers.last() else {
             return Ok(());
         };
+        if req.client == READER_CLIENT && (200..300).contains(status) {
+            self.reader_successes
+                .push((req.method.clone(), req.path.clone(), req.label.clone()));
+        }
         let line = format!("  -> {status} {}", short(body));
         self.note(line);
         if let Some(i) = req.keyed {
@@ -1781,7 +2059,16 @@ impl World {
             if let Some(w) = watch {
                 self.check_failed_run(w).await?;
             }
-        } else if roll < 35 {
+        } else if roll < 28 {
+            // Access control: an admin changes roles and grants, or the reader tries its luck.
+            let req = if self.rng.chance(500) {
+                self.gen_acl_change()
+            } else {
+                self.gen_reader_request()
+            };
+            allowed.push(req.target.clone());
+            self.run_lone(&req).await?;
+        } else if roll < 40 {
             // Concurrent group: two or three clients at once.
             self.stats.concurrent_steps += 1;
             let n = 2 + self.rng.below(2);
@@ -1790,6 +2077,11 @@ impl World {
             for _ in 0..n {
                 let c = clients.remove(self.rng.below(clients.len()));
                 reqs.push(self.gen_request(c));
+            }
+            // Now and then the reader races an admin's grant or revoke.
+            if self.rng.chance(300) {
+                reqs.push(self.gen_acl_change());
+                reqs.push(self.gen_reader_request());
             }
             self.plan_credential_faults();
             self.note(format!("#{} concurrently:", self.step));
@@ -1811,8 +2103,11 @@ impl World {
             }
             if !allowed.iter().any(is_deleting) {
                 for (req, ans) in reqs.iter().zip(answers.iter()) {
+                    // Roles and grants are checked by their own invariants.
+                    let acl = req.path.contains("/roles") || req.path.contains("/grants");
                     if let Some((201, b)) = ans.last()
                         && !req.replay
+                        && !acl
                         && let Some(id) = b["id"].as_str()
                     {
                         acked_creates.push(format!("{id} ({})", req.label));

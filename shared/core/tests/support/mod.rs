@@ -90,6 +90,16 @@ pub fn test_warehouse_stores() -> Arc<dyn flotilla_parqdb::store::WarehouseStore
 }
 
 impl Harness {
+    /// A harness over a state built elsewhere (its own tokens and settings).
+    pub fn over(state: AppState) -> Self {
+        Self {
+            router: flotilla_core::router(state.clone()),
+            state,
+            clock: None,
+            _dir: None,
+        }
+    }
+
     pub fn with_store(
         store: DynMetastore,
         dir: Option<tempfile::TempDir>,

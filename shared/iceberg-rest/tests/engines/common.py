@@ -12,7 +12,9 @@ WAREHOUSE = os.environ["FLOTILLA_WAREHOUSE"]
 
 
 def catalog(token=TOKEN, **extra):
-    props = {"type": "rest", "uri": URI, "token": token, "warehouse": WAREHOUSE}
+    props = {"type": "rest", "uri": URI, "warehouse": WAREHOUSE}
+    if token is not None:
+        props["token"] = token
     props.update(extra)
     return load_catalog("flotilla", **props)
 

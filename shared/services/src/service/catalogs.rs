@@ -188,6 +188,15 @@ pub async fn create(
                             ));
                             ops.push(Op::delete(keys::directory_generation(&old.value.id)));
                             ops.push(Op::delete(keys::catalog_guard(&old.value.id)));
+                            // The retired identity's grants go with it.
+                            ops.extend(
+                                state
+                                    .grant_cascade(
+                                        account,
+                                        &crate::acl::Securable::catalog(&old.value.id),
+                                    )
+                                    .await?,
+                            );
                         }
                     }
                 }
@@ -292,22 +301,31 @@ pub async fn get(state: &AppState, account: &str, id: &str) -> Result<Value> {
         .to_api())
 }
 
+/// The catalogs the caller may see (a page holds `page_size` of them: an invisible catalog
+/// takes no place in it).
 pub async fn list(
     state: &AppState,
-    account: &str,
+    access: &crate::acl::Access,
     page_size: usize,
     token: Option<&str>,
 ) -> Result<Value> {
-    super::list_records(
+    let (items, next) = super::list_page(
         state.store.as_ref(),
-        &keys::account_pk(account),
+        &keys::account_pk(&access.account),
         keys::CATALOG_PREFIX,
         "catalogs",
+        Consistency::Eventual,
         page_size,
         token,
-        CatalogRecord::to_api,
+        |item| {
+            let rec: CatalogRecord = super::decode(item)?;
+            Ok(access
+                .visible(&crate::acl::Securable::catalog(&rec.id))
+                .then(|| rec.to_api()))
+        },
     )
-    .await
+    .await?;
+    Ok(super::page_body(items, next))
 }
 
 pub async fn patch(
@@ -371,11 +389,16 @@ pub async fn delete(
         let cur = load(store, account, id).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         let name_key = keys::catalog_name(account, &cur.value.display_name);
-        #[allow(unused_mut)]
         let mut final_ops = vec![
             Op::delete(name_key),
             Op::delete(keys::directory_generation(id)),
         ];
+        // The grants naming it go with it.
+        final_ops.extend(
+            state
+                .grant_cascade(account, &crate::acl::Securable::catalog(id))
+                .await?,
+        );
         // Captured state objects in the warehouse: their sweep is recorded with the deletion.
         #[cfg(feature = "index-catalogs")]
         final_ops.extend(super::captured::sweep_op(state, &cur.value).await?);

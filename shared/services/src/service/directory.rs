@@ -72,10 +72,33 @@ pub async fn finalize(
 ///
 /// The catalog, its generation and (until a replica has seen it) the authority marker are
 /// read in one round trip, so a warm, unchanged directory costs one strong read.
-pub async fn get(state: &AppState, account: &str, catalog_id: &str) -> Result<Value> {
-    Ok(get_view(state, account, catalog_id)
-        .await?
-        .to_api(catalog_id))
+///
+/// The entries are those the caller may read: a reader of one namespace sees that
+/// namespace's tables and views only.
+pub async fn get(state: &AppState, access: &crate::acl::Access, catalog_id: &str) -> Result<Value> {
+    let view = get_view(state, &access.account, catalog_id).await?;
+    if access.is_admin() {
+        return Ok(view.to_api(catalog_id));
+    }
+    let entries: Vec<&flotilla_directory::DirectoryEntry> = view
+        .snapshot
+        .entries
+        .iter()
+        .filter(|e| {
+            let ns = flotilla_domain::names::NamespacePath::new(e.namespace.clone());
+            ns.is_ok_and(|ns| {
+                access.allows(
+                    crate::acl::Action::Read,
+                    &crate::acl::Securable::relation(catalog_id, &ns, &e.name, e.kind),
+                )
+            })
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "catalog_id": catalog_id,
+        "entries": entries,
+        "health": view.health,
+    }))
 }
 
 /// [`get`] without rendering: the published snapshot and its health, for callers that take

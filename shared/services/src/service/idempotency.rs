@@ -119,6 +119,15 @@ pub enum Plan {
         response: RecordedResponse,
         probe: Key,
     },
+    /// [`Plan::Publish`] of a response holding a secret shown once (a service principal's
+    /// client secret): the receipt records `replay`, the response without the secret, so the
+    /// secret never reaches the metastore and a replay answers without it.
+    PublishOnce {
+        ops: Vec<Op>,
+        response: RecordedResponse,
+        replay: RecordedResponse,
+        probe: Key,
+    },
     /// Answer without writing (e.g. `on_conflict=return_existing`).
     Respond(RecordedResponse),
 }
@@ -391,17 +400,24 @@ where
                 }
             }
         };
-        let (mut ops, response, probe) = match plan {
-            Plan::Respond(resp) => (Vec::new(), resp, None),
+        let (mut ops, response, replay, probe) = match plan {
+            Plan::Respond(resp) => (Vec::new(), resp, None, None),
             Plan::Publish {
                 ops,
                 response,
                 probe,
-            } => (ops, response, Some(probe)),
+            } => (ops, response, None, Some(probe)),
+            Plan::PublishOnce {
+                ops,
+                response,
+                replay,
+                probe,
+            } => (ops, response, Some(replay), Some(probe)),
         };
         let receipt_index = ops.len();
         if let (Some(req), Some(v)) = (&idem, receipt_version) {
-            ops.push(success_op(state, req, v, &fresh_id, &response)?);
+            let recorded = replay.as_ref().unwrap_or(&response);
+            ops.push(success_op(state, req, v, &fresh_id, recorded)?);
         }
         if ops.is_empty() {
             return Ok(response);

@@ -1,6 +1,7 @@
 //! Resource services: the protocols behind the HTTP routes. Handlers parse and authorize;
 //! services read and write the metastore.
 
+pub mod access_control;
 pub mod accounts;
 #[cfg(feature = "index-catalogs")]
 pub mod captured;

@@ -302,14 +302,16 @@ pub async fn get(
     Ok(require_from(&reads, catalog_id, path)?.value.to_api())
 }
 
+/// The namespaces below `parent` the caller may see.
 pub async fn list(
     state: &AppState,
-    account: &str,
+    access: &crate::acl::Access,
     catalog_id: &str,
     parent: Option<&NamespacePath>,
     page_size: usize,
     token: Option<&str>,
 ) -> Result<Value> {
+    let account = access.account.as_str();
     let store = state.store.as_ref();
     // One round trip for the catalog and the parent, then the page.
     let wanted = parent
@@ -320,16 +322,28 @@ pub async fn list(
     if let Some(p) = parent {
         require_from(&reads, catalog_id, p)?;
     }
-    super::list_records(
+    // A reader of the whole container sees every child: no check per item.
+    let all = access.allows(
+        crate::acl::Action::Read,
+        &crate::acl::Securable::container(catalog_id, parent),
+    );
+    let (items, next) = super::list_page(
         store,
         &keys::catalog_pk(catalog_id),
         &keys::namespace_children_prefix(parent),
         "namespaces",
+        Consistency::Eventual,
         page_size,
         token,
-        NamespaceRecord::to_api,
+        |item| {
+            let rec: NamespaceRecord = super::decode(item)?;
+            let visible =
+                all || access.visible(&crate::acl::Securable::namespace(catalog_id, &rec.path));
+            Ok(visible.then(|| rec.to_api()))
+        },
     )
-    .await
+    .await?;
+    Ok(super::page_body(items, next))
 }
 
 pub async fn patch(
@@ -380,6 +394,11 @@ pub async fn delete(
     for attempt in 0..MAX_ATTEMPTS {
         let cur = require(store, catalog_id, path).await?;
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
+        // The grants naming it go with it (a grant created meanwhile fails the final
+        // transaction, which then retries).
+        let grants = state
+            .grant_cascade(account, &crate::acl::Securable::namespace(catalog_id, path))
+            .await?;
         let outcome = guarded_delete(
             state,
             keys::namespace_guard(catalog_id, path),
@@ -387,7 +406,7 @@ pub async fn delete(
             cur.version,
             &format!("namespace {path}"),
             || dependents(store, catalog_id, path),
-            Vec::new(),
+            grants,
         )
         .await?;
         match outcome {

@@ -108,13 +108,15 @@ pub async fn get(state: &AppState, account: &str, id: &str) -> Result<Value> {
     to_api(store, account, &cur.value).await
 }
 
+/// The overlays the caller may see (of one integration, when given).
 pub async fn list(
     state: &AppState,
-    account: &str,
+    access: &crate::acl::Access,
     integration: Option<&str>,
     page_size: usize,
     token: Option<&str>,
 ) -> Result<Value> {
+    let account = access.account.as_str();
     let store = state.store.as_ref();
     let scope = format!("overlays|{}", integration.unwrap_or(""));
     let (items, next) = super::list_page(
@@ -127,10 +129,10 @@ pub async fn list(
         token,
         |item| {
             let rec: OverlayRecord = super::decode(item)?;
-            Ok(integration
-                .is_none_or(|i| rec.integration_id == i)
-                .then_some(rec))
-            .map(|r| r.map(|r| serde_json::to_value(&r).unwrap_or(Value::Null)))
+            let wanted = integration.is_none_or(|i| rec.integration_id == i)
+                && access.visible(&crate::acl::Securable::overlay(&rec.id));
+            Ok(wanted.then_some(rec))
+                .map(|r| r.map(|r| serde_json::to_value(&r).unwrap_or(Value::Null)))
         },
     )
     .await?;
@@ -513,7 +515,7 @@ pub async fn delete(
             };
             // The record went in an earlier attempt: finish pruning, then drop the fence.
             let f: OverlayFence = item.json()?;
-            prune_recorded(state, &f.catalog_id, &f.prune).await?;
+            prune_recorded(state, account, &f.catalog_id, &f.prune).await?;
             store
                 .transact(Transaction::new().with(Op::delete(fence_key)))
                 .await?;
@@ -575,7 +577,7 @@ pub async fn delete(
             .map_err(concurrent_delete)?;
     }
     retire_contributions(state, o, |_| false).await?;
-    prune_recorded(state, &o.catalog_id, &f.prune).await?;
+    prune_recorded(state, account, &o.catalog_id, &f.prune).await?;
     for attempt in 0..MAX_ATTEMPTS {
         // Read again on every attempt: a rename that committed meanwhile moved the name.
         let Some(now) =
@@ -625,6 +627,12 @@ pub async fn delete(
         // and a cascade that resumes finds no dependency record leading it back to this
         // overlay.
         tx.push(Op::delete(fence_key.clone()));
+        // Its grants go with it.
+        tx.ops.extend(
+            state
+                .grant_cascade(account, &crate::acl::Securable::overlay(id))
+                .await?,
+        );
         match store.transact(tx).await {
             Ok(()) => return Ok(()),
             // Two deletes of one overlay (two cascades, or a cascade and a direct delete) ran
@@ -660,7 +668,12 @@ fn concurrent_delete(e: flotilla_metastore::MetastoreError) -> Error {
 /// Prunes each recorded path and its overlay-created ancestors, deepest first. Idempotent.
 /// A namespace blocked by another delete's live guard fails the call (`409 DELETING`), so
 /// the overlay delete stays resumable rather than finishing with a prunable namespace left.
-async fn prune_recorded(state: &AppState, catalog_id: &str, paths: &[NamespacePath]) -> Result<()> {
+async fn prune_recorded(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    paths: &[NamespacePath],
+) -> Result<()> {
     if catalog_id.is_empty() {
         return Ok(());
     }
@@ -669,7 +682,7 @@ async fn prune_recorded(state: &AppState, catalog_id: &str, paths: &[NamespacePa
     for p in paths {
         let mut path = Some(p);
         while let Some(p) = path {
-            match prune(state, catalog_id, &p).await? {
+            match prune(state, account, catalog_id, &p).await? {
                 Pruned::Deleted => path = p.parent(),
                 Pruned::Kept => break,
                 Pruned::Blocked => {
@@ -712,9 +725,17 @@ pub async fn retire_contributions(
             still_used.insert(rec.namespace.clone());
             continue;
         }
-        let tx = Transaction::new()
+        let mut tx = Transaction::new()
             .with(Op::delete_at(item.key.clone(), item.version))
             .with(directory_bump(&overlay.catalog_id)?);
+        let securable = crate::acl::Securable::relation(
+            &overlay.catalog_id,
+            &rec.namespace,
+            &rec.name,
+            rec.kind,
+        );
+        tx.ops
+            .extend(state.grant_cascade(&overlay.account_id, &securable).await?);
         match store.transact(tx).await {
             Ok(()) => counts.relations += 1,
             Err(e) if super::is_condition_failure(&e) => {}
@@ -751,7 +772,9 @@ pub async fn retire_contributions(
         // proves its own conditions, so a directly managed or still used ancestor stops it.
         let mut path = Some(claim.path.clone());
         while let Some(p) = path {
-            if needed(&p) || !prune_namespace(state, &overlay.catalog_id, &p).await? {
+            if needed(&p)
+                || !prune_namespace(state, &overlay.account_id, &overlay.catalog_id, &p).await?
+            {
                 break;
             }
             counts.namespaces += 1;
@@ -782,16 +805,22 @@ enum Pruned {
 /// Answers whether it deleted it.
 pub async fn prune_namespace(
     state: &AppState,
+    account: &str,
     catalog_id: &str,
     path: &NamespacePath,
 ) -> Result<bool> {
     Ok(matches!(
-        prune(state, catalog_id, path).await?,
+        prune(state, account, catalog_id, path).await?,
         Pruned::Deleted
     ))
 }
 
-async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> Result<Pruned> {
+async fn prune(
+    state: &AppState,
+    account: &str,
+    catalog_id: &str,
+    path: &NamespacePath,
+) -> Result<Pruned> {
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
         let Some(ns) = read::<NamespaceRecord>(
@@ -812,6 +841,10 @@ async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> Resu
                 Ok((!deps.is_empty())
                     .then(|| Error::new(ErrorKind::HasDependents, "namespace in use")))
             };
+        // The grants naming the namespace go with it.
+        let grants = state
+            .grant_cascade(account, &crate::acl::Securable::namespace(catalog_id, path))
+            .await?;
         match super::guarded_delete(
             state,
             keys::namespace_guard(catalog_id, path),
@@ -819,7 +852,7 @@ async fn prune(state: &AppState, catalog_id: &str, path: &NamespacePath) -> Resu
             ns.version,
             "namespace",
             deps,
-            Vec::new(),
+            grants,
         )
         .await
         {

@@ -17,6 +17,7 @@ use super::catalogs::{self, validate_properties};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::namespaces::{child_guard_keys, child_guards, child_guards_from};
 use super::{MAX_ATTEMPTS, Versioned, backoff, check_if_match, read, to_body};
+use crate::acl::Securable;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;
 
@@ -365,16 +366,17 @@ pub async fn get(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The relations of `kind` in `ns` the caller may read.
 pub async fn list(
     state: &AppState,
-    account: &str,
+    access: &crate::acl::Access,
     catalog_id: &str,
     ns: &NamespacePath,
     kind: RelationKind,
     page_size: usize,
     token: Option<&str>,
 ) -> Result<Value> {
+    let account = access.account.as_str();
     let store = state.store.as_ref();
     // One round trip for the catalog and the namespace, then the page.
     let reads = catalogs::fetch_with(
@@ -386,6 +388,11 @@ pub async fn list(
     .await?;
     catalogs::load_from(&reads, account, catalog_id)?;
     super::namespaces::require_from(&reads, catalog_id, ns)?;
+    // A reader of the whole namespace sees every relation in it: no check per item.
+    let all = access.allows(
+        crate::acl::Action::Read,
+        &Securable::namespace(catalog_id, ns),
+    );
     let (items, next) = super::list_page(
         store,
         &keys::catalog_pk(catalog_id),
@@ -396,7 +403,9 @@ pub async fn list(
         token,
         |item| {
             let rec: RelationRecord = super::decode(item)?;
-            Ok((rec.kind == kind).then(|| rec.to_api()))
+            let visible = rec.kind == kind
+                && (all || access.visible(&Securable::relation(catalog_id, ns, &rec.name, kind)));
+            Ok(visible.then(|| rec.to_api()))
         },
     )
     .await?;
@@ -534,6 +543,18 @@ pub async fn patch(
                     next.name, next.namespace
                 )));
             }
+            // The relation's grants move with it (they name it by path).
+            for op in crate::acl::move_ops(
+                store,
+                &state.acl,
+                account,
+                &Securable::relation(catalog_id, ns, name, kind),
+                &Securable::relation(catalog_id, &next.namespace, &next.name, kind),
+            )
+            .await?
+            {
+                tx.push(op);
+            }
             tx.push(Op::delete_at(old_slot, cur.version));
             tx.push(Op::create(
                 keys::relation(catalog_id, &next.namespace, &next.name),
@@ -571,12 +592,17 @@ pub async fn delete(
             return Err(managed_error(&cur.value));
         }
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
-        let tx = Transaction::new()
+        let mut tx = Transaction::new()
             .with(Op::delete_at(
                 keys::relation(catalog_id, ns, name),
                 cur.version,
             ))
             .with(directory_bump(catalog_id)?);
+        // Its grants go with it (a grant created meanwhile fails this transaction).
+        let securable = Securable::relation(catalog_id, ns, name, kind);
+        for op in state.grant_cascade(account, &securable).await? {
+            tx.push(op);
+        }
         match store.transact(tx).await {
             Ok(()) => return Ok(()),
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,

@@ -2,7 +2,7 @@
 // engine recipes) and one table or view (schema tree, format, locations, provenance).
 
 import { h, replace, href, link } from '../dom.js';
-import { get, post, path, nsParam } from '../api.js';
+import { get, post, path, nsParam, privileges } from '../api.js';
 import {
   card, pager, table, time, form, field, disclosure, mono, kv, value, badge, nsPath, tabs, more,
   errorBox, progress, empty, yesNo, duration,
@@ -15,6 +15,8 @@ export async function list(ctx) {
   const a = ctx.account;
   // Reading the account first: a token without access to it stops here with the API's answer.
   const account = await get(path`/v1/accounts/${a}`);
+  // Actions the viewer's grants do not allow are not offered.
+  const can = await privileges(a);
   const catalogs = pager({
     label: 'catalogs',
     emptyText: 'No catalogs in this account yet.',
@@ -46,7 +48,7 @@ export async function list(ctx) {
     body: [
       h('p', { class: 'lead' }, `Account ${account.display_name || account.id}: catalogs hold namespaces, tables and views, created directly or materialized by overlays from upstream catalogs.`),
       card(null, catalogs),
-      disclosure('Create a catalog', create),
+      can.has('CATALOG_CREATE') ? disclosure('Create a catalog', create) : null,
     ],
   };
 }

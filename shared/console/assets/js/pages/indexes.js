@@ -2,11 +2,12 @@
 // registered indexes.
 
 import { h, replace, href, link } from '../dom.js';
-import { get, post, path, nsParam } from '../api.js';
+import { get, post, path, nsParam, privileges } from '../api.js';
 import { card, pager, table, time, form, field, disclosure, mono, kv, nsPath, more, empty, errorBox, progress } from '../render.js';
 
 export async function list(ctx) {
   const a = ctx.account;
+  const can = await privileges(a);
   const catalogs = pager({
     label: 'index catalogs',
     emptyText: 'No index catalogs yet.',
@@ -29,7 +30,7 @@ export async function list(ctx) {
     body: [
       h('p', { class: 'lead' }, 'Index catalogs register secondary indexes (ParqDB) over Parquet files and Iceberg tables, with compare-and-swap commits.'),
       card(null, catalogs),
-      disclosure('Create an index catalog', create),
+      can.has('INDEX_CATALOG_CREATE') ? disclosure('Create an index catalog', create) : null,
     ],
   };
 }

@@ -3,7 +3,7 @@
 // once and are cleared from the form; the API never answers them back.
 
 import { h, replace, href, link } from '../dom.js';
-import { get, post, call, path, nsParam } from '../api.js';
+import { get, post, call, path, nsParam, privileges } from '../api.js';
 import {
   card, pager, table, time, form, field, disclosure, mono, kv, value, badge, nsPath, more,
   empty, yesNo, act, parseProperties, InputError,
@@ -62,7 +62,7 @@ export async function list(ctx) {
     body: [
       h('p', { class: 'lead' }, 'An integration connects an upstream catalog (Iceberg REST, Unity Catalog or Delta Sharing); overlays materialize its namespaces into Flotilla catalogs.'),
       card(null, integrations),
-      disclosure('Create an integration', createForm(a)),
+      (await privileges(a)).has('INTEGRATION_CREATE') ? disclosure('Create an integration', createForm(a)) : null,
     ],
   };
 }
@@ -154,6 +154,7 @@ export async function detail(ctx) {
   const a = ctx.account;
   const id = ctx.params.integration;
   let integ = await get(path`/v1/accounts/${a}/integrations/${id}`);
+  const can = await privileges(a, { securable_type: 'INTEGRATION', integration_id: id });
   const overview = h('div', {});
   const drawOverview = () => replace(overview, kv(integ, {
     order: ['type', 'uri', 'authentication', 'credentials_configured', 'credential_generation', 'generation', 'paused', 'properties', 'id', 'create_time', 'update_time'],
@@ -187,7 +188,7 @@ export async function detail(ctx) {
   return {
     title: integ.display_name,
     crumbs: crumbs(a, integ.display_name),
-    actions: h('div', { class: 'head-actions' }, pause, status),
+    actions: can.has('MANAGE') ? h('div', { class: 'head-actions' }, pause, status) : null,
     body: h('div', { class: 'stack' },
       card('Configuration', overview),
       card('Validation', validation(a, id)),

@@ -2,7 +2,7 @@
 // key by key so fields the server adds appear too, and Reconcile / Pause / Resume).
 
 import { h, replace, href, link } from '../dom.js';
-import { get, post, call, path, all } from '../api.js';
+import { get, post, call, path, all, privileges } from '../api.js';
 import {
   card, pager, table, form, field, disclosure, mono, kv, value, badge, empty,
   act, parsePaths, problems, duration, InputError,
@@ -96,6 +96,7 @@ export async function detail(ctx) {
   const a = ctx.account;
   const id = ctx.params.overlay;
   let o = await get(path`/v1/accounts/${a}/overlays/${id}`);
+  const can = await privileges(a, { securable_type: 'OVERLAY', overlay_id: id });
   const names = { integration: o.integration_id, catalog: o.catalog_id };
   // Names for the links; an unreadable one just stays an id.
   await Promise.all([
@@ -155,7 +156,7 @@ export async function detail(ctx) {
   return {
     title: o.display_name,
     crumbs: crumbs(a, o.display_name),
-    actions: h('div', { class: 'head-actions' }, reconcile, pause),
+    actions: can.has('MANAGE') ? h('div', { class: 'head-actions' }, reconcile, pause) : null,
     body: h('div', { class: 'stack' },
       out,
       card('Last run', lastRun),

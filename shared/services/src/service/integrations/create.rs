@@ -148,6 +148,15 @@ pub async fn create(
                             keys::integration(account, &old.value.id),
                             old.version,
                         ));
+                        // The retired identity's grants go with it.
+                        ops.extend(
+                            state
+                                .grant_cascade(
+                                    account,
+                                    &crate::acl::Securable::integration(&old.value.id),
+                                )
+                                .await?,
+                        );
                         ops.push(Op::replace(
                             name_key.clone(),
                             idx.version,

@@ -95,6 +95,12 @@ pub async fn delete(
                 extra.push(Op::delete(keys::due_entry(account, id, due)));
             }
         }
+        // The grants naming it go with it.
+        extra.extend(
+            state
+                .grant_cascade(account, &crate::acl::Securable::integration(id))
+                .await?,
+        );
         let outcome = guarded_delete(
             state,
             keys::integration_fence(account, id),
@@ -237,6 +243,11 @@ pub(super) async fn cascade_delete(
                 tx.push(Op::delete(keys::due_entry(account, id, due)));
             }
         }
+        tx.ops.extend(
+            state
+                .grant_cascade(account, &crate::acl::Securable::integration(id))
+                .await?,
+        );
         match store.transact(tx).await {
             Ok(()) => {
                 removed = true;

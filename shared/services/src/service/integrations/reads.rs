@@ -13,24 +13,26 @@ pub async fn get(state: &AppState, account: &str, id: &str) -> Result<Value> {
         .to_api())
 }
 
+/// The integrations the caller may see.
 pub async fn list(
     state: &AppState,
-    account: &str,
+    access: &crate::acl::Access,
     page_size: usize,
     token: Option<&str>,
 ) -> Result<Value> {
     let (items, next) = crate::service::list_page(
         state.store.as_ref(),
-        &keys::account_pk(account),
+        &keys::account_pk(&access.account),
         keys::INTEGRATION_PREFIX,
         "integrations",
         Consistency::Eventual,
         page_size,
         token,
         |item| {
-            Ok(Some(
-                crate::service::decode::<IntegrationRecord>(item)?.to_api(),
-            ))
+            let rec = crate::service::decode::<IntegrationRecord>(item)?;
+            Ok(access
+                .visible(&crate::acl::Securable::integration(&rec.id))
+                .then(|| rec.to_api()))
         },
     )
     .await?;
