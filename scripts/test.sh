@@ -25,11 +25,22 @@ PY_REQUIREMENTS=(
   # Real engines against the Iceberg REST endpoint (shared/iceberg-rest/tests/engines.rs);
   # DuckDB loads its extensions from these packages' files, never from the network.
   "pyiceberg[pyarrow]==0.12.0"
+  # pyiceberg's bucket and truncate transforms when it writes partitioned tables.
+  "pyiceberg-core==0.10.1"
   "pyarrow==26.0.1"
   "duckdb==1.5.5"
   "duckdb-extension-iceberg==1.5.5"
   "duckdb-extension-httpfs==1.5.5"
   "duckdb-extension-avro==1.5.5"
+  # ClickHouse in process (DataLakeCatalog database engine).
+  "chdb==4.4.0"
+  "chdb-core==26.9.0"
+  # Sail (a Spark Connect server) and the Spark Connect client that drives it.
+  "pysail==0.7.2"
+  "pyspark-client==4.2.0"
+  # Daft and Polars through pyiceberg's catalog (daft 0.7 needs pyarrow below 26).
+  "daft==0.6.14"
+  "polars==2.1.0"
 )
 
 VENV="$ROOT/.venv"

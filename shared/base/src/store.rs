@@ -169,6 +169,8 @@ pub async fn strong_scan(store: &dyn Metastore, pk: &str, prefix: &str) -> Resul
 
 pub const DEFAULT_PAGE_SIZE: usize = 100;
 pub const MAX_API_PAGE_SIZE: usize = 1000;
+// A listing asks the store for one item more than its page (`list_page`).
+const _: () = assert!(MAX_API_PAGE_SIZE < flotilla_metastore::MAX_PAGE_SIZE);
 
 pub fn page_size(requested: Option<usize>) -> Result<usize> {
     match requested {
@@ -205,7 +207,10 @@ pub fn decode_page_token(scope: &str, prefix: &str, token: &str) -> Result<Strin
     Ok(k.to_owned())
 }
 
-/// One API page of a prefix listing, keeping items `select` maps to `Some`.
+/// One API page of a prefix listing, keeping items `select` maps to `Some`. Each query asks
+/// for one item more than the page, so a full page learns whether another follows from the
+/// same query (one query per page while `select` keeps every item), and the last page of a
+/// listing carries no token.
 #[allow(clippy::too_many_arguments)]
 pub async fn list_page(
     store: &dyn Metastore,
@@ -282,4 +287,67 @@ pub async fn list_records<R: DeserializeOwned>(
     )
     .await?;
     Ok(page_body(items, next))
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_metastore::metrics::CountingMetastore;
+    use flotilla_metastore::redb_store::RedbMetastore;
+
+    use super::*;
+
+    async fn store_with(n: usize) -> CountingMetastore<RedbMetastore> {
+        let store = CountingMetastore::new(RedbMetastore::in_memory().unwrap());
+        let ops: Vec<Op> = (0..n)
+            .map(|i| Op::put(Key::new("p", format!("x/{i:05}")), b"{}".to_vec()))
+            .collect();
+        for chunk in ops.chunks(100) {
+            store
+                .transact(Transaction {
+                    ops: chunk.to_vec(),
+                })
+                .await
+                .unwrap();
+        }
+        store
+    }
+
+    async fn page(
+        store: &CountingMetastore<RedbMetastore>,
+        size: usize,
+        token: Option<&str>,
+    ) -> (usize, Option<String>, u64) {
+        let before = store.snapshot().query;
+        let (items, next) = list_page(
+            store,
+            "p",
+            "x/",
+            "test",
+            Consistency::Eventual,
+            size,
+            token,
+            |i| Ok(Some(Value::String(i.key.sk.clone()))),
+        )
+        .await
+        .unwrap();
+        (items.len(), next, store.snapshot().query - before)
+    }
+
+    /// A full page of the largest size costs one query, not a second one to learn whether
+    /// more follows; the page that ends the listing carries no token.
+    #[tokio::test]
+    async fn a_full_page_costs_one_query_and_the_last_page_has_no_token() {
+        let store = store_with(MAX_API_PAGE_SIZE + 1).await;
+        let (n, next, queries) = page(&store, MAX_API_PAGE_SIZE, None).await;
+        assert_eq!((n, queries), (MAX_API_PAGE_SIZE, 1));
+        let (n, next, queries) = page(&store, MAX_API_PAGE_SIZE, next.as_deref()).await;
+        assert_eq!((n, next, queries), (1, None, 1));
+
+        let store = store_with(MAX_API_PAGE_SIZE).await;
+        let (n, next, queries) = page(&store, MAX_API_PAGE_SIZE, None).await;
+        assert_eq!((n, next, queries), (MAX_API_PAGE_SIZE, None, 1));
+        let (n, next, queries) = page(&store, DEFAULT_PAGE_SIZE, None).await;
+        assert_eq!((n, queries), (DEFAULT_PAGE_SIZE, 1));
+        assert!(next.is_some());
+    }
 }

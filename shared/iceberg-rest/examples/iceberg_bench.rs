@@ -6,6 +6,10 @@
 //!
 //! Run: `cargo run --profile bench-fast -p flotilla-iceberg-rest --example iceberg_bench [-- N]`
 //! Prints a table and writes `bench-results/iceberg.json`.
+//!
+//! `-- list` runs only the listing matrix instead: 1,000 and 10,000 tables, the default
+//! page and `pageSize=1000`, through `/iceberg` and `/v1`, with metastore queries and items
+//! read per full listing (`bench-results/iceberg-list.json`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +20,7 @@ use flotilla_core::auth::StaticTokens;
 use flotilla_core::clock::SystemClock;
 use flotilla_core::{AppState, Config};
 use flotilla_iceberg_rest::IcebergConfig;
+use flotilla_metastore::metrics::CountingMetastore;
 use flotilla_metastore::redb_store::RedbMetastore;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -153,16 +158,17 @@ async fn concurrent(
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(500);
+    let arg = std::env::args().nth(1);
+    let listing_only = arg.as_deref() == Some("list");
+    let n: usize = arg.and_then(|a| a.parse().ok()).unwrap_or(500);
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = RedbMetastore::open(dir.path().join("meta.redb")).expect("redb");
+    let store = Arc::new(CountingMetastore::new(
+        RedbMetastore::open(dir.path().join("meta.redb")).expect("redb"),
+    ));
     let mut tokens = StaticTokens::new();
     tokens.add(TOKEN, true, vec![]);
     let state = AppState::new(
-        Arc::new(store),
+        store.clone(),
         Arc::new(SystemClock),
         Arc::new(tokens),
         Config::default(),
@@ -204,6 +210,10 @@ async fn main() {
     let prefix = format!("bench.{cid}");
     let ice = format!("/iceberg/v1/{prefix}");
     let v1 = format!("/v1/accounts/bench/catalogs/{cid}");
+    if listing_only {
+        listing_matrix(&router, &store, &ice, &v1).await;
+        return;
+    }
     for ns in ["db", "wide", "many"] {
         call(
             &router,
@@ -397,6 +407,144 @@ async fn main() {
     std::fs::write(
         "bench-results/iceberg.json",
         serde_json::to_vec_pretty(&out).expect("json"),
+    )
+    .expect("write");
+}
+
+/// Every page of one listing; the number of items.
+async fn list_all(router: &axum::Router, base: &str, iceberg: bool, page: Option<usize>) -> usize {
+    let mut token: Option<String> = None;
+    let mut count = 0;
+    loop {
+        let mut params: Vec<String> = Vec::new();
+        if let Some(p) = page {
+            params.push(format!(
+                "{}={p}",
+                if iceberg { "pageSize" } else { "page_size" }
+            ));
+        }
+        if let Some(t) = &token {
+            params.push(format!(
+                "{}={t}",
+                if iceberg { "pageToken" } else { "page_token" }
+            ));
+        }
+        let uri = format!("{base}?{}", params.join("&"));
+        let (s, v) = call(router, "GET", &uri, None).await;
+        assert!(s.is_success(), "{uri}: {s} {v}");
+        let (items, next) = if iceberg {
+            ("identifiers", "next-page-token")
+        } else {
+            ("items", "next_page_token")
+        };
+        count += v[items].as_array().map_or(0, Vec::len);
+        match v[next].as_str() {
+            Some(t) => token = Some(t.to_owned()),
+            None => return count,
+        }
+    }
+}
+
+/// The listing figures of `docs/performance.md`: full listings of 1,000 and 10,000 tables
+/// from the metastore (not finalized), default page and pages of 1,000, both doors.
+async fn listing_matrix(
+    router: &axum::Router,
+    store: &CountingMetastore<RedbMetastore>,
+    ice: &str,
+    v1: &str,
+) {
+    let mut rows = Vec::new();
+    for tables in [1_000usize, 10_000] {
+        let ns = format!("n{tables}");
+        call(
+            router,
+            "POST",
+            &format!("{ice}/namespaces"),
+            Some(json!({"namespace": [ns]})),
+        )
+        .await;
+        let (s, t) = call(
+            router,
+            "POST",
+            &format!("{ice}/namespaces/{ns}/tables"),
+            Some(json!({"name": "t00000", "schema": schema()})),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{t}");
+        for i in 1..tables {
+            let (s, v) = call(
+                router,
+                "POST",
+                &format!("{v1}/namespaces/{ns}/tables"),
+                Some(json!({
+                    "name": format!("t{i:05}"), "schema": schema(), "format": "ICEBERG",
+                    "metadata_location": t["metadata-location"],
+                })),
+            )
+            .await;
+            assert_eq!(s, StatusCode::CREATED, "{v}");
+        }
+        let runs = if tables == 1_000 { 40 } else { 8 };
+        for page in [None, Some(1000)] {
+            for iceberg in [true, false] {
+                let base = if iceberg {
+                    format!("{ice}/namespaces/{ns}/tables")
+                } else {
+                    format!("{v1}/namespaces/{ns}/tables")
+                };
+                // One untimed listing for the counts (and to warm the caches).
+                let before = store.snapshot();
+                assert_eq!(list_all(router, &base, iceberg, page).await, tables);
+                let after = store.snapshot();
+                let name = format!(
+                    "{} list {tables} tables, {}",
+                    if iceberg { "iceberg" } else { "/v1" },
+                    match page {
+                        None => "default page (100)".to_owned(),
+                        Some(p) => format!("pageSize={p}"),
+                    }
+                );
+                let stats = timed_loop(&name, runs, |_| async {
+                    assert_eq!(list_all(router, &base, iceberg, page).await, tables);
+                    StatusCode::OK
+                })
+                .await;
+                rows.push((
+                    stats,
+                    after.query - before.query,
+                    after.items_read - before.items_read,
+                ));
+            }
+        }
+    }
+    println!(
+        "{:<52} {:>5} {:>9} {:>9} {:>8} {:>11}",
+        "full listing", "runs", "p50 ms", "p99 ms", "queries", "items read"
+    );
+    for (r, q, items) in &rows {
+        println!(
+            "{:<52} {:>5} {:>9.2} {:>9.2} {:>8} {:>11}",
+            r.name,
+            r.samples.len(),
+            r.pct(0.5),
+            r.pct(0.99),
+            q,
+            items
+        );
+    }
+    let out: Vec<Value> = rows
+        .iter()
+        .map(|(r, q, items)| {
+            let mut v = r.json();
+            v["queries_per_listing"] = json!(q);
+            v["items_read_per_listing"] = json!(items);
+            v
+        })
+        .collect();
+    std::fs::create_dir_all("bench-results").expect("bench-results");
+    std::fs::write(
+        "bench-results/iceberg-list.json",
+        serde_json::to_vec_pretty(&json!({"results": out})).expect("json"),
     )
     .expect("write");
 }

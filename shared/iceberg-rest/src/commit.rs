@@ -166,7 +166,7 @@ pub async fn write_metadata(
         uuid::Uuid::new_v4()
     );
     let path = ctx.object_path(&location)?;
-    let bytes = serde_json::to_vec(metadata).map_err(IcebergError::internal)?;
+    let bytes = crate::metadata::to_vec(metadata)?;
     store
         .put(&path, Bytes::from(bytes).into())
         .await
@@ -187,7 +187,7 @@ async fn discard(ctx: &Ctx, store: &dyn ObjectStore, locations: &[String]) {
 }
 
 pub fn schema_json(metadata: &TableMetadata) -> IcebergResult<Value> {
-    serde_json::to_value(metadata.current_schema().as_ref()).map_err(IcebergError::internal)
+    crate::metadata::schema_value(metadata.current_schema())
 }
 
 /// The default root of a new table: inside the warehouse, named by a fresh id so that a
@@ -271,15 +271,15 @@ fn created_from_updates(
     let schema = schema
         .ok_or_else(|| IcebergError::bad_request("creating a table needs an add-schema update"))?;
     let location = table_location(ctx, ns, name, location.as_deref())?;
-    TableMetadataBuilder::new(
+    let first = crate::metadata::new_table(crate::metadata::NewTable {
         schema,
-        spec.unwrap_or_default(),
-        order.unwrap_or_else(SortOrder::unsorted_order),
+        spec: spec.unwrap_or_default(),
+        order: order.unwrap_or_else(SortOrder::unsorted_order),
         location,
         version,
-        Default::default(),
-    )
-    .map_err(|e| IcebergError::bad_request(format!("invalid table metadata: {e}")))
+        properties: Default::default(),
+    })?;
+    Ok(TableMetadataBuilder::new_from_metadata(first, None))
 }
 
 fn apply(
@@ -421,11 +421,15 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                         IcebergError::commit_failed(format!("requirement failed: {}", e.message()))
                     })?;
                 }
+                let updates = crate::metadata::without_v1_sequence_numbers(
+                    base_meta.as_ref().map(TableMetadata::format_version),
+                    change.updates.clone(),
+                )?;
                 let builder = match base_meta {
                     Some(m) => TableMetadataBuilder::new_from_metadata(m, base_loc.clone()),
                     None => created_from_updates(ctx, ns, name, &change.updates)?,
                 };
-                let metadata = apply(builder, change.updates.clone())?;
+                let metadata = apply(builder, updates)?;
                 // Every file of the table stays inside the catalog's warehouse.
                 if !ctx.owns_location(metadata.location()) {
                     return Err(IcebergError::bad_request(format!(

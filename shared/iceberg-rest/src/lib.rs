@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod commit;
 pub mod error;
 pub mod federated;
+pub mod metadata;
 pub mod namespaces;
 pub mod oauth;
 pub mod tables;

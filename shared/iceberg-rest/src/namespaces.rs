@@ -36,6 +36,16 @@ pub fn body<T: serde::de::DeserializeOwned>(bytes: &axum::body::Bytes) -> Iceber
         .map_err(|e| IcebergError::bad_request(e.message))
 }
 
+/// A body that may carry schemas: parsed, then refused if the crate dropped a default value
+/// it could not read (`metadata::check_literals`; only bodies that mention one pay for it).
+pub fn schema_body<T: serde::de::DeserializeOwned>(bytes: &axum::body::Bytes) -> IcebergResult<T> {
+    let req = body(bytes)?;
+    if bytes.windows(8).any(|w| w == b"-default") {
+        crate::metadata::check_literals(&body::<serde_json::Value>(bytes)?)?;
+    }
+    Ok(req)
+}
+
 fn strings(props: &Value) -> BTreeMap<String, String> {
     props
         .as_object()

@@ -14,8 +14,8 @@ use flotilla_services::acl::{Action, Securable};
 use flotilla_services::service::OnConflict;
 use flotilla_services::service::relations::{self, CreateTable, PatchRelation};
 use flotilla_services::state::AppState;
-use iceberg::spec::{Schema, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec};
-use iceberg::{TableCreation, TableRequirement, TableUpdate};
+use iceberg::spec::{FormatVersion, Schema, SortOrder, TableMetadata, UnboundPartitionSpec};
+use iceberg::{TableRequirement, TableUpdate};
 use object_store::ObjectStoreExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -23,7 +23,8 @@ use serde_json::{Value, json};
 use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_parts, ns_from_segment};
 use crate::commit::{self, ICEBERG, TableChange};
 use crate::error::{IcebergError, IcebergResult, Missing};
-use crate::namespaces::body;
+use crate::metadata;
+use crate::namespaces::{body, schema_body};
 use crate::vending;
 
 fn api(e: flotilla_base::error::Error) -> IcebergError {
@@ -55,7 +56,7 @@ pub async fn load_result(
     let (config, creds) =
         vending::render(&client_config(ctx, metadata.location()), vended.as_ref());
     let mut v = json!({
-        "metadata": metadata,
+        "metadata": metadata::to_value(metadata)?,
         "config": config,
     });
     if let Some(l) = metadata_location {
@@ -314,7 +315,7 @@ pub async fn create_table(
         Action::Write,
         &Securable::namespace(ctx.catalog_id(), &path),
     )?;
-    let req: CreateTableRequest = body(&bytes)?;
+    let req: CreateTableRequest = schema_body(&bytes)?;
     flotilla_domain::names::validate_segment("table name", &req.name)
         .map_err(|e| IcebergError::bad_request(e.0))?;
     // The namespace must exist and the name be free before anything is written.
@@ -332,24 +333,16 @@ pub async fn create_table(
         )));
     }
     let location = commit::table_location(&ctx, &path, &req.name, req.location.as_deref())?;
-    let format_version = match req.properties.get("format-version").map(String::as_str) {
-        Some("1") => iceberg::spec::FormatVersion::V1,
-        Some("3") => iceberg::spec::FormatVersion::V3,
-        _ => iceberg::spec::FormatVersion::V2,
-    };
-    let creation = TableCreation {
-        name: req.name.clone(),
-        location: Some(location),
+    let mut properties = req.properties;
+    let version = metadata::take_format_version(&mut properties)?.unwrap_or(FormatVersion::V2);
+    let metadata = metadata::new_table(metadata::NewTable {
         schema: req.schema,
-        partition_spec: req.partition_spec,
-        sort_order: req.write_order,
-        properties: req.properties,
-        format_version,
-    };
-    let metadata = TableMetadataBuilder::from_table_creation(creation)
-        .and_then(|b| b.build())
-        .map_err(|e| IcebergError::bad_request(format!("invalid table: {}", e.message())))?
-        .metadata;
+        spec: req.partition_spec.unwrap_or_default(),
+        order: req.write_order.unwrap_or_else(SortOrder::unsorted_order),
+        location,
+        version,
+        properties,
+    })?;
     if req.stage_create {
         // Nothing is published: the engine commits the table with `assert-create`.
         let v = load_result(&ctx, &headers, None, &metadata, vending::Access::ReadWrite).await?;
@@ -510,7 +503,7 @@ pub async fn commit_table(
         Action::Write,
         &Securable::table(ctx.catalog_id(), &path, &table),
     )?;
-    let req: CommitTableRequest = body(&bytes)?;
+    let req: CommitTableRequest = schema_body(&bytes)?;
     if let Some(id) = &req.identifier
         && (id.name != table || id.namespace != path.segments())
     {
@@ -530,7 +523,7 @@ pub async fn commit_table(
     .await?;
     let c = done.remove(0);
     Ok(
-        Json(json!({"metadata-location": c.metadata_location, "metadata": c.metadata}))
+        Json(json!({"metadata-location": c.metadata_location, "metadata": metadata::to_value(&c.metadata)?}))
             .into_response(),
     )
 }
@@ -549,7 +542,7 @@ pub async fn commit_transaction(
     bytes: axum::body::Bytes,
 ) -> IcebergResult<Response> {
     let ctx = ctx(&state, &config, caller, &prefix).await?;
-    let req: CommitTransactionRequest = body(&bytes)?;
+    let req: CommitTransactionRequest = schema_body(&bytes)?;
     let mut changes = Vec::with_capacity(req.table_changes.len());
     for c in req.table_changes {
         let id = c.identifier.ok_or_else(|| {

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 use crate::catalog::{Caller, Ctx, IcebergConfig, PageParams, ns_from_segment};
 use crate::error::{IcebergError, IcebergResult, Missing};
-use crate::namespaces::body;
+use crate::namespaces::schema_body;
 use flotilla_services::acl::{Action, Securable};
 
 fn api(e: flotilla_base::error::Error) -> IcebergError {
@@ -142,7 +142,8 @@ async fn write_view_metadata(
         uuid::Uuid::new_v4()
     );
     let path = ctx.object_path(&location)?;
-    let bytes = serde_json::to_vec(metadata).map_err(IcebergError::internal)?;
+    let bytes = serde_json::to_vec(&crate::metadata::view_to_value(metadata)?)
+        .map_err(IcebergError::internal)?;
     ctx.store()?
         .put(&path, Bytes::from(bytes).into())
         .await
@@ -154,8 +155,7 @@ async fn write_view_metadata(
 fn view_fields(
     metadata: &ViewMetadata,
 ) -> IcebergResult<(Value, Vec<ViewDefinition>, Vec<String>)> {
-    let schema =
-        serde_json::to_value(metadata.current_schema().as_ref()).map_err(IcebergError::internal)?;
+    let schema = crate::metadata::schema_value(metadata.current_schema())?;
     let version = metadata.current_version();
     let definitions = version
         .representations()
@@ -196,7 +196,7 @@ pub async fn create_view(
         Action::Write,
         &Securable::namespace(ctx.catalog_id(), &path),
     )?;
-    let req: CreateViewRequest = body(&bytes)?;
+    let req: CreateViewRequest = schema_body(&bytes)?;
     flotilla_domain::names::validate_segment("view name", &req.name)
         .map_err(|e| IcebergError::bad_request(e.0))?;
     let location = crate::commit::table_location(&ctx, &path, &req.name, req.location.as_deref())?;
@@ -269,7 +269,7 @@ pub async fn create_view(
         }
         Err(e) => return Err(api(e.into())),
     }
-    Ok(Json(load_view_result(Some(&metadata_location), &metadata)).into_response())
+    Ok(Json(load_view_result(Some(&metadata_location), &metadata)?).into_response())
 }
 
 /// The view's Iceberg metadata, with the relation record as the truth, so that one view has
@@ -363,12 +363,12 @@ async fn current_view(
     Ok((None, metadata))
 }
 
-fn load_view_result(location: Option<&str>, metadata: &ViewMetadata) -> Value {
-    let mut v = json!({"metadata": metadata, "config": {}});
+fn load_view_result(location: Option<&str>, metadata: &ViewMetadata) -> IcebergResult<Value> {
+    let mut v = json!({"metadata": crate::metadata::view_to_value(metadata)?, "config": {}});
     if let Some(l) = location {
         v["metadata-location"] = json!(l);
     }
-    v
+    Ok(v)
 }
 
 pub async fn load_view(
@@ -382,7 +382,7 @@ pub async fn load_view(
     ctx.authorize(Action::Read, &view_securable(&ctx, &path, &view))?;
     let rec = load_view_record(&ctx, &path, &view).await?;
     let (loc, metadata) = current_view(&ctx, &rec.value).await?;
-    Ok(Json(load_view_result(loc.as_deref(), &metadata)).into_response())
+    Ok(Json(load_view_result(loc.as_deref(), &metadata)?).into_response())
 }
 
 pub async fn view_exists(
@@ -444,7 +444,7 @@ pub async fn replace_view(
     let ctx = Ctx::resolve(&state, &config, p, &prefix).await?;
     let path = ns_from_segment(&ns)?;
     ctx.authorize(Action::Write, &view_securable(&ctx, &path, &view))?;
-    let req: CommitViewRequest = body(&bytes)?;
+    let req: CommitViewRequest = schema_body(&bytes)?;
     let store = state.store.as_ref();
     for attempt in 0..MAX_ATTEMPTS {
         let rec = load_view_record(&ctx, &path, &view).await?;
@@ -491,7 +491,7 @@ pub async fn replace_view(
             .with(directory_bump(ctx.catalog_id()).map_err(api)?);
         match store.transact(tx).await {
             Ok(()) => {
-                return Ok(Json(load_view_result(Some(&new_loc), &metadata)).into_response());
+                return Ok(Json(load_view_result(Some(&new_loc), &metadata)?).into_response());
             }
             Err(e) if is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
             Err(e) if e.is_outcome_unknown() => {

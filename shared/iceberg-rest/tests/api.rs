@@ -913,3 +913,423 @@ async fn views_round_trip() {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
 }
+
+// ---- conformance: what engines send comes back as they sent it -------------------------
+
+/// `format-version` at create chooses the table version (1, 2, 3; also for a staged create
+/// committed with `assert-create`) and is not stored as a property; an unknown version is
+/// `400` naming it, and creates nothing.
+#[tokio::test]
+async fn create_honours_format_version_and_names_an_unknown_one() {
+    let env = setup().await;
+    env.namespace("db").await;
+    for v in [1, 2, 3] {
+        let (s, t) = env
+            .call(
+                Method::POST,
+                &env.url("namespaces/db/tables"),
+                Some(json!({"name": format!("v{v}"), "schema": schema(),
+                    "properties": {"format-version": v.to_string(), "owner": "x"}})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{t}");
+        assert_eq!(t["metadata"]["format-version"], v);
+        assert_eq!(t["metadata"]["properties"], json!({"owner": "x"}));
+        let (s, l) = env
+            .call(
+                Method::GET,
+                &env.url(&format!("namespaces/db/tables/v{v}")),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{l}");
+        assert_eq!(l["metadata"]["format-version"], v);
+    }
+    let (s, e) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables"),
+            Some(json!({"name": "v4", "schema": schema(), "properties": {"format-version": "4"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+    let msg = e["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("format-version") && msg.contains("\"4\""),
+        "{msg}"
+    );
+    let (s, _) = env
+        .call(Method::HEAD, &env.url("namespaces/db/tables/v4"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // Staged, as pyiceberg's create_table_transaction and Spark's CTAS do.
+    let (s, staged) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables"),
+            Some(
+                json!({"name": "staged", "schema": schema(), "stage-create": true,
+                "properties": {"format-version": "1"}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{staged}");
+    let m = &staged["metadata"];
+    assert_eq!(m["format-version"], 1);
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/staged"),
+            Some(
+                json!({"requirements": [{"type": "assert-create"}], "updates": [
+                    {"action": "assign-uuid", "uuid": m["table-uuid"]},
+                    {"action": "upgrade-format-version", "format-version": 1},
+                    {"action": "add-schema", "schema": m["schemas"][0]},
+                    {"action": "set-current-schema", "schema-id": -1},
+                    {"action": "set-location", "location": m["location"]},
+                ]}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["metadata"]["format-version"], 1);
+}
+
+/// A schema whose ids the client assigned depth first (map key 2, value 3, struct field
+/// 4, ...) keeps them: in the create answer, on load, through `/v1`, in the partition spec
+/// and sort order, and through a staged create. Ids the spec does not allow, and one id on
+/// two fields, are `400` and create nothing.
+#[tokio::test]
+async fn create_keeps_the_field_ids_the_client_assigned() {
+    let env = setup().await;
+    env.namespace("db").await;
+    let nested = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "m", "required": false, "type": {"type": "map",
+            "key-id": 2, "key": "string", "value-id": 3, "value-required": false,
+            "value": {"type": "struct", "fields": [
+                {"id": 4, "name": "a", "required": false, "type": "int"}]}}},
+        {"id": 5, "name": "l", "required": false, "type": {"type": "list",
+            "element-id": 6, "element": "long", "element-required": false}},
+        {"id": 7, "name": "k", "required": true, "type": "long"},
+    ]});
+    let ids = |schema: &Value| -> Value {
+        let f = &schema["fields"];
+        json!([
+            f[0]["id"],
+            f[0]["type"]["key-id"],
+            f[0]["type"]["value-id"],
+            f[0]["type"]["value"]["fields"][0]["id"],
+            f[1]["id"],
+            f[1]["type"]["element-id"],
+            f[2]["id"]
+        ])
+    };
+    let want = json!([1, 2, 3, 4, 5, 6, 7]);
+    let (s, t) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables"),
+            Some(json!({"name": "n", "schema": nested,
+                "partition-spec": {"spec-id": 0, "fields": [
+                    {"source-id": 7, "field-id": 1000, "name": "k_b", "transform": "bucket[4]"}]},
+                "write-order": {"order-id": 1, "fields": [
+                    {"source-id": 7, "transform": "identity", "direction": "asc",
+                     "null-order": "nulls-first"}]}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    let m = &t["metadata"];
+    assert_eq!(ids(&m["schemas"][0]), want, "{m}");
+    assert_eq!(m["last-column-id"], 7);
+    assert_eq!(m["partition-specs"][0]["fields"][0]["source-id"], 7);
+    assert_eq!(m["sort-orders"][0]["fields"][0]["source-id"], 7, "{m}");
+    let (_, l) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/n"), None)
+        .await;
+    assert_eq!(ids(&l["metadata"]["schemas"][0]), want);
+    let (s, r) = env
+        .call(
+            Method::GET,
+            &format!(
+                "/v1/accounts/acme/catalogs/{}/namespaces/db/tables/n",
+                env.catalog_id
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(ids(&r["schema"]), want);
+
+    // A staged create committed with its schema keeps the ids as well, and one schema.
+    let (_, staged) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables"),
+            Some(json!({"name": "s", "schema": nested, "stage-create": true})),
+        )
+        .await;
+    let sm = &staged["metadata"];
+    assert_eq!(ids(&sm["schemas"][0]), want);
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/s"),
+            Some(
+                json!({"requirements": [{"type": "assert-create"}], "updates": [
+                    {"action": "assign-uuid", "uuid": sm["table-uuid"]},
+                    {"action": "add-schema", "schema": nested},
+                    {"action": "set-current-schema", "schema-id": -1},
+                    {"action": "set-location", "location": sm["location"]},
+                ]}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["metadata"]["schemas"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(ids(&v["metadata"]["schemas"][0]), want);
+
+    // An id the spec does not allow, and two fields with one id: refused, never renumbered.
+    let mut bad = nested.clone();
+    bad["fields"][0]["type"]["key-id"] = json!(-2);
+    let mut dup = nested.clone();
+    dup["fields"][1]["type"]["element-id"] = json!(4);
+    for (name, schema, want) in [
+        ("bad", bad, "field id -2 of m.key"),
+        ("dup", dup, "duplicate 'field.id' 4"),
+    ] {
+        let (s, e) = env
+            .call(
+                Method::POST,
+                &env.url("namespaces/db/tables"),
+                Some(json!({"name": name, "schema": schema})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+        let msg = e["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(want), "{msg}");
+    }
+    for name in ["bad", "dup"] {
+        let (s, _) = env
+            .call(
+                Method::HEAD,
+                &env.url(&format!("namespaces/db/tables/{name}")),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{name}");
+    }
+}
+
+/// The object behind a `file://` metadata location.
+fn metadata_file(location: &Value) -> Value {
+    let path = location.as_str().unwrap().strip_prefix("file://").unwrap();
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Snapshots come back in commit order in every commit answer, every load and the file on
+/// disk (not in the order of the crate's hash map).
+#[tokio::test]
+async fn snapshots_keep_commit_order_in_answers_loads_and_files() {
+    let env = setup().await;
+    env.namespace("db").await;
+    env.table("db", "t").await;
+    let order = |m: &Value| -> Vec<i64> {
+        m["snapshots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["snapshot-id"].as_i64().unwrap())
+            .collect()
+    };
+    // Ids in no particular order: commit order is the loop's.
+    let ids: Vec<i64> = (0..16).map(|i| (i * 7919 + 13) % 1000 + 1).collect();
+    let mut base = None;
+    for (i, id) in ids.iter().enumerate() {
+        let (s, v) = env
+            .call(
+                Method::POST,
+                &env.url("namespaces/db/tables/t"),
+                Some(append(*id, base, i as i64 + 1)),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(order(&v["metadata"]), ids[..=i], "commit answer {i}");
+        assert_eq!(
+            order(&metadata_file(&v["metadata-location"])),
+            ids[..=i],
+            "file {i}"
+        );
+        base = Some(*id);
+    }
+    for _ in 0..3 {
+        let (_, l) = env
+            .call(Method::GET, &env.url("namespaces/db/tables/t"), None)
+            .await;
+        assert_eq!(order(&l["metadata"]), ids);
+    }
+}
+
+/// A float default comes back as written (`22.27`, not `22.270000457763672`) through
+/// `add-schema` (on a table upgraded to version 3, so nothing but the literal is new), in
+/// the commit answer, on load, in the file and through `/v1`, and at create; a default the
+/// catalog cannot store is `400` and changes nothing.
+#[tokio::test]
+async fn float_defaults_round_trip_as_written() {
+    let env = setup().await;
+    env.namespace("db").await;
+    env.table("db", "t").await;
+    let evolved = json!({"type": "struct", "schema-id": 1, "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"},
+        {"id": 2, "name": "v", "required": false, "type": "string"},
+        {"id": 3, "name": "f", "required": false, "type": "float",
+         "initial-default": 22.27, "write-default": 22.27},
+        {"id": 4, "name": "g", "required": false, "type": "float",
+         "initial-default": 0.1, "write-default": 1.3},
+    ]});
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/t"),
+            Some(json!({"requirements": [{"type": "assert-current-schema-id", "current-schema-id": 0}],
+                "updates": [{"action": "upgrade-format-version", "format-version": 3},
+                            {"action": "add-schema", "schema": evolved},
+                            {"action": "set-current-schema", "schema-id": -1}]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // The schema found by id, not by position: this test is about the literals.
+    let check = |m: &Value| {
+        let schemas = m["schemas"].as_array().unwrap();
+        let s = schemas.iter().find(|s| s["schema-id"] == 1).unwrap();
+        let f = &s["fields"];
+        assert_eq!((&f[2]["id"], &f[3]["id"]), (&json!(3), &json!(4)), "{m}");
+        assert_eq!(f[2]["initial-default"], json!(22.27), "{m}");
+        assert_eq!(f[2]["write-default"], json!(22.27), "{m}");
+        assert_eq!(f[3]["initial-default"], json!(0.1), "{m}");
+        assert_eq!(f[3]["write-default"], json!(1.3), "{m}");
+    };
+    check(&v["metadata"]);
+    check(&metadata_file(&v["metadata-location"]));
+    let (_, l) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/t"), None)
+        .await;
+    check(&l["metadata"]);
+    let (_, r) = env
+        .call(
+            Method::GET,
+            &format!(
+                "/v1/accounts/acme/catalogs/{}/namespaces/db/tables/t",
+                env.catalog_id
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(
+        r["schema"]["fields"][2]["write-default"],
+        json!(22.27),
+        "{r}"
+    );
+    assert_eq!(r["schema"]["fields"][3]["write-default"], json!(1.3), "{r}");
+
+    // At create, on a version 3 table.
+    let (s, c) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables"),
+            Some(json!({"name": "c", "schema": evolved, "properties": {"format-version": "3"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    let f = &c["metadata"]["schemas"][0]["fields"];
+    assert_eq!(f[2]["write-default"], json!(22.27), "{c}");
+    assert_eq!(f[3]["initial-default"], json!(0.1), "{c}");
+
+    // A nanosecond timestamp default would be dropped by the crate: refused, nothing moves.
+    let mut ns = evolved.clone();
+    ns["schema-id"] = json!(2);
+    ns["fields"].as_array_mut().unwrap().push(
+        json!({"id": 5, "name": "ts", "required": false, "type": "timestamp_ns",
+            "write-default": "2017-11-16T22:31:08.000000001"}),
+    );
+    let (s, e) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/t"),
+            Some(json!({"updates": [{"action": "add-schema", "schema": ns},
+                                    {"action": "set-current-schema", "schema-id": -1}]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("field ts"),
+        "{e}"
+    );
+    let (_, after) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/t"), None)
+        .await;
+    assert_eq!(after["metadata-location"], l["metadata-location"]);
+}
+
+/// Views too: versions in id order in every answer and file, a float default of the view's
+/// schema as written.
+#[tokio::test]
+async fn views_keep_version_order_and_float_defaults() {
+    let env = setup().await;
+    env.namespace("db").await;
+    let version = |id: i64| {
+        json!({
+            "version-id": id, "schema-id": 0, "timestamp-ms": 1_700_000_000_000i64 + id,
+            "summary": {"engine-name": "test"},
+            "representations": [{"type": "sql", "sql": format!("SELECT {id}"), "dialect": "spark"}],
+            "default-namespace": ["db"],
+        })
+    };
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "f", "required": false, "type": "float", "write-default": 22.27}]});
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/views"),
+            Some(json!({
+                "name": "v", "schema": schema, "view-version": version(1), "properties": {},
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let mut last = v;
+    for id in 2..=12 {
+        let (s, v) = env
+            .call(
+                Method::POST,
+                &env.url("namespaces/db/views/v"),
+                Some(json!({"updates": [
+                    {"action": "add-view-version", "view-version": version(id)},
+                    {"action": "set-current-view-version", "view-version-id": -1},
+                ]})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        last = v;
+    }
+    let ids = |m: &Value| -> Vec<i64> {
+        m["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["version-id"].as_i64().unwrap())
+            .collect()
+    };
+    // The crate keeps the last 10 versions (`version.history.num-entries`).
+    let want: Vec<i64> = (3..=12).collect();
+    assert_eq!(ids(&last["metadata"]), want);
+    assert_eq!(ids(&metadata_file(&last["metadata-location"])), want);
+    let (_, l) = env
+        .call(Method::GET, &env.url("namespaces/db/views/v"), None)
+        .await;
+    assert_eq!(ids(&l["metadata"]), want);
+    assert_eq!(
+        l["metadata"]["schemas"][0]["fields"][0]["write-default"],
+        json!(22.27)
+    );
+}

@@ -761,3 +761,106 @@ async fn views_created_through_v1_load_and_replace_through_the_endpoint_and_back
     let (s, _) = env.acme(Method::GET, &format!("{v1}/recent"), None).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+/// Every paged listing of both doors asks the store for one item more than its page: a full
+/// page of 1,000 (the largest) costs one query, not a second one to learn that more follows,
+/// and the last page carries no token.
+#[tokio::test]
+async fn a_full_page_of_a_thousand_costs_one_query_in_every_paged_listing() {
+    let env = setup(Opts {
+        s3_endpoint: None,
+        vending: None,
+    })
+    .await;
+    let (cid, prefix) = env.catalog(ACME, "acme", "lake", None).await;
+    let prefix = prefix.unwrap();
+    let v1 = format!("/v1/accounts/acme/catalogs/{cid}");
+    let (s, v) = env
+        .acme(
+            Method::POST,
+            &url(&prefix, "namespaces"),
+            Some(json!({"namespace": ["many"]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, t) = env
+        .acme(
+            Method::POST,
+            &url(&prefix, "namespaces/many/tables"),
+            Some(json!({"name": "t0000", "schema": schema()})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    // 1,001 tables and 1,001 namespaces (the root listing also holds `many`).
+    for i in 1..=1000 {
+        let (s, v) = env
+            .acme(
+                Method::POST,
+                &format!("{v1}/namespaces/many/tables"),
+                Some(
+                    json!({"name": format!("t{i:04}"), "schema": schema(), "format": "ICEBERG",
+                    "metadata_location": t["metadata-location"]}),
+                ),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        let (s, v) = env
+            .acme(
+                Method::POST,
+                &format!("{v1}/namespaces"),
+                Some(json!({"path": [format!("n{i:04}")]})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    // (first page, next page) of each listing, with its page-size and token parameters.
+    let listings = [
+        (
+            url(&prefix, "namespaces/many/tables?pageSize=1000"),
+            "identifiers",
+            "next-page-token",
+            "pageToken",
+        ),
+        (
+            url(&prefix, "namespaces?pageSize=1000"),
+            "namespaces",
+            "next-page-token",
+            "pageToken",
+        ),
+        (
+            format!("{v1}/namespaces/many/tables?page_size=1000"),
+            "items",
+            "next_page_token",
+            "page_token",
+        ),
+        (
+            format!("{v1}/namespaces?page_size=1000"),
+            "items",
+            "next_page_token",
+            "page_token",
+        ),
+    ];
+    for (first, items, next, param) in listings {
+        let before = env.counts().query;
+        let (s, v) = env.acme(Method::GET, &first, None).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v[items].as_array().unwrap().len(), 1000, "{first}");
+        assert_eq!(
+            env.counts().query - before,
+            1,
+            "one query for a full page: {first}"
+        );
+        let token = v[next]
+            .as_str()
+            .expect("a token: one more follows")
+            .to_owned();
+        let before = env.counts().query;
+        let (s, v) = env
+            .acme(Method::GET, &format!("{first}&{param}={token}"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v[items].as_array().unwrap().len(), 1, "{first}");
+        assert!(v[next].is_null(), "the last page has no token: {first}");
+        assert_eq!(env.counts().query - before, 1, "{first}");
+    }
+}

@@ -1,9 +1,12 @@
-//! Real engines against the endpoint: pyiceberg and DuckDB (pinned in `scripts/test.sh`,
-//! run from `FLOTILLA_ENGINES_PYTHON`) drive the router `flotilla serve` runs, on redb, over
-//! loopback HTTP. The scripts live in `tests/engines/`; each exits non-zero on a failed check.
+//! Real engines against the endpoint: pyiceberg, DuckDB, ClickHouse (chdb), Sail, Daft and
+//! Polars (pinned in `scripts/test.sh`, run from `FLOTILLA_ENGINES_PYTHON`) drive the router
+//! `flotilla serve` runs, on redb, over loopback HTTP. The scripts live in `tests/engines/`;
+//! each exits non-zero on a failed check. The engine matrix of `docs/iceberg-rest.md` names
+//! the test behind each cell.
 //!
-//! The second test puts the warehouse on moto S3 and vends credentials through moto's STS;
-//! the engines run with every `AWS_*` variable removed, so the vended keys are all they have.
+//! The S3 test puts the warehouse on moto S3 and vends credentials through moto's STS; the
+//! engines run with every `AWS_*` variable removed, so the vended keys are all they have
+//! (ClickHouse, which cannot use them yet, is given static moto keys in its script).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -184,6 +187,20 @@ async fn pyiceberg_duckdb_and_isolation() {
     run_script(&served, "cross_account.py").await;
 }
 
+/// The table features engines use, one server, the scripts in order (each reads what the
+/// ones before wrote): pyiceberg on every format version, partitioned, sorted and evolved
+/// tables, add_files, deletes, overwrites, inspect tables, branches and tags, register-table,
+/// two writers; DuckDB reading those and writing merge-on-read deletes, v1 and v3 tables;
+/// Daft and Polars reading and writing through pyiceberg's catalog; Sail's Spark SQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_features_across_engines_on_a_local_warehouse() {
+    let served = serve().await;
+    run_script(&served, "pyiceberg_features.py").await;
+    run_script(&served, "duckdb_features.py").await;
+    run_script(&served, "dataframes_flow.py").await;
+    run_script(&served, "sail_flow.py").await;
+}
+
 /// Service principals' client credentials through both engines: the reader (`READ` on the
 /// catalog) reads and is refused on append, the writer (`WRITE`) appends, and revoking the
 /// reader's grant in the middle of its sessions refuses its next call.
@@ -263,8 +280,10 @@ async fn engines_with_a_readers_and_a_writers_client_credentials() {
     run_script_with(&served, "access_control.py", &extra).await;
 }
 
-/// The same engines with the warehouse on moto S3: pyiceberg creates, appends and reads
-/// back, DuckDB reads and inserts, each with only the credentials vended through moto's STS.
+/// The engines with the warehouse on moto S3: pyiceberg creates, appends and reads back,
+/// DuckDB reads and inserts, each with only the credentials vended through moto's STS; then
+/// ClickHouse reads, inserts, deletes and evolves (static keys), Daft and Polars read and
+/// Daft appends with the vended credentials, and Sail's refusal of them is pinned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engines_on_moto_s3_with_vended_credentials() {
     let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT").expect(
@@ -293,12 +312,12 @@ async fn engines_on_moto_s3_with_vended_credentials() {
         moto,
     };
     let served = serve_with(Some(&s3)).await;
-    run_script_with(
-        &served,
-        "s3_vended_flow.py",
-        &[("FLOTILLA_S3_WAREHOUSE", s3.warehouse.as_str())],
-    )
-    .await;
+    let env = [
+        ("FLOTILLA_S3_WAREHOUSE", s3.warehouse.as_str()),
+        ("FLOTILLA_S3_ENDPOINT", s3.moto.as_str()),
+    ];
+    run_script_with(&served, "s3_vended_flow.py", &env).await;
+    run_script_with(&served, "s3_clickhouse_daft_polars.py", &env).await;
 }
 
 /// Vends through moto's STS and records the access each vend was asked for.

@@ -54,8 +54,11 @@ pub const MAX_SK_BYTES: usize = 1024;
 pub const ITEM_OVERHEAD_BYTES: usize = 64;
 /// Most keys one [`Metastore::batch_get`] names (DynamoDB's `BatchGetItem` limit).
 pub const MAX_BATCH_GET_KEYS: usize = 100;
-/// Most items one query page returns.
-pub const MAX_PAGE_SIZE: usize = 1000;
+/// Most items one query page returns: the largest API page (1,000 items) and one more, so
+/// that a listing learns in the same query whether another page follows (a full page of
+/// 1,000 would otherwise cost a second query). DynamoDB bounds a page by its 1 MB, not by a
+/// count, so both backends serve this limit alike.
+pub const MAX_PAGE_SIZE: usize = 1001;
 
 /// The primary key of an item.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

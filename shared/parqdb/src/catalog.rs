@@ -41,6 +41,9 @@ use crate::warehouse;
 /// decide on (a namespace count). Losing on the decisive item ends the loop with a typed error.
 const MAX_ATTEMPTS: usize = 16;
 const DEFAULT_PAGE_SIZE: usize = 100;
+/// The largest page a caller may ask for; one below the metastore's page, whose last item
+/// tells whether another page follows.
+const MAX_LIST_PAGE_SIZE: usize = MAX_PAGE_SIZE - 1;
 
 /// Extra conditions the host adds to every mutating transaction of an account, for example
 /// the absence of the account deletion fence, so an index cannot be published into an account
@@ -269,9 +272,9 @@ impl IndexCatalogService {
     fn page_limit(page: &PageRequest) -> Result<usize> {
         match page.page_size {
             None => Ok(DEFAULT_PAGE_SIZE),
-            Some(n) if (1..=MAX_PAGE_SIZE).contains(&n) => Ok(n),
+            Some(n) if (1..=MAX_LIST_PAGE_SIZE).contains(&n) => Ok(n),
             Some(_) => Err(IndexCatalogError::invalid_argument(format!(
-                "page_size must be 1..={MAX_PAGE_SIZE}"
+                "page_size must be 1..={MAX_LIST_PAGE_SIZE}"
             ))),
         }
     }
@@ -299,14 +302,20 @@ impl IndexCatalogService {
                 Some(flotilla_metastore::PageToken::after_sort_key(&raw))
             }
         };
+        // One item more than the page: its presence says another page follows, so a page
+        // that ends the listing carries no token (no empty page after it) and no second
+        // query is needed to find out.
         let query = Query::new(pk, prefix, Consistency::Strong)
-            .limit(limit)
+            .limit(limit + 1)
             .after(after);
-        let page = self.store.query(&query).await?;
+        let mut page = self.store.query(&query).await?;
+        let more = page.items.len() > limit;
+        page.items.truncate(limit);
         // Our token is the last sort key returned (not the store's token), so that it can be
-        // checked against the prefix of the listing it came from.
-        let next = match (&page.next, page.items.last()) {
-            (Some(_), Some(last)) => Some(URL_SAFE_NO_PAD.encode(last.key.sk.as_bytes())),
+        // checked against the prefix of the listing it came from. A store page cut short
+        // (DynamoDB's 1 MB) also continues.
+        let next = match (more || page.next.is_some(), page.items.last()) {
+            (true, Some(last)) => Some(URL_SAFE_NO_PAD.encode(last.key.sk.as_bytes())),
             _ => None,
         };
         Ok((page.items, next))
