@@ -101,6 +101,7 @@ fn router_routes() -> Vec<(String, &'static [&'static str])> {
         ("/grants", &["GET", "POST"]),
         ("/grants/{grant_id}", &["DELETE", "GET"]),
         ("/privileges", &["GET"]),
+        ("/events", &["GET"]),
     ];
     let top: &[(&str, &[&str])] = &[
         ("/v1/health", &["GET"]),

@@ -403,6 +403,35 @@ pub fn validation_errors_prefix(relation_id: &str) -> String {
 }
 pub const VALIDATION_ERROR_PREFIX: &str = "VALERR#";
 
+/// A change event not yet given its place in the catalog's event log: written in the same
+/// transaction as the change it records (the outbox). Keyed by its write time and id, so the
+/// sealer ([`event_log`]) takes the oldest first and two writers never name the same item.
+pub fn event_pending(catalog_id: &str, timestamp_ms: i64, event_id: &str) -> Key {
+    Key::new(
+        catalog_pk(catalog_id),
+        format!("EVQ#{:013}#{event_id}", timestamp_ms.max(0)),
+    )
+}
+pub const EVENT_PENDING_PREFIX: &str = "EVQ#";
+
+/// One event of the catalog's log at its sequence number (dense, from 1). Only the sealer
+/// writes here, moving pending events in under the log head ([`event_head`]).
+pub fn event_log(catalog_id: &str, sequence: u64) -> Key {
+    Key::new(catalog_pk(catalog_id), format!("EVT#{sequence:020}"))
+}
+pub const EVENT_LOG_PREFIX: &str = "EVT#";
+
+/// The sequence number of a log sort key.
+pub fn parse_event_log_sk(sk: &str) -> Option<u64> {
+    sk.strip_prefix(EVENT_LOG_PREFIX)?.parse().ok()
+}
+
+/// The catalog's event log head: the next sequence number to assign. Replaced only by the
+/// sealer (never by the writers, so writes to different tables never meet on it).
+pub fn event_head(catalog_id: &str) -> Key {
+    Key::new(catalog_pk(catalog_id), "EVTHEAD")
+}
+
 /// Decodes the namespace and name of a relation sort key.
 pub fn parse_relation_sk(sk: &str) -> Option<(Vec<String>, String)> {
     let rest = sk.strip_prefix(RELATION_PREFIX)?;

@@ -34,6 +34,7 @@ impl FromRequestParts<AppState> for Auth {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         if let Some(p) = parts.extensions.get::<Principal>() {
+            flotilla_services::service::events::record_principal(&p.subject);
             return Ok(Auth(p.clone()));
         }
         let unauth = || {
@@ -52,6 +53,7 @@ impl FromRequestParts<AppState> for Auth {
             .ok_or_else(unauth)?;
         let principal = state.authenticate(token).ok_or_else(unauth)?;
         tracing::Span::current().record("principal", principal.subject.as_str());
+        flotilla_services::service::events::record_principal(&principal.subject);
         Ok(Auth(principal))
     }
 }

@@ -76,6 +76,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(super::access_routes::routes())
         .merge(super::capture_routes::routes())
         .merge(super::directory_routes::routes())
+        .merge(super::event_routes::routes())
         .merge(super::index_routes::routes())
         .merge(super::integration_routes::routes())
         .merge(super::openapi_routes::routes())
@@ -94,6 +95,7 @@ pub fn layered(state: AppState, routes: Router<AppState>) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES + 1))
         .layer(axum::middleware::from_fn(super::wire::request_limits))
         .layer(axum::middleware::from_fn(super::metrics_layer::record))
+        .layer(axum::middleware::from_fn(super::request_context::scope))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
                 let route = req

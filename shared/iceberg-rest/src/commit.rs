@@ -11,6 +11,7 @@ use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord};
 use flotilla_domain::names::{NamespacePath, new_id};
 use flotilla_metastore::{Op, Transaction};
+use flotilla_services::service::events::{self, Operation};
 use flotilla_services::service::namespaces::child_guards;
 use flotilla_services::service::relations::{self, directory_bump};
 use flotilla_services::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, to_body};
@@ -468,6 +469,26 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                         schema_moved = true;
                     }
                 }
+                // One event per table, in the transaction that publishes it.
+                let updates = serde_json::to_value(&change.updates)
+                    .ok()
+                    .and_then(|v| v.as_array().cloned())
+                    .unwrap_or_default();
+                let kind = if creating {
+                    "create-table"
+                } else {
+                    "update-table"
+                };
+                events::record(
+                    &ctx.state,
+                    &mut tx,
+                    Operation {
+                        updates: Some(events::summarize_updates(&updates)),
+                        ..Operation::relation(kind, ctx.catalog_id(), ns, name)
+                            .with_metadata_location(Some(&location))
+                    },
+                )
+                .map_err(api)?;
                 out.push(Committed {
                     metadata_location: location,
                     metadata,

@@ -12,6 +12,7 @@
 pub mod catalog;
 pub mod commit;
 pub mod error;
+pub mod events;
 pub mod federated;
 pub mod metadata;
 pub mod namespaces;
@@ -56,6 +57,7 @@ pub const ENDPOINTS: &[&str] = &[
     "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
     "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}",
     "POST /v1/{prefix}/views/rename",
+    "POST /v1/{prefix}/events",
 ];
 
 /// The Iceberg routes, to merge into the one router (`flotilla_http::router_with`).
@@ -122,7 +124,8 @@ pub fn routes(config: IcebergConfig) -> Router<AppState> {
         .route(
             "/iceberg/v1/{prefix}/views/rename",
             post(views::rename_view),
-        );
+        )
+        .route("/iceberg/v1/{prefix}/events", post(events::query_events));
     r.layer(axum::Extension(config))
         .layer(axum::Extension(exchange))
 }

@@ -362,6 +362,7 @@ pub async fn create_table(
             metadata_location: Some(location.clone()),
             location: Some(metadata.location().to_owned()),
             properties: Default::default(),
+            register: false,
         },
         OnConflict::Error,
         None,
@@ -723,6 +724,7 @@ pub async fn register_table(
             metadata_location: Some(req.metadata_location.clone()),
             location: Some(metadata.location().to_owned()),
             properties: Default::default(),
+            register: true,
         },
         if req.overwrite {
             OnConflict::Replace

@@ -14,6 +14,7 @@ use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord, ViewDefinition};
 use flotilla_domain::names::{NamespacePath, new_id};
 use flotilla_metastore::{Op, Transaction};
+use flotilla_services::service::events::{self, Operation};
 use flotilla_services::service::namespaces::child_guards;
 use flotilla_services::service::relations::{self, directory_bump};
 use flotilla_services::service::{MAX_ATTEMPTS, Versioned, backoff, is_condition_failure, to_body};
@@ -259,6 +260,13 @@ pub async fn create_view(
         to_body(&rec).map_err(api)?,
     ));
     tx.push(directory_bump(ctx.catalog_id()).map_err(api)?);
+    events::record(
+        &state,
+        &mut tx,
+        Operation::relation("create-view", ctx.catalog_id(), &path, &req.name)
+            .with_metadata_location(Some(&metadata_location)),
+    )
+    .map_err(api)?;
     match store.transact(tx).await {
         Ok(()) => {}
         Err(e) if is_condition_failure(&e) => {
@@ -482,13 +490,20 @@ pub async fn replace_view(
         next.location = Some(metadata.location().to_owned());
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let tx = Transaction::new()
+        let mut tx = Transaction::new()
             .with(Op::replace(
                 keys::relation(ctx.catalog_id(), &path, &view),
                 rec.version,
                 to_body(&next).map_err(api)?,
             ))
             .with(directory_bump(ctx.catalog_id()).map_err(api)?);
+        events::record(
+            &state,
+            &mut tx,
+            Operation::relation("replace-view", ctx.catalog_id(), &path, &view)
+                .with_metadata_location(Some(&new_loc)),
+        )
+        .map_err(api)?;
         match store.transact(tx).await {
             Ok(()) => {
                 return Ok(Json(load_view_result(Some(&new_loc), &metadata)?).into_response());

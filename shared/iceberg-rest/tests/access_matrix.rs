@@ -252,6 +252,8 @@ fn rows() -> Vec<Row> {
         row("GET", "/v1/accounts/{account_id}/grants/{grant_id}", "/v1/accounts/acme/grants/{g}", [O, H, H, H, D, H]),
         row("DELETE", "/v1/accounts/{account_id}/grants/{grant_id}", "/v1/accounts/acme/grants/{g}", [O, H, H, H, D, H]).stale(),
         row("GET", "/v1/accounts/{account_id}/privileges", "/v1/accounts/acme/privileges?securable_type=CATALOG&catalog_id={c}", CATALOG_SEE),
+        // Events: the catalog's feed, filtered to what the reader may read.
+        row("GET", "/v1/accounts/{account_id}/events", "/v1/accounts/acme/events?catalog_id={c}", CATALOG_SEE),
         // ---- the Iceberg endpoint
         row("GET", "/iceberg/v1/config", "/iceberg/v1/config?warehouse=acme/lake", CATALOG_SEE),
         row("POST", "/iceberg/v1/oauth/tokens", "/iceberg/v1/oauth/tokens", [U; 6])
@@ -291,6 +293,8 @@ fn rows() -> Vec<Row> {
             .setup(Setup::IcebergView),
         row("POST", "/iceberg/v1/{prefix}/views/rename", "/iceberg/v1/{x}/views/rename", CATALOG_WRITE)
             .body(r#"{"source": {"namespace": ["ns1"], "name": "v1"}, "destination": {"namespace": ["ns1"], "name": "t2"}}"#),
+        row("POST", "/iceberg/v1/{prefix}/events", "/iceberg/v1/{x}/events", CATALOG_SEE)
+            .body(r#"{"page-size": 10}"#),
     ]
 }
 

@@ -1333,3 +1333,147 @@ async fn views_keep_version_order_and_float_defaults() {
         json!(22.27)
     );
 }
+
+/// Every event of the catalog through `POST /events`, resuming with the continuation token.
+async fn iceberg_events(env: &Env, filter: Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut body = filter;
+    body["page-size"] = json!(2);
+    loop {
+        let (s, v) = env
+            .call(Method::POST, &env.url("events"), Some(body.clone()))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        let events = v["events"].as_array().unwrap();
+        if events.is_empty() {
+            return out;
+        }
+        out.extend(events.iter().cloned());
+        body["continuation-token"] = v["continuation-token"].clone();
+    }
+}
+
+fn operation_types(events: &[Value]) -> Vec<&str> {
+    events
+        .iter()
+        .map(|e| e["operation"]["operation-type"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn iceberg_changes_write_events_and_a_transaction_one_per_table_with_one_request_id() {
+    let env = setup().await;
+    env.namespace("db").await;
+    env.table("db", "a").await;
+    env.table("db", "b").await;
+    let with_id = |name: &str, body: Value| {
+        let mut b = body;
+        b["identifier"] = json!({"namespace": ["db"], "name": name});
+        b
+    };
+    let tx = json!({"table-changes": [with_id("a", append(1, None, 1)), with_id("b", append(2, None, 1))]});
+    let (s, v) = env
+        .call(Method::POST, &env.url("transactions/commit"), Some(tx))
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
+    // A refused commit (stale base) writes no event.
+    let (s, _) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/tables/a"),
+            Some(append(3, Some(9), 2)),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("tables/rename"),
+            Some(json!({"source": {"namespace": ["db"], "name": "b"},
+                "destination": {"namespace": ["db"], "name": "b2"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
+    let (s, _) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/properties"),
+            Some(json!({"updates": {"k": "v"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = env
+        .call(Method::DELETE, &env.url("namespaces/db/tables/b2"), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+
+    let events = iceberg_events(&env, json!({})).await;
+    assert_eq!(
+        operation_types(&events),
+        [
+            "create-namespace",
+            "create-table",
+            "create-table",
+            "update-table",
+            "update-table",
+            "rename-table",
+            "update-namespace-properties",
+            "drop-table",
+        ]
+    );
+    let (_, a) = env
+        .call(Method::GET, &env.url("namespaces/db/tables/a"), None)
+        .await;
+    let (first, second) = (&events[3], &events[4]);
+    assert_eq!(first["request-id"], second["request-id"]);
+    assert_ne!(first["request-id"], events[2]["request-id"]);
+    assert_eq!(
+        first["operation"]["identifier"],
+        json!({"namespace": ["db"], "name": "a"})
+    );
+    assert_eq!(
+        first["operation"]["metadata-location"],
+        a["metadata-location"]
+    );
+    assert_eq!(
+        first["operation"]["updates"],
+        json!([{"action": "add-snapshot", "snapshot-id": 1},
+            {"action": "set-snapshot-ref", "ref-name": "main", "snapshot-id": 1}])
+    );
+    assert_eq!(
+        events[5]["operation"]["destination"],
+        json!({"namespace": ["db"], "name": "b2"})
+    );
+    assert_eq!(events[0]["operation"]["namespace"], json!(["db"]));
+    assert_eq!(events[0]["actor"]["type"], "PRINCIPAL");
+
+    // Filters: operation types, objects by name, object types, time.
+    let drops = iceberg_events(&env, json!({"operation-types": ["drop-table"]})).await;
+    assert_eq!(operation_types(&drops), ["drop-table"]);
+    let of_a = iceberg_events(&env, json!({"catalog-objects-by-name": [["db", "a"]]})).await;
+    assert_eq!(operation_types(&of_a), ["create-table", "update-table"]);
+    let namespaces = iceberg_events(&env, json!({"object-types": ["namespace"]})).await;
+    assert_eq!(
+        operation_types(&namespaces),
+        ["create-namespace", "update-namespace-properties"]
+    );
+    let last = events[7]["timestamp-ms"].as_i64().unwrap();
+    assert!(
+        iceberg_events(&env, json!({"after-timestamp-ms": last}))
+            .await
+            .is_empty()
+    );
+    for bad in [
+        json!({"operation-types": ["eat-table"]}),
+        json!({"object-types": ["index"]}),
+        json!({"continuation-token": "forged"}),
+        json!({"page-size": 0}),
+        json!({"surprise": true}),
+    ] {
+        let (s, v) = env
+            .call(Method::POST, &env.url("events"), Some(bad.clone()))
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {v}");
+        assert_eq!(v["error"]["type"], "BadRequestException", "{v}");
+    }
+}

@@ -23,6 +23,11 @@ pub struct Config {
     pub guard_lease_ms: i64,
     /// Bounds of a reconciliation run (listing and run sizes, time budget).
     pub reconcile: flotilla_base::limits::Limits,
+    /// Write a change event with every change (`service::events`). Off only to measure
+    /// what events cost (the events benchmark).
+    pub events: bool,
+    /// How long change events are kept (DynamoDB TTL; redb filters and sweeps on read).
+    pub event_retention_secs: i64,
 }
 
 impl Default for Config {
@@ -32,6 +37,8 @@ impl Default for Config {
             idempotency_ttl_secs: 24 * 3600,
             guard_lease_ms: 30_000,
             reconcile: flotilla_base::limits::Limits::default(),
+            events: true,
+            event_retention_secs: 7 * 24 * 3600,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod accounts;
 pub mod captured;
 pub mod catalogs;
 pub mod directory;
+pub mod events;
 pub mod idempotency;
 #[cfg(feature = "index-catalogs")]
 pub mod index_catalogs;

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::OnConflict;
 use super::catalogs::{self, validate_properties};
+use super::events::{self, Operation};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
     GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
@@ -206,6 +207,11 @@ pub async fn create(
                     }
                 },
             }
+            events::record_into(
+                state,
+                &mut ops,
+                Operation::namespace("create-namespace", catalog_id, path),
+            )?;
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),
@@ -368,11 +374,16 @@ pub async fn patch(
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let tx = Transaction::new().with(Op::replace(
+        let mut tx = Transaction::new().with(Op::replace(
             keys::namespace(catalog_id, path),
             cur.version,
             to_body(&next)?,
         ));
+        events::record(
+            state,
+            &mut tx,
+            Operation::namespace("update-namespace-properties", catalog_id, path),
+        )?;
         match store.transact(tx).await {
             Ok(()) => return Ok(next.to_api()),
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
@@ -396,9 +407,14 @@ pub async fn delete(
         check_if_match(if_match, &etag_for(&cur.value.id, cur.value.revision))?;
         // The grants naming it go with it (a grant created meanwhile fails the final
         // transaction, which then retries).
-        let grants = state
+        let mut final_ops = state
             .grant_cascade(account, &crate::acl::Securable::namespace(catalog_id, path))
             .await?;
+        events::record_into(
+            state,
+            &mut final_ops,
+            Operation::namespace("drop-namespace", catalog_id, path),
+        )?;
         let outcome = guarded_delete(
             state,
             keys::namespace_guard(catalog_id, path),
@@ -406,7 +422,7 @@ pub async fn delete(
             cur.version,
             &format!("namespace {path}"),
             || dependents(store, catalog_id, path),
-            grants,
+            final_ops,
         )
         .await?;
         match outcome {

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::OnConflict;
 use super::catalogs::{self, validate_properties};
+use super::events::{self, ObjectName, Operation, relation_type};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::namespaces::{child_guard_keys, child_guards, child_guards_from};
 use super::{MAX_ATTEMPTS, Versioned, backoff, check_if_match, read, to_body};
@@ -35,6 +36,10 @@ pub struct CreateTable {
     pub location: Option<String>,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// Registers a table whose metadata exists already (the Iceberg register route): its
+    /// event is `register-table`. Not part of the `/v1` body.
+    #[serde(skip)]
+    pub register: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -205,12 +210,14 @@ fn kind_word(kind: RelationKind) -> &'static str {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn create_relation(
     state: &AppState,
     account: &str,
     catalog_id: &str,
     ns: &NamespacePath,
     template: RelationRecord,
+    event_type: String,
     on_conflict: OnConflict,
     idem: Option<IdempotencyRequest>,
 ) -> Result<RecordedResponse> {
@@ -220,7 +227,7 @@ async fn create_relation(
         reads.push(slot.clone());
     }
     run_create_with(state, idem, &reads, |id, got| {
-        let (template, slot) = (&template, slot.clone());
+        let (template, slot, event_type) = (&template, slot.clone(), &event_type);
         async move {
             let mut ops = child_guards_from(state, &got, account, catalog_id, Some(ns))?;
             let now = state.clock.now_rfc3339();
@@ -255,6 +262,12 @@ async fn create_relation(
                 }
             }
             ops.push(directory_bump(catalog_id)?);
+            events::record_into(
+                state,
+                &mut ops,
+                Operation::relation(event_type, catalog_id, ns, &rec.name)
+                    .with_metadata_location(rec.metadata_location.as_deref()),
+            )?;
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),
@@ -317,7 +330,19 @@ pub async fn create_table(
     rec.format = Some(req.format);
     rec.metadata_location = req.metadata_location;
     rec.location = req.location;
-    create_relation(state, account, catalog_id, ns, rec, on_conflict, idem).await
+    let verb = if req.register { "register" } else { "create" };
+    let event_type = relation_type(verb, RelationKind::Table);
+    create_relation(
+        state,
+        account,
+        catalog_id,
+        ns,
+        rec,
+        event_type,
+        on_conflict,
+        idem,
+    )
+    .await
 }
 
 pub async fn create_view(
@@ -340,7 +365,18 @@ pub async fn create_view(
     let mut rec = blank(RelationKind::View, ns, req.name, req.schema, req.properties);
     rec.definitions = req.definitions;
     rec.default_namespace = default_namespace;
-    create_relation(state, account, catalog_id, ns, rec, on_conflict, idem).await
+    let event_type = relation_type("create", RelationKind::View);
+    create_relation(
+        state,
+        account,
+        catalog_id,
+        ns,
+        rec,
+        event_type,
+        on_conflict,
+        idem,
+    )
+    .await
 }
 
 pub async fn get(
@@ -566,6 +602,23 @@ pub async fn patch(
         if signals {
             tx.push(directory_bump(catalog_id)?);
         }
+        let operation = if moved {
+            Operation {
+                destination: Some(ObjectName {
+                    namespace: next.namespace.segments().to_vec(),
+                    name: next.name.clone(),
+                }),
+                ..Operation::relation(&relation_type("rename", kind), catalog_id, ns, name)
+            }
+        } else {
+            let verb = match kind {
+                RelationKind::Table => "update",
+                RelationKind::View => "replace",
+            };
+            Operation::relation(&relation_type(verb, kind), catalog_id, ns, name)
+                .with_metadata_location(next.metadata_location.as_deref())
+        };
+        events::record(state, &mut tx, operation)?;
         match store.transact(tx).await {
             Ok(()) => return Ok(next.to_api()),
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
@@ -603,6 +656,11 @@ pub async fn delete(
         for op in state.grant_cascade(account, &securable).await? {
             tx.push(op);
         }
+        events::record(
+            state,
+            &mut tx,
+            Operation::relation(&relation_type("drop", kind), catalog_id, ns, name),
+        )?;
         match store.transact(tx).await {
             Ok(()) => return Ok(()),
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
