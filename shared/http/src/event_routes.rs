@@ -9,7 +9,6 @@ use serde::Deserialize;
 use super::extract::{Q, Scope};
 use super::ok;
 use crate::error::HttpResult;
-use flotilla_base::error::Error;
 use flotilla_services::service::events::{self, Filter};
 use flotilla_services::service::page_size;
 use flotilla_services::state::AppState;
@@ -32,20 +31,14 @@ async fn list_events(
     Scope(access): Scope,
     Q(q): Q<EventParams>,
 ) -> HttpResult<Response> {
-    let catalog_id = q
-        .catalog_id
-        .ok_or_else(|| Error::invalid("catalog_id is required"))?;
     let filter = Filter {
         types: events::parse_types(q.types.as_deref()),
         ..Filter::default()
     };
-    Ok(ok(events::list(
-        &state,
-        &access,
-        &catalog_id,
-        &filter,
-        page_size(q.page_size)?,
-        q.page_token.as_deref(),
-    )
-    .await?))
+    let size = page_size(q.page_size)?;
+    let token = q.page_token.as_deref();
+    Ok(ok(match &q.catalog_id {
+        Some(c) => events::list(&state, &access, c, &filter, size, token).await?,
+        None => events::list_account(&state, &access, &filter, size, token).await?,
+    }))
 }

@@ -608,3 +608,91 @@ pub fn parse_types(types: Option<&str>) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Most catalogs one listing without `catalog_id` merges: each costs a read of its log per
+/// page. An account with more catalogs the reader can see names one.
+pub const MAX_MERGED_CATALOGS: usize = 50;
+
+/// `GET {A}/events` without `catalog_id`: the events of every catalog of the account the
+/// reader can see, merged. Each catalog's events stay in its sequence order; across catalogs
+/// the page takes the oldest head first (by time, then catalog id). The token holds one
+/// position per catalog, so resuming sees every later event of each catalog exactly once.
+pub async fn list_account(
+    state: &AppState,
+    access: &Access,
+    filter: &Filter,
+    page_size: usize,
+    token: Option<&str>,
+) -> Result<Value> {
+    filter.validate()?;
+    let account = access.account.as_str();
+    let scope = format!("events#account#{account}");
+    let mut positions: std::collections::BTreeMap<String, u64> = match token {
+        Some(t) => {
+            let raw = super::decode_page_token(&scope, "", t)?;
+            serde_json::from_str(&raw).map_err(|_| Error::invalid("malformed page_token"))?
+        }
+        None => Default::default(),
+    };
+    let records = flotilla_metastore::query_all(
+        state.store.as_ref(),
+        Query::new(
+            keys::account_pk(account),
+            keys::CATALOG_PREFIX,
+            Consistency::Strong,
+        ),
+    )
+    .await?;
+    let mut catalogs = Vec::new();
+    for item in &records {
+        let rec: flotilla_domain::model::CatalogRecord = decode(item)?;
+        if access.visible(&Securable::catalog(&rec.id)) {
+            catalogs.push(rec.id);
+        }
+    }
+    if catalogs.len() > MAX_MERGED_CATALOGS {
+        return Err(Error::invalid(format!(
+            "the account has more than {MAX_MERGED_CATALOGS} catalogs: name a catalog_id"
+        )));
+    }
+    // Positions of catalogs that are gone are dropped with them.
+    positions.retain(|c, _| catalogs.contains(c));
+    let mut heads = Vec::with_capacity(catalogs.len());
+    for c in &catalogs {
+        let after = positions.get(c).copied().unwrap_or(0);
+        let page = read(state, access, c, filter, after, page_size).await?;
+        heads.push((c.clone(), page.events, page.position, 0usize));
+    }
+    let mut items = Vec::with_capacity(page_size);
+    while items.len() < page_size {
+        let next = heads
+            .iter_mut()
+            .filter(|(_, events, _, taken)| *taken < events.len())
+            .min_by(|a, b| {
+                let (ea, eb) = (&a.1[a.3], &b.1[b.3]);
+                (ea.timestamp_ms, &a.0).cmp(&(eb.timestamp_ms, &b.0))
+            });
+        let Some((_, events, _, taken)) = next else {
+            break;
+        };
+        items.push(events[*taken].clone());
+        *taken += 1;
+    }
+    for (c, events, scanned_to, taken) in &heads {
+        // A catalog whose events all made the page resumes after everything it examined;
+        // one cut short resumes after its last event on the page.
+        let position = if *taken == events.len() {
+            *scanned_to
+        } else if *taken > 0 {
+            events[*taken - 1].sequence
+        } else {
+            positions.get(c).copied().unwrap_or(0)
+        };
+        positions.insert(c.clone(), position);
+    }
+    let raw = serde_json::to_string(&positions).map_err(|e| Error::internal(e.to_string()))?;
+    Ok(json!({
+        "items": items,
+        "next_page_token": super::encode_page_token(&scope, &raw),
+    }))
+}
