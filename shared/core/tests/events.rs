@@ -4,6 +4,8 @@
 //! every event once in sequence order (redb and DynamoDB), a reader sees only the events of
 //! objects it may read, and retention removes old events.
 
+#[path = "support/overlay_env.rs"]
+mod overlay_env;
 mod support;
 
 use std::collections::HashSet;
@@ -18,6 +20,9 @@ use flotilla_metastore::fault::{FaultInjectingMetastore, crash_points};
 use flotilla_metastore::{Consistency, DynMetastore, Query, SharedStore, query_all};
 use serde_json::{Value, json};
 use support::{ACME, Harness, OPERATOR, table_body};
+// What `overlay_env` takes from the crate root.
+#[allow(unused_imports)]
+use support::{Creds, dynamo_serial_store, dynamo_store, items};
 
 const A: &str = "/v1/accounts/acme";
 
@@ -686,4 +691,51 @@ async fn without_a_catalog_the_listing_merges_the_catalogs_each_in_its_order() {
             .iter()
             .all(|e| e["operation"]["catalog_id"] == lake.as_str())
     );
+}
+
+#[tokio::test]
+async fn an_overlay_publication_and_retirement_write_events_with_the_overlay_as_actor() {
+    let env = overlay_env::Env::new(overlay_env::sample_fixture().await, json!([])).await;
+    env.run().await.expect("reconcile");
+    let events = all_events(&env.h, &env.catalog, ACME).await;
+    let relations: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["operation"]["name"].is_string())
+        .collect();
+    let mut published: Vec<(String, String)> = relations
+        .iter()
+        .map(|e| {
+            assert_eq!(
+                e["actor"],
+                json!({"type": "OVERLAY", "id": env.overlay}),
+                "{e}"
+            );
+            (
+                e["operation"]["type"].as_str().unwrap().to_owned(),
+                e["operation"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    published.sort();
+    assert_eq!(
+        published,
+        [
+            ("create-table".to_owned(), "orders".to_owned()),
+            ("create-table".to_owned(), "orders".to_owned()),
+            ("create-table".to_owned(), "people".to_owned()),
+            ("create-view".to_owned(), "eu_orders".to_owned()),
+        ]
+    );
+    // A run that changes nothing writes nothing; a table gone upstream is retired.
+    env.run().await.expect("reconcile");
+    assert!(env.fx.remove_table(&["hr"], "people"));
+    env.run().await.expect("reconcile");
+    let later: Vec<Value> = all_events(&env.h, &env.catalog, ACME)
+        .await
+        .into_iter()
+        .skip(events.len())
+        .collect();
+    assert_eq!(types(&later), ["drop-table"], "{later:?}");
+    assert_eq!(later[0]["operation"]["name"], "people");
+    assert_eq!(later[0]["actor"]["type"], "OVERLAY");
 }

@@ -23,6 +23,7 @@ use super::plan::{Action, Ctx, Desired, DesiredRelation, decide};
 use super::target::{Slot, Stored, TargetState};
 use super::{KindCounts, ObservedRecords, ReconcileError, ReconcileSummary, RunOptions};
 use flotilla_base::error::Error;
+use flotilla_services::service::events;
 use flotilla_services::service::relations::directory_bump;
 use flotilla_services::service::{GuardState, MAX_ATTEMPTS, backoff, guard_state, to_body};
 use flotilla_services::state::AppState;
@@ -391,7 +392,81 @@ impl<'a> Publisher<'a> {
 
     // ---- relations ----------------------------------------------------------------------
 
+    /// The change event of a publication or retirement by this overlay (nothing when the host
+    /// turned events off), to ride in the same transaction.
+    pub(crate) fn event_ops(
+        &self,
+        verb: &str,
+        kind: RelationKind,
+        slot: &Slot,
+        record: Option<&RelationRecord>,
+        destination: Option<&Slot>,
+    ) -> Result<Vec<Op>, ReconcileError> {
+        let operation = events::Operation {
+            destination: destination.map(|(ns, name)| events::ObjectName {
+                namespace: ns.segments().to_vec(),
+                name: name.clone(),
+            }),
+            ..events::Operation::relation(
+                &events::relation_type(verb, kind),
+                &self.overlay.catalog_id,
+                &slot.0,
+                &slot.1,
+            )
+            .with_metadata_location(record.and_then(|r| r.metadata_location.as_deref()))
+        };
+        Ok(events::event_op_by(
+            self.state,
+            Some(events::Actor::overlay(&self.overlay.id)),
+            operation,
+        )?
+        .into_iter()
+        .collect())
+    }
+
     fn action_ops(&self, action: &Action, dest: &Slot) -> Result<Vec<Op>, ReconcileError> {
+        let mut ops = self.write_ops(action, dest)?;
+        let update = |kind| match kind {
+            RelationKind::Table => "update",
+            RelationKind::View => "replace",
+        };
+        match action {
+            Action::Unchanged | Action::Blocked(_) => {}
+            Action::Create { record } => {
+                ops.extend(self.event_ops("create", record.kind, dest, Some(record), None)?);
+            }
+            Action::Update { record, .. } => {
+                let verb = update(record.kind);
+                ops.extend(self.event_ops(verb, record.kind, dest, Some(record), None)?);
+            }
+            Action::ReplaceIdentity {
+                record, old_kind, ..
+            } => {
+                ops.extend(self.event_ops("drop", *old_kind, dest, None, None)?);
+                ops.extend(self.event_ops("create", record.kind, dest, Some(record), None)?);
+            }
+            Action::Move {
+                from,
+                record,
+                replaced,
+                ..
+            } => {
+                if let Some((_, old_kind)) = replaced {
+                    ops.extend(self.event_ops("drop", *old_kind, dest, None, None)?);
+                }
+                ops.extend(self.event_ops(
+                    "rename",
+                    record.kind,
+                    from,
+                    Some(record),
+                    Some(dest),
+                )?);
+            }
+        }
+        Ok(ops)
+    }
+
+    fn write_ops(&self, action: &Action, dest: &Slot) -> Result<Vec<Op>, ReconcileError> {
         let cat = &self.overlay.catalog_id;
         let dk = slot_key(cat, dest);
         Ok(match action {

@@ -90,6 +90,9 @@ impl Publisher<'_> {
                 .iter()
                 .map(|(slot, r)| Op::delete_at(slot_key(cat, slot), r.version))
                 .collect();
+            for (slot, r) in batch {
+                ops.extend(self.event_ops("drop", r.value.kind, slot, None, None)?);
+            }
             ops.push(directory_bump(cat)?);
             let slots: Vec<&Slot> = batch.iter().map(|(slot, _)| *slot).collect();
             match self.commit_with_grants(ops, &slots).await? {
@@ -180,6 +183,9 @@ impl Publisher<'_> {
                 .iter()
                 .map(|(slot, v, _)| Op::delete_at(slot_key(cat, slot), *v))
                 .collect();
+            for (slot, _, kind) in batch {
+                ops.extend(self.event_ops("drop", *kind, slot, None, None)?);
+            }
             ops.push(directory_bump(cat)?);
             let slots: Vec<&Slot> = batch.iter().map(|(slot, _, _)| slot).collect();
             match self.commit_with_grants(ops, &slots).await? {
@@ -192,6 +198,7 @@ impl Publisher<'_> {
                     for (slot, v, kind) in batch {
                         let mut ops =
                             vec![Op::delete_at(slot_key(cat, slot), *v), directory_bump(cat)?];
+                        ops.extend(self.event_ops("drop", *kind, slot, None, None)?);
                         ops.extend(self.grant_ops(&[slot]).await?);
                         if let Commit::Applied = self.commit(ops).await? {
                             counts_for(summary, *kind).retired += 1;
@@ -224,6 +231,7 @@ impl Publisher<'_> {
                 Op::delete_at(slot_key(&self.overlay.catalog_id, slot), cur.version),
                 directory_bump(&self.overlay.catalog_id)?,
             ];
+            ops.extend(self.event_ops("drop", cur.value.kind, slot, None, None)?);
             ops.extend(self.grant_ops(&[slot]).await?);
             match self.commit(ops).await? {
                 Commit::Applied => {

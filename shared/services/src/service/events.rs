@@ -124,6 +124,14 @@ pub struct Actor {
 }
 
 impl Actor {
+    /// An overlay publishing or retiring what it mirrors.
+    pub fn overlay(id: &str) -> Self {
+        Actor {
+            kind: ActorKind::Overlay,
+            id: id.to_owned(),
+        }
+    }
+
     fn system() -> Self {
         Actor {
             kind: ActorKind::System,
@@ -258,10 +266,21 @@ pub fn summarize_updates(updates: &[Value]) -> Vec<Value> {
 /// pending item (created only if absent), expiring after the retention. `None` when the
 /// host turned events off.
 pub fn event_op(state: &AppState, operation: Operation) -> Result<Option<Op>> {
+    event_op_by(state, None, operation)
+}
+
+/// [`event_op`] for a change made by someone other than the request's principal (an
+/// overlay's reconciliation): `actor` replaces the request's.
+pub fn event_op_by(
+    state: &AppState,
+    actor: Option<Actor>,
+    operation: Operation,
+) -> Result<Option<Op>> {
     if !state.config.events {
         return Ok(None);
     }
-    let (request_id, actor) = current();
+    let (request_id, request_actor) = current();
+    let actor = actor.unwrap_or(request_actor);
     let now = state.clock.now_ms();
     let event = Event {
         event_id: new_id(),
