@@ -1477,3 +1477,77 @@ async fn iceberg_changes_write_events_and_a_transaction_one_per_table_with_one_r
         assert_eq!(v["error"]["type"], "BadRequestException", "{v}");
     }
 }
+
+/// Events of the catalog in the store (pending or sealed), without sealing anything.
+async fn stored_events(env: &Env) -> Vec<Value> {
+    let mut out = Vec::new();
+    for prefix in [keys::EVENT_PENDING_PREFIX, keys::EVENT_LOG_PREFIX] {
+        let items = flotilla_metastore::query_all(
+            env.store.as_ref(),
+            flotilla_metastore::Query::new(
+                keys::catalog_pk(&env.catalog_id),
+                prefix,
+                Consistency::Strong,
+            ),
+        )
+        .await
+        .unwrap();
+        out.extend(items.iter().map(|i| i.json::<Value>().unwrap()));
+    }
+    out
+}
+
+async fn update_events(env: &Env) -> usize {
+    stored_events(env)
+        .await
+        .into_iter()
+        .filter(|e| e["operation"]["type"] == "update-table")
+        .count()
+}
+
+#[tokio::test]
+async fn a_commit_at_every_store_fault_has_its_event_exactly_when_it_landed() {
+    let env = setup().await;
+    env.namespace("db").await;
+    env.table("db", "a").await;
+    env.table("db", "b").await;
+    let mut base: Option<i64> = None;
+    let mut seq = 1;
+    for (i, fault) in [
+        Fault::FailBeforeApply,
+        Fault::Conflict,
+        Fault::UnknownNotApplied,
+        Fault::ApplyThenUnknown,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = 10 + i as i64;
+        let before = update_events(&env).await;
+        let injected = env.store.injected();
+        env.store.fail_when(fault, 1, |_| true);
+        let tx = json!({"table-changes": [
+            {"identifier": {"namespace": ["db"], "name": "a"}, "requirements": append(id, base, seq)["requirements"], "updates": append(id, base, seq)["updates"]},
+            {"identifier": {"namespace": ["db"], "name": "b"}, "requirements": append(id, base, seq)["requirements"], "updates": append(id, base, seq)["updates"]},
+        ]});
+        let (s, v) = env
+            .call(Method::POST, &env.url("transactions/commit"), Some(tx))
+            .await;
+        env.store.clear();
+        assert_eq!(env.store.injected(), injected + 1, "{fault:?} fired");
+        let (_, a) = env
+            .call(Method::GET, &env.url("namespaces/db/tables/a"), None)
+            .await;
+        let landed = a["metadata"]["current-snapshot-id"] == id;
+        let written = update_events(&env).await - before;
+        assert_eq!(
+            written,
+            if landed { 2 } else { 0 },
+            "{fault:?}: answered {s} {v}, landed {landed}, {written} update events"
+        );
+        if landed {
+            base = Some(id);
+            seq += 1;
+        }
+    }
+}
