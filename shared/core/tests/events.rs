@@ -390,8 +390,8 @@ async fn at_every_crash_point_no_change_without_its_event_and_no_event_without_i
     }
 }
 
-/// Eight writers each update their own namespace `per_writer` times while one consumer
-/// pages with its token; the consumer sees every event once, in sequence order, no gap.
+/// Eight writers each update their own namespace `per_writer` times while two consumers
+/// page with their tokens; each sees every event once, in sequence order, no gap.
 async fn consumer_sees_no_gap_and_no_duplicate(h: Harness, per_writer: usize) {
     let h = Arc::new(h);
     let c = account_and_catalog(&h).await;
@@ -416,38 +416,55 @@ async fn consumer_sees_no_gap_and_no_duplicate(h: Harness, per_writer: usize) {
             }
         }));
     }
-    let consumer = {
-        let (h, c, done) = (h.clone(), c.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut seen = Vec::new();
-            let mut token: Option<String> = None;
-            loop {
-                // Read `done` before the page: an empty page after it means caught up.
-                let finished = done.load(Ordering::SeqCst);
-                let url = match &token {
-                    Some(t) => format!("{A}/events?catalog_id={c}&page_size=50&page_token={t}"),
-                    None => format!("{A}/events?catalog_id={c}&page_size=50"),
-                };
-                let r = h.get(&url, ACME).await;
-                assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-                let items = r.body["items"].as_array().unwrap().clone();
-                token = Some(r.body["next_page_token"].as_str().unwrap().to_owned());
-                if items.is_empty() && finished {
-                    return seen;
+    let expected = 8 + 8 * per_writer;
+    // Two consumers, so that their seals race each other too.
+    let consumers: Vec<_> = (0..2)
+        .map(|_| {
+            let (h, c, done) = (h.clone(), c.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut token: Option<String> = None;
+                // Bounded, so that a lost event fails the test instead of hanging it.
+                for _ in 0..100_000 {
+                    let finished = done.load(Ordering::SeqCst);
+                    let url = match &token {
+                        Some(t) => {
+                            format!("{A}/events?catalog_id={c}&page_size=50&page_token={t}")
+                        }
+                        None => format!("{A}/events?catalog_id={c}&page_size=50"),
+                    };
+                    let r = h.get(&url, ACME).await;
+                    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+                    let items = r.body["items"].as_array().unwrap().clone();
+                    token = Some(r.body["next_page_token"].as_str().unwrap().to_owned());
+                    // Caught up: every writer finished before this page, it is empty, and
+                    // everything was read (a page may stop short before an entry a
+                    // concurrent seal is still committing; the next one has it).
+                    if items.is_empty() && finished && seen.len() >= expected {
+                        return seen;
+                    }
+                    if items.is_empty() {
+                        tokio::task::yield_now().await;
+                    }
+                    seen.extend(items);
                 }
-                if items.is_empty() {
-                    tokio::task::yield_now().await;
-                }
-                seen.extend(items);
-            }
+                panic!(
+                    "the consumer never caught up: {} of {expected} events",
+                    seen.len()
+                );
+            })
         })
-    };
+        .collect();
     for w in writers {
         w.await.unwrap();
     }
     done.store(true, Ordering::SeqCst);
-    let seen = consumer.await.unwrap();
-    let expected = 8 + 8 * per_writer;
+    let mut views = Vec::new();
+    for c in consumers {
+        views.push(c.await.unwrap());
+    }
+    assert_eq!(views[0], views[1], "both consumers read the same log");
+    let seen = views.remove(0);
     let sequences: Vec<u64> = seen
         .iter()
         .map(|e| e["sequence"].as_u64().unwrap())

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use flotilla_domain::keys;
 use flotilla_domain::model::RelationKind;
 use flotilla_domain::names::{NamespacePath, new_id};
-use flotilla_metastore::{Condition, Consistency, Item, Metastore, Op, Query, Transaction};
+use flotilla_metastore::{Condition, Consistency, Metastore, Op, Query, Transaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -317,19 +317,41 @@ pub fn record_into(state: &AppState, ops: &mut Vec<Op>, operation: Operation) ->
 
 #[derive(Serialize, Deserialize)]
 struct Head {
+    /// The next sequence a seal assigns.
     next: u64,
+    /// The lowest sequence not swept: every log entry below it was removed as expired, so a
+    /// reader knows a missing entry at or above it is one not visible *yet*.
+    #[serde(default = "one")]
+    first: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+async fn read_head(store: &dyn Metastore, catalog_id: &str) -> Result<Option<(Head, u64)>> {
+    match store
+        .get(&keys::event_head(catalog_id), Consistency::Strong)
+        .await?
+    {
+        Some(item) => Ok(Some((decode::<Head>(&item)?, item.version))),
+        None => Ok(None),
+    }
 }
 
 /// Moves the catalog's pending events into its log, oldest first, until none are pending
-/// or [`MAX_SEALS_PER_READ`] transactions ran. Each seal is conditional on the head and on
-/// every pending item it moves, so two sealers never give one event two places nor one
-/// place two events: the loser re-reads and seals what is left.
+/// or [`MAX_SEALS_PER_READ`] seals committed (this reader's or concurrent readers'). Each
+/// seal is conditional on the head and on every pending item it moves, so two sealers never
+/// give one event two places nor one place two events: the loser re-reads and seals what is
+/// left. A lost race is progress (the winner sealed), so concurrent readers never starve
+/// one another.
 pub async fn seal(store: &dyn Metastore, catalog_id: &str) -> Result<()> {
     let head_key = keys::event_head(catalog_id);
-    let mut sealed = 0;
-    let mut attempt = 0;
-    while sealed < MAX_SEALS_PER_READ {
-        let head = store.get(&head_key, Consistency::Strong).await?;
+    // Rounds: seals that committed, this reader's or a concurrent one's.
+    let mut rounds = 0;
+    let mut failures = 0;
+    while rounds < MAX_SEALS_PER_READ {
+        let head = read_head(store, catalog_id).await?;
         let pending = store
             .query(
                 &Query::new(
@@ -343,9 +365,9 @@ pub async fn seal(store: &dyn Metastore, catalog_id: &str) -> Result<()> {
         if pending.items.is_empty() {
             return Ok(());
         }
-        let (next, head_condition) = match &head {
-            Some(item) => (decode::<Head>(item)?.next, Condition::Version(item.version)),
-            None => (1, Condition::Absent),
+        let (next, first, head_condition) = match &head {
+            Some((h, version)) => (h.next, h.first, Condition::Version(*version)),
+            None => (1, 1, Condition::Absent),
         };
         let mut tx = Transaction::new();
         let mut seq = next;
@@ -353,33 +375,37 @@ pub async fn seal(store: &dyn Metastore, catalog_id: &str) -> Result<()> {
             let mut event: Event = decode(item)?;
             event.sequence = seq;
             tx.push(Op::delete_at(item.key.clone(), item.version));
-            tx.push(
-                Op::create(keys::event_log(catalog_id, seq), to_body(&event)?)
-                    .with_expiry(item.expires_at),
-            );
+            // No TTL in the log: readers remove expired entries themselves, moving the
+            // head's `first` with them, so that no entry ever vanishes unannounced.
+            tx.push(Op::create(
+                keys::event_log(catalog_id, seq),
+                to_body(&event)?,
+            ));
             seq += 1;
         }
         tx.push(Op::Put {
             key: head_key.clone(),
-            body: to_body(&Head { next: seq })?,
+            body: to_body(&Head { next: seq, first })?,
             expires_at: None,
             condition: Some(head_condition),
         });
         match store.transact(tx).await {
             Ok(()) => {
-                sealed += 1;
+                rounds += 1;
                 if pending.next.is_none() {
                     return Ok(());
                 }
             }
-            // Another reader sealed first (or the store was busy, or the seal may have
-            // applied): re-read the head and the pending events and go on from there.
-            Err(e) if is_condition_failure(&e) || e.is_retryable() || e.is_outcome_unknown() => {
-                attempt += 1;
-                if attempt >= MAX_ATTEMPTS {
+            // A failed condition means another reader sealed meanwhile (the head or a
+            // pending item moved): progress all the same. Re-read and go on from there.
+            Err(e) if is_condition_failure(&e) => rounds += 1,
+            // The store was busy, or the seal may have applied: re-read, after a pause.
+            Err(e) if e.is_retryable() || e.is_outcome_unknown() => {
+                failures += 1;
+                if failures >= MAX_ATTEMPTS {
                     return Err(Error::unavailable("sealing the event log did not converge"));
                 }
-                backoff(attempt).await;
+                backoff(failures).await;
             }
             Err(e) => return Err(e.into()),
         }
@@ -387,8 +413,12 @@ pub async fn seal(store: &dyn Metastore, catalog_id: &str) -> Result<()> {
     Ok(())
 }
 
-/// Removes expired events from the start of the log (on DynamoDB the TTL does it too).
-async fn sweep(store: &dyn Metastore, catalog_id: &str, now_secs: i64) -> Result<()> {
+/// Removes expired events from the start of the log and moves the head's `first` past them,
+/// in one transaction (a lost race with another reader's seal or sweep removes nothing).
+async fn sweep(store: &dyn Metastore, catalog_id: &str, cutoff_ms: i64) -> Result<()> {
+    let Some((head, version)) = read_head(store, catalog_id).await? else {
+        return Ok(());
+    };
     let page = store
         .query(
             &Query::new(
@@ -399,25 +429,32 @@ async fn sweep(store: &dyn Metastore, catalog_id: &str, now_secs: i64) -> Result
             .limit(MAX_SWEEP_PER_READ),
         )
         .await?;
-    let expired: Vec<Op> = page
-        .items
-        .iter()
-        .take_while(|i| is_expired(i, now_secs))
-        .map(|i| Op::delete_at(i.key.clone(), i.version))
-        .collect();
-    if expired.is_empty() {
+    let mut ops = Vec::new();
+    let mut first = head.first;
+    for item in &page.items {
+        let event: Event = decode(item)?;
+        if event.timestamp_ms > cutoff_ms {
+            break;
+        }
+        ops.push(Op::delete_at(item.key.clone(), item.version));
+        first = first.max(event.sequence + 1);
+    }
+    if ops.is_empty() {
         return Ok(());
     }
-    // A lost race (another reader swept) leaves the same state.
-    match store.transact(Transaction { ops: expired }).await {
+    ops.push(Op::replace(
+        keys::event_head(catalog_id),
+        version,
+        to_body(&Head {
+            next: head.next,
+            first,
+        })?,
+    ));
+    match store.transact(Transaction { ops }).await {
         Ok(()) => Ok(()),
         Err(e) if is_condition_failure(&e) || e.is_retryable() || e.is_outcome_unknown() => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-fn is_expired(item: &Item, now_secs: i64) -> bool {
-    item.expires_at.is_some_and(|t| t <= now_secs)
 }
 
 // ---- reading ----------------------------------------------------------------------------
@@ -530,14 +567,21 @@ pub async fn read(
 ) -> Result<EventPage> {
     let store = state.store.as_ref();
     seal(store, catalog_id).await?;
-    let now_secs = state.clock.now_secs();
-    sweep(store, catalog_id, now_secs).await?;
-    let mut position = after;
+    let cutoff_ms = state.clock.now_ms() - state.config.event_retention_secs * 1000;
+    sweep(store, catalog_id, cutoff_ms).await?;
+    let Some((head, _)) = read_head(store, catalog_id).await? else {
+        return Ok(EventPage {
+            events: Vec::new(),
+            position: after,
+        });
+    };
+    // Entries below `first` were swept: the page starts at the oldest one kept.
+    let mut position = after.max(head.first.saturating_sub(1));
     let mut events = Vec::new();
     let mut scanned = 0;
     let pk = keys::catalog_pk(catalog_id);
-    let mut token = (after > 0).then(|| {
-        flotilla_metastore::PageToken::after_sort_key(&keys::event_log(catalog_id, after).sk)
+    let mut token = (position > 0).then(|| {
+        flotilla_metastore::PageToken::after_sort_key(&keys::event_log(catalog_id, position).sk)
     });
     'pages: loop {
         let want = (MAX_SCAN_PER_READ - scanned).min(flotilla_metastore::MAX_PAGE_SIZE);
@@ -552,13 +596,19 @@ pub async fn read(
             let Some(seq) = keys::parse_event_log_sk(&item.key.sk) else {
                 continue;
             };
+            if seq <= position {
+                continue;
+            }
+            // The log is dense: a missing entry is one a seal is committing right now (a
+            // query may see part of a transaction). Stop before it; the next read has it.
+            if seq != position + 1 {
+                break 'pages;
+            }
             scanned += 1;
             position = seq;
-            if !is_expired(item, now_secs) {
-                let event: Event = decode(item)?;
-                if filter.wants(&event) && readable(access, &event) {
-                    events.push(event);
-                }
+            let event: Event = decode(item)?;
+            if event.timestamp_ms > cutoff_ms && filter.wants(&event) && readable(access, &event) {
+                events.push(event);
             }
             if events.len() >= page_size || scanned >= MAX_SCAN_PER_READ {
                 break 'pages;
