@@ -1551,3 +1551,86 @@ async fn a_commit_at_every_store_fault_has_its_event_exactly_when_it_landed() {
         }
     }
 }
+
+#[tokio::test]
+async fn iceberg_registers_and_views_write_their_events() {
+    let env = setup().await;
+    env.namespace("db").await;
+    let t = env.table("db", "t").await;
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/register"),
+            Some(json!({"name": "again", "metadata-location": t["metadata-location"]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let version = |id: i64, sql: &str| {
+        json!({
+            "version-id": id, "schema-id": 0, "timestamp-ms": 1_700_000_000_000i64,
+            "summary": {"engine-name": "test"},
+            "representations": [{"type": "sql", "sql": sql, "dialect": "spark"}],
+            "default-namespace": ["db"],
+        })
+    };
+    let (s, v) = env
+        .call(Method::POST, &env.url("namespaces/db/views"), Some(json!({
+            "name": "v", "schema": schema(), "view-version": version(1, "SELECT 1"), "properties": {},
+        })))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let uuid = v["metadata"]["view-uuid"].clone();
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/views/v"),
+            Some(json!({
+                "requirements": [{"type": "assert-view-uuid", "uuid": uuid}],
+                "updates": [
+                    {"action": "add-view-version", "view-version": version(2, "SELECT 2")},
+                    {"action": "set-current-view-version", "view-version-id": -1},
+                ],
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let replaced_at = v["metadata-location"].clone();
+    let (s, _) = env
+        .call(
+            Method::POST,
+            &env.url("views/rename"),
+            Some(json!({"source": {"namespace": ["db"], "name": "v"},
+                "destination": {"namespace": ["db"], "name": "w"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = env
+        .call(Method::DELETE, &env.url("namespaces/db/views/w"), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = env
+        .call(Method::DELETE, &env.url("namespaces/db/tables/again"), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let events = iceberg_events(&env, json!({})).await;
+    assert_eq!(
+        operation_types(&events),
+        [
+            "create-namespace",
+            "create-table",
+            "register-table",
+            "create-view",
+            "replace-view",
+            "rename-view",
+            "drop-view",
+            "drop-table",
+        ]
+    );
+    assert_eq!(
+        events[2]["operation"]["metadata-location"],
+        t["metadata-location"]
+    );
+    assert_eq!(events[4]["operation"]["metadata-location"], replaced_at);
+    let views = iceberg_events(&env, json!({"object-types": ["view"]})).await;
+    assert_eq!(views.len(), 4);
+}
