@@ -26,7 +26,8 @@ pub struct Config {
     /// Write a change event with every change (`service::events`). Off only to measure
     /// what events cost (the events benchmark).
     pub events: bool,
-    /// How long change events are kept (DynamoDB TTL; redb filters and sweeps on read).
+    /// How long change events are kept: readers skip and sweep older ones (a pending event
+    /// also carries the DynamoDB TTL).
     pub event_retention_secs: i64,
 }
 

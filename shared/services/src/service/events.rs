@@ -36,7 +36,7 @@ pub const MAX_SEALS_PER_READ: usize = 8;
 /// Log items one read examines at most (events the reader may not see or does not want
 /// included): the page then ends early, with a token after the last one examined.
 pub const MAX_SCAN_PER_READ: usize = 1000;
-/// Expired log items one read removes at most (the redb sweep; DynamoDB TTL does the same).
+/// Expired log entries one read removes at most (on both backends: log entries carry no TTL).
 pub const MAX_SWEEP_PER_READ: usize = 100;
 /// Update summaries kept per `update-table` event (the rest are counted in `truncated`).
 pub const MAX_UPDATES_PER_EVENT: usize = 100;
