@@ -74,6 +74,11 @@ pub struct AddressPolicy {
 pub struct AddressRefused(String);
 
 impl AddressRefused {
+    /// A refusal for `reason`.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self(reason.into())
+    }
+
     /// Why it was refused.
     pub fn reason(&self) -> &str {
         &self.0
@@ -714,6 +719,74 @@ fn record_attempt(protocol: CatalogProtocol, status: Option<u16>, started: std::
     catalog::UPSTREAM_LATENCY.observe(&[label], started.elapsed());
 }
 
+/// Whether a [`policy_client`] follows redirects (each hop re-checked by the policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Redirects {
+    Follow,
+    Refuse,
+}
+
+/// The timeouts of a [`policy_client`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    pub connect: Duration,
+    pub request: Duration,
+}
+
+impl Timeouts {
+    pub(crate) fn of(policy: &HttpPolicy) -> Self {
+        Self {
+            connect: policy.connect_timeout,
+            request: policy.request_timeout,
+        }
+    }
+}
+
+/// A reqwest client under `policy`: the [`PolicyResolver`] (every named host checked after
+/// resolution), literal hosts and schemes checked on every redirect hop, plain http only
+/// when insecure, no system proxy. Every connection to an upstream (catalog calls, object
+/// storage, presigned URLs) is made by a client built here.
+pub(crate) fn policy_client(
+    policy: &HttpPolicy,
+    redirects: Redirects,
+    timeouts: Timeouts,
+) -> Result<reqwest::Client> {
+    let address = policy.address;
+    let max_redirects = policy.max_redirects;
+    let redirect = match redirects {
+        Redirects::Refuse => reqwest::redirect::Policy::none(),
+        Redirects::Follow => reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() > max_redirects {
+                return attempt.error(AddressRefused(format!(
+                    "more than {max_redirects} redirects"
+                )));
+            }
+            match address.check_url(attempt.url()) {
+                Ok(()) => attempt.follow(),
+                Err(e) => attempt.error(e),
+            }
+        }),
+    };
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(redirect)
+        .connect_timeout(timeouts.connect)
+        .timeout(timeouts.request)
+        .https_only(!policy.address.allow_insecure)
+        .dns_resolver(PolicyResolver::new(
+            policy.address,
+            policy.static_hosts.clone(),
+        ))
+        .user_agent(concat!(
+            "flotilla-catalog-access/",
+            env!("CARGO_PKG_VERSION")
+        ))
+        .build()
+        .map_err(|e| {
+            CatalogAccessError::config(format!("cannot build HTTP client: {}", error_chain(&e)))
+        })
+}
+
 /// The hardened HTTP client. Cheap to clone.
 #[derive(Clone)]
 pub struct HttpClient {
@@ -736,44 +809,8 @@ impl fmt::Debug for HttpClient {
 impl HttpClient {
     /// Builds a client enforcing `policy`.
     pub fn new(policy: HttpPolicy) -> Result<Self> {
-        let address = policy.address;
-        let max_redirects = policy.max_redirects;
-        let redirect = reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() > max_redirects {
-                return attempt.error(AddressRefused(format!(
-                    "more than {max_redirects} redirects"
-                )));
-            }
-            match address.check_url(attempt.url()) {
-                Ok(()) => attempt.follow(),
-                Err(e) => attempt.error(e),
-            }
-        });
-        let build = |redirect: reqwest::redirect::Policy| {
-            reqwest::Client::builder()
-                .no_proxy()
-                .redirect(redirect)
-                .connect_timeout(policy.connect_timeout)
-                .timeout(policy.request_timeout)
-                .https_only(!policy.address.allow_insecure)
-                .dns_resolver(PolicyResolver::new(
-                    policy.address,
-                    policy.static_hosts.clone(),
-                ))
-                .user_agent(concat!(
-                    "flotilla-catalog-access/",
-                    env!("CARGO_PKG_VERSION")
-                ))
-                .build()
-                .map_err(|e| {
-                    CatalogAccessError::config(format!(
-                        "cannot build HTTP client: {}",
-                        error_chain(&e)
-                    ))
-                })
-        };
-        let client = build(redirect)?;
-        let no_redirect = build(reqwest::redirect::Policy::none())?;
+        let client = policy_client(&policy, Redirects::Follow, Timeouts::of(&policy))?;
+        let no_redirect = policy_client(&policy, Redirects::Refuse, Timeouts::of(&policy))?;
         Ok(Self {
             client,
             no_redirect,
@@ -993,7 +1030,9 @@ fn error_chain(e: &(dyn StdError + 'static)) -> String {
     out
 }
 
-fn find_refusal<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a AddressRefused> {
+/// The [`AddressRefused`] anywhere in an error's source chain: how a caller whose client
+/// wraps the transport error (an object store) tells a refusal by the policy from an outage.
+pub fn find_refusal<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a AddressRefused> {
     let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(r) = err.downcast_ref::<AddressRefused>() {

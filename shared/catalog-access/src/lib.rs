@@ -1,7 +1,7 @@
 #![forbid(unsafe_code)]
 //! Connector-independent catalog access: the SPI ([`spi`]), the provider registry
 //! ([`factory`]), shared HTTP hardening
-//! ([`http`]), and the providers for Iceberg REST ([`iceberg_rest`]), Unity Catalog
+//! ([`http`], and [`object_storage`] for the object stores capture opens), and the providers for Iceberg REST ([`iceberg_rest`]), Unity Catalog
 //! ([`unity`]) and Delta Sharing ([`delta_sharing`]). See `docs/catalog-access.md`.
 
 mod common;
@@ -12,6 +12,7 @@ pub mod factory;
 pub mod field_ids;
 pub mod http;
 pub mod iceberg_rest;
+pub mod object_storage;
 pub mod protocol;
 pub mod secret;
 pub mod sigv4;

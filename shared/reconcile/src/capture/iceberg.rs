@@ -29,16 +29,11 @@ pub enum ReadError {
 
 pub async fn read_object(files: &UpstreamFiles, location: &str) -> Result<Vec<u8>, ReadError> {
     let at = files.locate(location)?;
-    let got = at.store.get(&at.path).await.map_err(|e| match e {
-        object_store::Error::NotFound { .. } => ReadError::Corrupt {
-            location: location.to_owned(),
-            message: "the object does not exist".into(),
-        },
-        other => ReadError::Unavailable {
-            location: location.to_owned(),
-            message: crate::status::bound_text(&other.to_string()),
-        },
-    })?;
+    let got = at
+        .store
+        .get(&at.path)
+        .await
+        .map_err(|e| get_error(location, e))?;
     if got.meta.size > MAX_METADATA_BYTES {
         return Err(ReadError::Corrupt {
             location: location.to_owned(),
@@ -50,6 +45,25 @@ pub async fn read_object(files: &UpstreamFiles, location: &str) -> Result<Vec<u8
         message: crate::status::bound_text(&e.to_string()),
     })?;
     Ok(bytes.to_vec())
+}
+
+/// How a failed read of `location` is reported: a refusal by the address policy is the
+/// table's storage not being readable (permanent), a missing object is corrupt metadata,
+/// anything else is transient.
+fn get_error(location: &str, e: object_store::Error) -> ReadError {
+    if let Some(refused) = super::storage::refused(&e) {
+        return ReadError::Storage(refused);
+    }
+    match e {
+        object_store::Error::NotFound { .. } => ReadError::Corrupt {
+            location: location.to_owned(),
+            message: "the object does not exist".into(),
+        },
+        other => ReadError::Unavailable {
+            location: location.to_owned(),
+            message: crate::status::bound_text(&other.to_string()),
+        },
+    }
 }
 
 /// The current snapshot of a table as capture records it.

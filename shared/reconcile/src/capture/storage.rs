@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use flotilla_catalog_access::http::HttpPolicy;
+use flotilla_catalog_access::object_storage::{self, PolicyConnector};
 use flotilla_catalog_access::spi::{StorageCredential, VendedCredentials};
 use flotilla_domain::model::CatalogRecord;
 use flotilla_parqdb::location::Warehouse;
@@ -33,19 +35,40 @@ pub enum StorageError {
 /// Opens upstream storage for one table's locations: one store per bucket (S3 with the
 /// vended keys) or, for `file://` warehouses, the local file system (only when the host
 /// allows insecure upstreams).
+///
+/// Every connection an S3 store opens goes through the upstream address policy, as catalog
+/// calls do (`docs/reliability.md`, "Capture honours the address policy"): the vended
+/// endpoint is checked before the store is built, and the store's transport is a
+/// [`PolicyConnector`] (names checked after resolution, redirects re-checked).
 pub struct UpstreamFiles {
     vended: Option<VendedCredentials>,
     allow_local: bool,
+    http: HttpPolicy,
     stores: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn ObjectStore>>>,
 }
 
 impl UpstreamFiles {
-    pub fn new(vended: Option<VendedCredentials>, allow_local: bool) -> Self {
+    /// `allow_insecure`: the host runs with `--allow-insecure-upstreams` (local `file://`
+    /// warehouses, loopback and private storage endpoints and plain http are then allowed;
+    /// link-local and metadata addresses never are).
+    pub fn new(vended: Option<VendedCredentials>, allow_insecure: bool) -> Self {
         Self {
             vended,
-            allow_local,
+            allow_local: allow_insecure,
+            http: if allow_insecure {
+                HttpPolicy::local()
+            } else {
+                HttpPolicy::default()
+            },
             stores: Default::default(),
         }
+    }
+
+    /// The HTTP policy of the storage connections (tests: fixed DNS answers, see
+    /// [`HttpPolicy::static_hosts`]).
+    pub fn with_http_policy(mut self, policy: HttpPolicy) -> Self {
+        self.http = policy;
+        self
     }
 
     /// Whether reading `location` needs vended credentials (any remote scheme does).
@@ -96,7 +119,9 @@ impl UpstreamFiles {
                         "the credentials the upstream vends do not cover {location}"
                     )));
                 }
-                let store = self.cached(&format!("s3://{bucket}"), || s3_store(&bucket, vended))?;
+                let store = self.cached(&format!("s3://{bucket}"), || {
+                    s3_store(&bucket, vended, &self.http)
+                })?;
                 Ok(Located { store, path })
             }
             other => Err(StorageError::NotReadable(format!(
@@ -131,7 +156,19 @@ fn percent_decode(s: &str) -> String {
         .unwrap_or_else(|| s.to_owned())
 }
 
-fn s3_store(bucket: &str, v: &VendedCredentials) -> Result<Arc<dyn ObjectStore>, StorageError> {
+/// Why an object-store operation failed, when the address policy refused where it led (a
+/// name resolving to a refused address, a redirect to one): the table's storage is then not
+/// readable through Flotilla, which no retry changes.
+pub fn refused(e: &object_store::Error) -> Option<StorageError> {
+    object_storage::refusal(e)
+        .map(|r| StorageError::NotReadable(format!("the upstream's storage was {r}")))
+}
+
+fn s3_store(
+    bucket: &str,
+    v: &VendedCredentials,
+    http: &HttpPolicy,
+) -> Result<Arc<dyn ObjectStore>, StorageError> {
     let StorageCredential::S3 {
         access_key_id,
         secret_access_key,
@@ -144,18 +181,34 @@ fn s3_store(bucket: &str, v: &VendedCredentials) -> Result<Arc<dyn ObjectStore>,
         )));
     };
     let s3 = v.s3_settings();
+    let region = s3.region.as_deref().unwrap_or("us-east-1");
+    // The region becomes part of the default endpoint's host name.
+    if region.is_empty()
+        || region.len() > 64
+        || !region
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(StorageError::NotReadable(
+            "the S3 region the upstream vends is not a region name".into(),
+        ));
+    }
     let mut b = object_store::aws::AmazonS3Builder::new()
         .with_bucket_name(bucket)
         .with_access_key_id(access_key_id.expose())
         .with_secret_access_key(secret_access_key.expose())
-        .with_region(s3.region.as_deref().unwrap_or("us-east-1"));
+        .with_region(region)
+        .with_http_connector(PolicyConnector::new(http.clone()));
     if let Some(t) = session_token {
         b = b.with_token(t.expose());
     }
     if let Some(endpoint) = s3.endpoint.as_deref() {
+        let url = object_storage::check_endpoint(http, endpoint).map_err(|r| {
+            StorageError::NotReadable(format!("the S3 endpoint the upstream vends was {r}"))
+        })?;
         b = b
-            .with_endpoint(endpoint)
-            .with_allow_http(endpoint.starts_with("http://"))
+            .with_endpoint(endpoint.trim())
+            .with_allow_http(url.scheme() == "http")
             .with_virtual_hosted_style_request(false);
     }
     b.build()

@@ -28,6 +28,10 @@ pub enum FooterError {
 }
 
 fn storage_error(e: object_store::Error) -> FooterError {
+    // Where the store led is refused by the address policy: no retry reads this file.
+    if let Some(r) = flotilla_catalog_access::object_storage::refusal(&e) {
+        return FooterError::Invalid(format!("the file's storage was {r}"));
+    }
     match e {
         object_store::Error::NotFound { .. } => {
             FooterError::Invalid("the file does not exist".into())

@@ -643,8 +643,9 @@ fn upstream_is_local(state: &AppState, record: &IntegrationRecord) -> bool {
 
 /// Applies the upstream address policy to an S3 endpoint (it comes from integration
 /// properties or from the catalog's answer, both untrusted): scheme and literal addresses,
-/// then every address the name resolves to now. The object-store client resolves again
-/// when it connects, so this narrows but does not close a DNS-rebinding window.
+/// then every address the name resolves to now (an early, precise answer). The store's
+/// connector applies the policy again to the addresses it connects to and to every
+/// redirect, which closes the DNS-rebinding window this check alone would leave.
 async fn check_endpoint(state: &AppState, endpoint: &str) -> Result<(), String> {
     let policy = if state.config.allow_insecure_upstreams {
         AddressPolicy::insecure()
@@ -679,7 +680,11 @@ async fn check_endpoint(state: &AppState, endpoint: &str) -> Result<(), String> 
 }
 
 fn storage_error_summary(e: &object_store::Error, what: &str) -> String {
-    // Never the error text: S3 error bodies echo the access key id and string-to-sign.
+    // Never the error text: S3 error bodies echo the access key id and string-to-sign. A
+    // refusal by the address policy is ours, and says no more than the name it refused.
+    if let Some(r) = flotilla_catalog_access::object_storage::refusal(e) {
+        return format!("reading {what}: the storage endpoint was {r}");
+    }
     match e {
         object_store::Error::NotFound { .. } => format!("{what} does not exist in storage"),
         object_store::Error::PermissionDenied { .. } => {
@@ -815,7 +820,14 @@ async fn read_s3(
         .with_region(region)
         .with_credentials(Arc::new(StaticCredentialProvider::new(credential)))
         .with_retry(retry)
-        .with_client_options(options);
+        .with_client_options(options)
+        // Every connection under the address policy, checked after DNS resolution and on
+        // redirects (the endpoint check below alone would be defeated by DNS rebinding).
+        .with_http_connector(
+            flotilla_catalog_access::object_storage::PolicyConnector::new(super::http_policy(
+                state,
+            )),
+        );
     if let Some(endpoint) = endpoint {
         if let Err(summary) = check_endpoint(state, endpoint).await {
             return Err(Ok(summary));

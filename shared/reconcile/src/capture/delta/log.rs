@@ -94,9 +94,14 @@ pub async fn tip(files: &UpstreamFiles, table_location: &str) -> Result<LogTip, 
         }
         None => at.store.list(Some(&prefix)).try_collect().await,
     }
-    .map_err(|e| match e {
-        object_store::Error::NotFound { .. } => corrupt(&log, "there is no Delta log"),
-        other => unavailable(&log, &other),
+    .map_err(|e| {
+        if let Some(refused) = crate::capture::storage::refused(&e) {
+            return ReadError::Storage(refused);
+        }
+        match e {
+            object_store::Error::NotFound { .. } => corrupt(&log, "there is no Delta log"),
+            other => unavailable(&log, &other),
+        }
     })?;
     let mut commits: BTreeMap<i64, String> = BTreeMap::new();
     // Checkpoint files by version: name and (part, parts) of a multi-part one.

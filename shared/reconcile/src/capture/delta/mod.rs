@@ -587,6 +587,11 @@ async fn shared_footer(
                 flotilla_catalog_access::CatalogAccessError::NotFound(_) => {
                     Invalid("the file does not exist".into())
                 }
+                // The presigned URL (or where it redirects) is refused by the address
+                // policy, or is not a URL: permanent, never retried.
+                flotilla_catalog_access::CatalogAccessError::Config(t) => {
+                    Invalid(format!("the shared file's URL cannot be read: {t}"))
+                }
                 other => Transient(crate::status::bound_text(&other.to_string())),
             })
     };
