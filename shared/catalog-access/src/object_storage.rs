@@ -24,7 +24,9 @@ use object_store::client::{
 };
 use url::Url;
 
-use crate::http::{AddressRefused, HttpPolicy, Redirects, Timeouts, find_refusal, policy_client};
+use crate::http::{
+    AddressPolicy, AddressRefused, HttpPolicy, Redirects, Timeouts, find_refusal, policy_client,
+};
 
 /// Checks an object-store endpoint (an upstream-stated `s3.endpoint`) against the policy
 /// before anything connects to it: a URL, `https` (plain `http` only when insecure), and,
@@ -75,14 +77,20 @@ impl HttpConnector for PolicyConnector {
                 source: Box::new(e),
             }
         })?;
-        Ok(HttpClient::new(PolicyService { client }))
+        Ok(HttpClient::new(PolicyService {
+            client,
+            address: self.policy.address,
+        }))
     }
 }
 
-/// The object store's transport: a policy client.
+/// The object store's transport: a policy client. Every request's own URL is checked too
+/// (scheme and literal-IP host): the store builds URLs from upstream-named buckets and
+/// endpoints, and a literal address never passes through the resolver.
 #[derive(Debug)]
 struct PolicyService {
     client: reqwest::Client,
+    address: AddressPolicy,
 }
 
 #[async_trait::async_trait]
@@ -91,6 +99,9 @@ impl HttpService for PolicyService {
         let (parts, body) = req.into_parts();
         let url = Url::parse(&parts.uri.to_string())
             .map_err(|e| HttpError::new(HttpErrorKind::Unknown, e))?;
+        self.address
+            .check_url(&url)
+            .map_err(|refused| HttpError::new(HttpErrorKind::Unknown, refused))?;
         let mut request = reqwest::Request::new(parts.method, url);
         *request.headers_mut() = parts.headers;
         *request.body_mut() = Some(match body.as_bytes() {
