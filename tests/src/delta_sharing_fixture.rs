@@ -311,6 +311,7 @@ struct Settings {
     gone_on_load: Vec<(String, String, String)>,
     max_page_size: usize,
     faults: Vec<FaultRule>,
+    file_url_origin: Option<String>,
 }
 
 struct Inner {
@@ -382,6 +383,7 @@ impl DeltaSharingFixture {
                 gone_on_load: Vec::new(),
                 max_page_size: 500,
                 faults: Vec::new(),
+                file_url_origin: None,
             }),
             vended: Mutex::new(Vec::new()),
             credential_requests: Mutex::new(Vec::new()),
@@ -612,6 +614,13 @@ impl DeltaSharingFixture {
     /// The server's page length cap (`maxResults` is min'd with it).
     pub fn set_max_page_size(&self, n: usize) {
         lock(&self.inner.settings).max_page_size = n.max(1);
+    }
+
+    /// The origin (`scheme://host[:port]`) the presigned file URLs of table queries name
+    /// instead of this server: a hostile server's URLs pointing at an address a reader must
+    /// never contact. `None`: this server.
+    pub fn set_file_url_origin(&self, origin: Option<&str>) {
+        lock(&self.inner.settings).file_url_origin = origin.map(str::to_owned);
     }
 
     /// Replaces the accepted recipient tokens.
@@ -1116,11 +1125,16 @@ fn query_files(
             "table not found",
         );
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("127.0.0.1")
-        .to_owned();
+    let origin = lock(&inner.settings)
+        .file_url_origin
+        .clone()
+        .unwrap_or_else(|| {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("127.0.0.1");
+            format!("http://{host}")
+        });
     let mut body = String::new();
     body.push_str(&json!({"protocol": {"minReaderVersion": 1}}).to_string());
     body.push('\n');
@@ -1138,7 +1152,7 @@ fn query_files(
     body.push('\n');
     for f in &t.files {
         let mut file = json!({
-            "url": format!("http://{host}{}/_files/{}?sig={}", inner.prefix, f.id, signature(&f.id)),
+            "url": format!("{origin}{}/_files/{}?sig={}", inner.prefix, f.id, signature(&f.id)),
             "id": f.id,
             "partitionValues": f.partition_values,
             "size": f.size,

@@ -613,6 +613,121 @@ async fn delta_sharing_tables_are_captured_from_the_table_query_and_validated_by
     );
 }
 
+/// A raw HTTP listener that counts the connections it accepts and answers each with
+/// `answer`: a target capture must never reach shows zero.
+async fn counting_listener(
+    bind: &str,
+    answer: String,
+) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind(bind).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = l.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = sock.write_all(answer.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    (addr, hits)
+}
+
+/// A hostile sharing server (`docs/reliability.md`, "Capture honours the address policy"):
+/// its table query lists presigned URLs at addresses no reader may contact (the unspecified
+/// address, the metadata service), or at a loopback host that redirects there. Capture never
+/// connects to them, even with insecure upstreams allowed, and records each file as an
+/// error of the table (permanent: a retry would be refused the same way), never a transient
+/// failure retried forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_sharing_presigned_urls_at_forbidden_addresses_are_never_contacted() {
+    let env = setup().await;
+    let data = tempfile::tempdir().unwrap();
+    let t = DeltaTable::create(&data.path().join("orders"), 2, 6);
+    let shared: Vec<SharingFile> = t
+        .files
+        .iter()
+        .map(|f| SharingFile::at(&t.file_path(f), 6))
+        .collect();
+    let ds = DeltaSharingFixture::start().await;
+    let mut table = SharingTable::new("orders", "s3://shared-bucket/orders")
+        .with_schema_string(&schema_string())
+        .with_files(shared);
+    table.partition_columns = Vec::new();
+    ds.add_table("sales", "retail", table);
+    let (forbidden, forbidden_hits) = counting_listener(
+        "0.0.0.0:0",
+        "HTTP/1.1 206 Partial Content\r\nContent-Length: 4\r\nConnection: close\r\n\r\nPAR1"
+            .to_owned(),
+    )
+    .await;
+    let unspecified = format!("http://0.0.0.0:{}", forbidden.port());
+    let (redirector, redirector_hits) = counting_listener(
+        "127.0.0.1:0",
+        format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: {unspecified}/latest/meta-data/\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .await;
+    ds.set_file_url_origin(Some(&unspecified));
+    let (_, overlay) = env
+        .overlay(
+            json!({"display_name": "ds", "type": "DELTA_SHARING", "uri": ds.base_url(),
+                "authentication": {"type": "BEARER"},
+                "credentials": {"token": DEFAULT_RECIPIENT_TOKEN}}),
+            json!([["sales", "retail"]]),
+        )
+        .await;
+    let validation = env.validation("sales%1Fretail", "orders");
+    for origin in [
+        unspecified.clone(),
+        "http://169.254.169.254".to_owned(),
+        "http://[fd00:ec2::254]".to_owned(),
+        format!("http://{redirector}"),
+    ] {
+        ds.set_file_url_origin(Some(&origin));
+        let s = env.capture(&overlay, true).await;
+        assert!(
+            s.failed.is_empty(),
+            "{origin}: not a transient failure: {s:?}"
+        );
+        assert_eq!((s.invalid, s.file_errors), (1, 2), "{origin}: {s:?}");
+        let (_, v) = env.get(&validation).await;
+        assert_eq!(
+            (v["state"].clone(), v["visible"].clone()),
+            (json!("INVALID"), json!(false)),
+            "{origin}: {v}"
+        );
+        for e in v["validation_errors"].as_array().unwrap() {
+            let m = e["message"].as_str().unwrap();
+            assert!(m.contains("refused by address policy"), "{origin}: {m}");
+            // The presigned URL is a bearer secret: never in a recorded error.
+            assert!(!m.contains("sig="), "{origin}: {m}");
+        }
+    }
+    assert_eq!(
+        forbidden_hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "capture connected to 0.0.0.0"
+    );
+    // The allowed (insecure mode, loopback) redirector was asked once per file, never
+    // again: the refused hop is not retried.
+    assert_eq!(redirector_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
 /// Uploads every file below `root` to `s3://{bucket}/{prefix}/...` on moto.
 async fn upload(s3: &dyn object_store::ObjectStore, root: &std::path::Path, prefix: &str) {
     use object_store::ObjectStoreExt;
