@@ -1214,6 +1214,80 @@ async fn a_table_not_readable_is_tried_again_by_the_next_capture() {
     assert_eq!(again["metadata_location"], p["metadata_location"]);
 }
 
+/// A hostile Iceberg REST upstream (`docs/reliability.md`, "Capture honours the address
+/// policy"): its credential vending names an `s3.endpoint` no reader may contact. The
+/// endpoint check refuses it before a store is built, so capture sends nothing there (a
+/// listener on `0.0.0.0` counts zero connections), even with insecure upstreams allowed,
+/// and records the table as not readable through Flotilla, naming the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vended_s3_endpoint_at_a_forbidden_address_is_never_contacted() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let env = setup_with(None, true).await;
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(sock);
+        }
+    });
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.register_table(
+        &["sales"],
+        "remote",
+        "s3://upstream-bucket/wh/sales/remote/metadata/00000-a.metadata.json",
+        remote_metadata(),
+    );
+    let (_, overlay, lake, _) = overlay_of(&env, &upstream).await;
+    for endpoint in [
+        format!("http://0.0.0.0:{port}"),
+        "http://169.254.169.254".to_owned(),
+        "http://[fd00:ec2::254]".to_owned(),
+    ] {
+        upstream.set_vended_static(BTreeMap::from([
+            (
+                "s3.access-key-id".to_owned(),
+                "AKIAHOSTILEUPSTREAM1".to_owned(),
+            ),
+            (
+                "s3.secret-access-key".to_owned(),
+                "hostile-secret".to_owned(),
+            ),
+            ("s3.region".to_owned(), "us-east-1".to_owned()),
+            ("s3.endpoint".to_owned(), endpoint.clone()),
+        ]));
+        env.run_queue(&overlay).await;
+        let s = capture::capture(
+            &env.state,
+            &AdapterConnector,
+            "acme",
+            &overlay,
+            &CaptureOptions {
+                revalidate: true,
+                ..CaptureOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(s.not_readable, 1, "{endpoint}: {s:?}");
+        assert!(s.failed.is_empty(), "{endpoint}: not transient: {s:?}");
+        let p = pointer(&env, &lake, &["sales"], "remote").await.unwrap();
+        assert_eq!(p["validation"], "NOT_READABLE", "{endpoint}: {p}");
+        assert!(
+            p.to_string().contains("refused by address policy"),
+            "{endpoint}: {p}"
+        );
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "capture connected to 0.0.0.0"
+    );
+}
+
 fn remote_metadata() -> Value {
     json!({
         "format-version": 2,
