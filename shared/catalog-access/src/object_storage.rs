@@ -38,6 +38,17 @@ pub fn check_endpoint(policy: &HttpPolicy, endpoint: &str) -> Result<Url, Addres
     Ok(url)
 }
 
+/// Whether `region` can be an S3 region name: the default endpoint's host name is built from
+/// it (`s3.<region>.amazonaws.com`), so one carrying anything but letters, digits and `-`
+/// (a user part, a path, a dot) would move the host elsewhere.
+pub fn is_region_name(region: &str) -> bool {
+    !region.is_empty()
+        && region.len() <= 64
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
 /// The policy refusal that made an object-store operation fail, if that is what it was.
 pub fn refusal(e: &object_store::Error) -> Option<&AddressRefused> {
     find_refusal(e)

@@ -247,3 +247,20 @@ async fn a_redirect_from_an_allowed_endpoint_to_a_forbidden_address_is_not_follo
     }
     assert_eq!(forbidden.hits(), 0, "the redirect reached 0.0.0.0");
 }
+
+#[tokio::test]
+async fn a_vended_region_that_is_not_a_region_name_is_refused() {
+    // The region becomes part of the default endpoint's host name
+    // (`s3.<region>.amazonaws.com`): one that smuggles in a user part or a path would move
+    // the host somewhere else.
+    for region in ["x@169.254.169.254#", "us-east-1.evil.example/", "us east 1"] {
+        let mut v = vended("https://s3.example.com");
+        v.settings.remove("s3.endpoint");
+        v.settings.insert("s3.region".to_owned(), region.to_owned());
+        let files = UpstreamFiles::new(Some(v), true);
+        assert!(
+            matches!(files.locate(LOCATION), Err(StorageError::NotReadable(m)) if m.contains("region")),
+            "{region:?} accepted"
+        );
+    }
+}

@@ -183,12 +183,7 @@ fn s3_store(
     let s3 = v.s3_settings();
     let region = s3.region.as_deref().unwrap_or("us-east-1");
     // The region becomes part of the default endpoint's host name.
-    if region.is_empty()
-        || region.len() > 64
-        || !region
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    {
+    if !object_storage::is_region_name(region) {
         return Err(StorageError::NotReadable(
             "the S3 region the upstream vends is not a region name".into(),
         ));

@@ -802,6 +802,10 @@ async fn read_s3(
     let region = first_setting(&record.properties, &["s3.region", "client.region"])
         .or_else(|| first_setting(&vended.settings, &["s3.region", "client.region"]))
         .unwrap_or("us-east-1");
+    // The region becomes part of the default endpoint's host name.
+    if !flotilla_catalog_access::object_storage::is_region_name(region) {
+        return Err(Ok("the S3 region is not a region name".to_owned()));
+    }
     let credential = AwsCredential {
         key_id: access_key_id.expose().to_owned(),
         secret_key: secret_access_key.expose().to_owned(),
