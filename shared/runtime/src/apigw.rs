@@ -14,6 +14,7 @@ use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use flotilla_services::auth::{ClaimRules, Principal};
+use flotilla_services::token_limit::SourceAddr;
 use lambda_http::RequestExt;
 use lambda_http::request::RequestContext;
 
@@ -47,8 +48,12 @@ async fn per_invocation(
 }
 
 async fn principal_from_claims(mut req: Request, next: Next) -> Response {
-    // Never trust a principal that arrived some other way.
+    // Never trust a principal (or a source) that arrived some other way.
     req.extensions_mut().remove::<Principal>();
+    req.extensions_mut().remove::<SourceAddr>();
+    if let Some(ip) = source_ip(&req) {
+        req.extensions_mut().insert(SourceAddr(ip));
+    }
     static RULES: std::sync::OnceLock<ClaimRules> = std::sync::OnceLock::new();
     let rules = RULES.get_or_init(ClaimRules::from_env);
     let claims = jwt_claims(&req);
@@ -59,6 +64,16 @@ async fn principal_from_claims(mut req: Request, next: Next) -> Response {
         req.extensions_mut().insert(p);
     }
     next.run(req).await
+}
+
+/// The address API Gateway saw the request come from (never `X-Forwarded-For`, which the
+/// client writes).
+fn source_ip(req: &Request) -> Option<std::net::IpAddr> {
+    let ip = match req.request_context_ref()? {
+        RequestContext::ApiGatewayV2(ctx) => ctx.http.source_ip.as_deref()?,
+        _ => return None,
+    };
+    ip.trim().parse().ok()
 }
 
 fn jwt_claims(req: &Request) -> Option<HashMap<String, String>> {
