@@ -135,3 +135,43 @@ pub fn read_sample(dir: &std::path::Path, name: &str) -> String {
     let path = dir.join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod source_tests {
+    use axum::Extension;
+    use axum::routing::post;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The token routes' source is API Gateway's `sourceIp`, never the client's
+    /// `X-Forwarded-For` (nor a `SourceAddr` from anywhere else).
+    #[tokio::test]
+    async fn the_source_is_api_gateways_source_ip_not_x_forwarded_for() {
+        let router = Router::new().route(
+            "/iceberg/v1/oauth/tokens",
+            post(|source: Option<Extension<SourceAddr>>| async move {
+                axum::Json(json!(source.map(|s| s.0.0.to_string())))
+            }),
+        );
+        let app = router.layer(middleware::from_fn(principal_from_claims));
+        let payload = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../events/iceberg/oauth-tokens.json"
+        ))
+        .unwrap();
+        let mut event: serde_json::Value = serde_json::from_str(&payload).unwrap();
+        event["headers"]["x-forwarded-for"] = json!("10.66.0.1, 192.0.2.99");
+        event["requestContext"]["http"]["sourceIp"] = json!("198.51.100.7");
+        let (status, body) = call(app.clone(), &event.to_string(), None).await;
+        assert_eq!(status, 200);
+        assert_eq!(body, json!("198.51.100.7"));
+        // No source IP in the context: unknown, whatever the headers say.
+        event["requestContext"]["http"]
+            .as_object_mut()
+            .unwrap()
+            .remove("sourceIp");
+        let (_, body) = call(app, &event.to_string(), None).await;
+        assert_eq!(body, json!(null));
+    }
+}
