@@ -66,9 +66,13 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "flotilla serve ready on http://{addr}");
     // Hyper's own parse-error answers (400/414/431) get the API's error shape.
     let listener = flotilla_core::http::wire::JsonErrorListener(listener);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
+    // The connection's peer is the source address the token routes' limiter counts by.
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<flotilla_core::http::wire::Peer>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await;
     match served {
         Ok(()) => {
             tracing::info!("flotilla serve stopped");

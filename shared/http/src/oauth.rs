@@ -8,18 +8,94 @@
 //! token for an hour), and, as before access control, a Flotilla bearer token given as the
 //! client secret (answered as the access token itself: the exchange grants nothing new).
 //! Secrets are never logged, echoed in an error or stored.
+//!
+//! Both routes run their exchange through [`limited`]: failed exchanges are counted per
+//! client id and source address, per source address and (looser) per client id
+//! (`flotilla_services::token_limit`), and an attempt over any of those limits is answered
+//! `429` with `Retry-After` before its secret is checked. The source address is the
+//! connection's peer on `flotilla serve` and the address API Gateway saw on AWS
+//! ([`SourceAddr`]); a client-supplied `X-Forwarded-For` is never read.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::Json;
-use axum::extract::State;
-use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE};
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use flotilla_services::service::access_control::principals::{self, Exchanged};
 use flotilla_services::state::AppState;
 use serde_json::json;
+
+pub use flotilla_services::token_limit::SourceAddr;
+
+/// The extractor of a request's source address: the [`SourceAddr`] the host inserted (the
+/// Lambda adapter's), else the connection's peer (`ConnectInfo`, `flotilla serve`); `None`
+/// when the host knows neither.
+#[derive(Clone, Copy, Debug)]
+pub struct Source(pub Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Source {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let ext = &parts.extensions;
+        let ip = ext
+            .get::<SourceAddr>()
+            .map(|s| s.0)
+            .or_else(|| {
+                ext.get::<ConnectInfo<crate::wire::Peer>>()
+                    .map(|c| c.0.0.ip())
+            })
+            .or_else(|| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
+            .map(|ip| ip.to_canonical());
+        Ok(Self(ip))
+    }
+}
+
+/// Runs `exchange` under the token routes' limiter: refused with `429` and `Retry-After`
+/// when the client id or the source is over its limit; else its answer, counted as a failure
+/// when it refused the credentials (`400`, `401`, `403`).
+pub async fn limited(
+    state: &AppState,
+    source: Option<IpAddr>,
+    creds: &ClientCredentials,
+    exchange: impl Future<Output = Response>,
+) -> Response {
+    let limiter = &state.token_limiter;
+    let attempt = match limiter.admit(creds.id.as_deref(), source, state.clock.now_ms()) {
+        Ok(attempt) => attempt,
+        Err(retry_after_secs) => {
+            tracing::warn!(
+                source = ?source,
+                retry_after_secs,
+                "oauth: token requests over the failure limit"
+            );
+            let mut resp = oauth_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "slow_down",
+                &format!(
+                    "too many failed token requests for this client or from this address; \
+                     retry in {retry_after_secs} s"
+                ),
+            );
+            resp.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            return resp;
+        }
+    };
+    let resp = exchange.await;
+    match resp.status().as_u16() {
+        200..=299 => limiter.succeeded(attempt),
+        400 | 401 | 403 => limiter.failed(attempt),
+        _ => limiter.released(attempt),
+    }
+    resp
+}
 
 /// What the client sent: from the form, else from HTTP Basic (as DuckDB sends it).
 pub struct ClientCredentials {
@@ -128,6 +204,7 @@ pub async fn exchange_verified(state: &AppState, creds: &ClientCredentials) -> R
 /// `POST /v1/oauth/tokens` (client credentials, form-encoded or HTTP Basic).
 pub async fn oauth_tokens(
     State(state): State<AppState>,
+    Source(source): Source,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
@@ -142,7 +219,7 @@ pub async fn oauth_tokens(
             "client credentials are required",
         );
     };
-    exchange_verified(&state, &creds).await
+    limited(&state, source, &creds, exchange_verified(&state, &creds)).await
 }
 
 pub fn no_store(mut resp: Response) -> Response {

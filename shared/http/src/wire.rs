@@ -76,6 +76,20 @@ impl axum::serve::Listener for JsonErrorListener {
     }
 }
 
+/// The peer of a [`JsonErrorListener`] connection, for
+/// `into_make_service_with_connect_info::<Peer>()` (read as `ConnectInfo<Peer>`: the source
+/// address of the token routes' limiter, `crate::oauth::Source`).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, JsonErrorListener>>
+    for Peer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, JsonErrorListener>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
 /// A connection that rewrites hyper's bodiless `400`/`414`/`431` answers.
 pub struct JsonErrorIo<T> {
     inner: T,

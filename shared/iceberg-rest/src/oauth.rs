@@ -14,6 +14,10 @@
 //!
 //! Secrets are never logged, echoed in an error, or forwarded anywhere but the configured
 //! token endpoint.
+//!
+//! Failed exchanges are rate limited per client and source as on `/v1/oauth/tokens`
+//! (`flotilla_http::oauth::limited`, one limiter for both doors): `429` with `Retry-After`
+//! and the OAuth2 error shape this route answers every refusal in.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,7 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
 use flotilla_http::oauth::{
-    ClientCredentials, check_grant_type, exchange_verified, no_store, oauth_error,
+    ClientCredentials, Source, check_grant_type, exchange_verified, limited, no_store, oauth_error,
 };
 use flotilla_services::state::AppState;
 use serde_json::Value;
@@ -202,6 +206,7 @@ async fn read_limited(mut answer: reqwest::Response) -> Option<Vec<u8>> {
 pub async fn oauth_tokens(
     State(state): State<AppState>,
     Extension(exchange): Extension<Arc<TokenExchange>>,
+    Source(source): Source,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
@@ -225,12 +230,17 @@ pub async fn oauth_tokens(
             "client credentials are required",
         );
     };
-    match exchange.as_ref() {
-        TokenExchange::Relay(relay) => relay.exchange(&creds).await,
-        TokenExchange::Verify | TokenExchange::Unconfigured => {
-            exchange_verified(&state, &creds).await
+    // The same limiter as `/v1/oauth/tokens`: one budget per client and source in the
+    // process, whichever door is knocked on.
+    let answer = async {
+        match exchange.as_ref() {
+            TokenExchange::Relay(relay) => relay.exchange(&creds).await,
+            TokenExchange::Verify | TokenExchange::Unconfigured => {
+                exchange_verified(&state, &creds).await
+            }
         }
-    }
+    };
+    limited(&state, source, &creds, answer).await
 }
 
 fn form_encode(s: &str) -> String {

@@ -393,7 +393,15 @@ impl Env {
         .with_index_stores(flotilla_core::service::index_catalogs::local_warehouse_stores(policy))
         .with_credentials(Arc::new(creds))
         .with_token_signer(Arc::new(TokenSigner::random()))
-        .with_work_sender(Arc::new(NoQueue));
+        .with_work_sender(Arc::new(NoQueue))
+        // The matrix sends more wrong secrets of one client than the token routes' limiter
+        // admits from one address (tests/oauth_limit.rs tests the limiter itself).
+        .with_token_limits(flotilla_services::token_limit::TokenLimits {
+            per_client_and_source: 1_000,
+            per_source: 1_000,
+            per_client: 1_000,
+            ..Default::default()
+        });
         let app = flotilla_iceberg_rest::router(
             state.clone(),
             IcebergConfig {

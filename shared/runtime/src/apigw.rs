@@ -14,6 +14,7 @@ use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use flotilla_services::auth::{ClaimRules, Principal};
+use flotilla_services::token_limit::SourceAddr;
 use lambda_http::RequestExt;
 use lambda_http::request::RequestContext;
 
@@ -47,8 +48,12 @@ async fn per_invocation(
 }
 
 async fn principal_from_claims(mut req: Request, next: Next) -> Response {
-    // Never trust a principal that arrived some other way.
+    // Never trust a principal (or a source) that arrived some other way.
     req.extensions_mut().remove::<Principal>();
+    req.extensions_mut().remove::<SourceAddr>();
+    if let Some(ip) = source_ip(&req) {
+        req.extensions_mut().insert(SourceAddr(ip));
+    }
     static RULES: std::sync::OnceLock<ClaimRules> = std::sync::OnceLock::new();
     let rules = RULES.get_or_init(ClaimRules::from_env);
     let claims = jwt_claims(&req);
@@ -59,6 +64,16 @@ async fn principal_from_claims(mut req: Request, next: Next) -> Response {
         req.extensions_mut().insert(p);
     }
     next.run(req).await
+}
+
+/// The address API Gateway saw the request come from (never `X-Forwarded-For`, which the
+/// client writes).
+fn source_ip(req: &Request) -> Option<std::net::IpAddr> {
+    let ip = match req.request_context_ref()? {
+        RequestContext::ApiGatewayV2(ctx) => ctx.http.source_ip.as_deref()?,
+        _ => return None,
+    };
+    ip.trim().parse().ok()
 }
 
 fn jwt_claims(req: &Request) -> Option<HashMap<String, String>> {
@@ -119,4 +134,44 @@ pub fn assert_samples_listed(dir: &std::path::Path, expected: &[(&str, u16)]) {
 pub fn read_sample(dir: &std::path::Path, name: &str) -> String {
     let path = dir.join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod source_tests {
+    use axum::Extension;
+    use axum::routing::post;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The token routes' source is API Gateway's `sourceIp`, never the client's
+    /// `X-Forwarded-For` (nor a `SourceAddr` from anywhere else).
+    #[tokio::test]
+    async fn the_source_is_api_gateways_source_ip_not_x_forwarded_for() {
+        let router = Router::new().route(
+            "/iceberg/v1/oauth/tokens",
+            post(|source: Option<Extension<SourceAddr>>| async move {
+                axum::Json(json!(source.map(|s| s.0.0.to_string())))
+            }),
+        );
+        let app = router.layer(middleware::from_fn(principal_from_claims));
+        let payload = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../events/iceberg/oauth-tokens.json"
+        ))
+        .unwrap();
+        let mut event: serde_json::Value = serde_json::from_str(&payload).unwrap();
+        event["headers"]["x-forwarded-for"] = json!("10.66.0.1, 192.0.2.99");
+        event["requestContext"]["http"]["sourceIp"] = json!("198.51.100.7");
+        let (status, body) = call(app.clone(), &event.to_string(), None).await;
+        assert_eq!(status, 200);
+        assert_eq!(body, json!("198.51.100.7"));
+        // No source IP in the context: unknown, whatever the headers say.
+        event["requestContext"]["http"]
+            .as_object_mut()
+            .unwrap()
+            .remove("sourceIp");
+        let (_, body) = call(app, &event.to_string(), None).await;
+        assert_eq!(body, json!(null));
+    }
 }

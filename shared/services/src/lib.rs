@@ -13,6 +13,7 @@ pub mod service;
 pub mod sessions;
 pub mod signing;
 pub mod state;
+pub mod token_limit;
 
 pub use flotilla_base::{clock, error};
 pub use state::{AppState, Config};

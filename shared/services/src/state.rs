@@ -120,6 +120,9 @@ pub struct AppState {
     /// (`flotilla serve`). `None` (AWS, where the JWT authorizer verifies every token): service
     /// principals cannot be created and the `/v1` token route has nothing to issue.
     pub token_signer: Option<Arc<crate::auth::TokenSigner>>,
+    /// Failed exchanges of the OAuth2 token routes, per client and source (per process: on
+    /// AWS, per Lambda instance).
+    pub token_limiter: Arc<crate::token_limit::TokenLimiter>,
 }
 
 impl AppState {
@@ -157,6 +160,7 @@ impl AppState {
             work: None,
             acl: Arc::new(crate::acl::AclCache::new()),
             token_signer: None,
+            token_limiter: Arc::new(crate::token_limit::TokenLimiter::default()),
         }
     }
 
@@ -168,6 +172,12 @@ impl AppState {
         securable: &crate::acl::Securable,
     ) -> Result<Vec<flotilla_metastore::Op>> {
         crate::acl::cascade_ops(self.store.as_ref(), &self.acl, account, securable).await
+    }
+
+    /// The token routes limited by `limits` (fresh counters).
+    pub fn with_token_limits(mut self, limits: crate::token_limit::TokenLimits) -> Self {
+        self.token_limiter = Arc::new(crate::token_limit::TokenLimiter::new(limits));
+        self
     }
 
     /// Service principals' access tokens signed and verified under `signer`.
