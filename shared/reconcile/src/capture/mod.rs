@@ -19,6 +19,7 @@
 //! and no write.
 
 pub mod delta;
+pub mod footer_bounds;
 pub mod iceberg;
 pub mod record;
 pub mod select;

@@ -100,8 +100,33 @@ where
     } else {
         fetch(size - 8 - len..size - 8).await?
     };
-    ParquetMetaDataReader::decode_metadata(&buf)
-        .map_err(|e| Invalid(format!("unreadable Parquet footer: {e}")))
+    decode_bounded(&buf).map_err(Invalid)
+}
+
+/// Decodes footer metadata (the thrift bytes between the data and the length) once
+/// [`footer_bounds::check`](super::footer_bounds::check) has found it within bounds: the
+/// decoder reserves memory at the lengths the footer claims, so it never sees one the bytes
+/// could not hold.
+pub fn decode_bounded(buf: &bytes::Bytes) -> Result<ParquetMetaData, String> {
+    super::footer_bounds::check(buf).map_err(|e| format!("Parquet footer refused: {e}"))?;
+    ParquetMetaDataReader::decode_metadata(buf)
+        .map_err(|e| format!("unreadable Parquet footer: {e}"))
+}
+
+/// Checks the footer of a whole Parquet file held in memory before a reader decodes it.
+pub fn check_file_footer(file: &[u8]) -> Result<(), String> {
+    let n = file.len();
+    if n < 12 || &file[n - 4..] != b"PAR1" {
+        return Err("not a Parquet file".into());
+    }
+    let len = u32::from_le_bytes([file[n - 8], file[n - 7], file[n - 6], file[n - 5]]) as usize;
+    if len > n - 8 {
+        return Err(format!(
+            "unreadable Parquet footer: metadata length {len} does not fit a {n}-byte file"
+        ));
+    }
+    super::footer_bounds::check(&file[n - 8 - len..n - 8])
+        .map_err(|e| format!("Parquet footer refused: {e}"))
 }
 
 fn short(s: &str) -> String {
@@ -308,6 +333,27 @@ mod tests {
         assert!(e.contains("column id") && e.contains("INT64"), "{e}");
         let e = check(&meta, &schema(PrimitiveType::Long, true), &file(&bytes, 5)).unwrap_err();
         assert!(e.contains("required column extra"), "{e}");
+    }
+
+    /// Decodes the footer bomb; run only as the child of the test below.
+    #[tokio::test]
+    async fn footer_bomb_child() {
+        if std::env::var_os(crate::capture::footer_bounds::CHILD).is_none() {
+            return;
+        }
+        let e = footer(crate::capture::footer_bounds::bomb_file()).await;
+        let Err(FooterError::Invalid(m)) = e else {
+            panic!("the bomb was not refused");
+        };
+        assert!(m.contains("2000000000 schema elements"), "{m}");
+        println!("refused: {m}");
+    }
+
+    #[test]
+    fn a_footer_claiming_billions_of_schema_elements_is_refused_within_a_memory_limit() {
+        crate::capture::footer_bounds::run_child_under_memory_limit(
+            "capture::validate::tests::footer_bomb_child",
+        );
     }
 
     #[tokio::test]

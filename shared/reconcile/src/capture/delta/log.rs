@@ -187,6 +187,9 @@ pub async fn replay(
         for part in parts {
             let location = format!("{log}/{part}");
             let bytes = read_object(files, &location).await?;
+            // The reader decodes the footer at the lengths it claims: bound it first.
+            crate::capture::validate::check_file_footer(&bytes)
+                .map_err(|e| corrupt(&location, format!("unreadable checkpoint: {e}")))?;
             let reader = SerializedFileReader::new(bytes::Bytes::from(bytes))
                 .map_err(|e| corrupt(&location, format!("unreadable checkpoint: {e}")))?;
             let rows = reader
@@ -423,5 +426,41 @@ mod tests {
             tip(&files, &location).await,
             Err(ReadError::Corrupt { .. })
         ));
+    }
+
+    /// Replays a Delta log whose checkpoint footer is the bomb; run only as the child of the
+    /// test below.
+    #[tokio::test]
+    async fn checkpoint_bomb_child() {
+        if std::env::var_os(crate::capture::footer_bounds::CHILD).is_none() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let location = url::Url::from_directory_path(&root).unwrap().to_string();
+        let log = root.join("_delta_log");
+        std::fs::create_dir_all(&log).unwrap();
+        std::fs::write(
+            log.join(format!("{:020}.checkpoint.parquet", 0)),
+            crate::capture::footer_bounds::bomb_file(),
+        )
+        .unwrap();
+        let files = UpstreamFiles::new(None, true);
+        let t = tip(&files, &location).await.unwrap();
+        assert!(t.checkpoint.is_some());
+        match replay(&files, &location, &t, 100).await {
+            Err(ReadError::Corrupt { location, message }) => {
+                assert!(location.ends_with(".checkpoint.parquet"), "{location}");
+                assert!(message.contains("2000000000 schema elements"), "{message}");
+            }
+            other => panic!("the bomb was not refused: {:?}", other.err()),
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_footer_claiming_billions_of_schema_elements_is_refused_within_a_memory_limit() {
+        crate::capture::footer_bounds::run_child_under_memory_limit(
+            "capture::delta::log::tests::checkpoint_bomb_child",
+        );
     }
 }
