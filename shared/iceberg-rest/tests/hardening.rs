@@ -315,3 +315,130 @@ async fn a_table_directory_symlinked_outside_the_root_survives_a_purge() {
         "the link is removed"
     );
 }
+
+// ---- the error shape of the door (item 9) ---------------------------------------------
+
+/// Sends a raw request and returns the status, the headers and the body as JSON (`Null` if
+/// the body is not JSON).
+async fn raw(
+    app: &Router,
+    method: Method,
+    path: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> (StatusCode, axum::http::HeaderMap, Value) {
+    use tower::ServiceExt;
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::AUTHORIZATION, format!("Bearer {ACME}"));
+    if let Some(t) = content_type {
+        req = req.header(header::CONTENT_TYPE, t);
+    }
+    let resp = tokio::time::timeout(
+        ANSWER_WITHIN,
+        app.clone()
+            .oneshot(req.body(axum::body::Body::from(body)).unwrap()),
+    )
+    .await
+    .expect("the endpoint answers")
+    .unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (
+        status,
+        headers,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// The Iceberg error shape with exactly `status`, and a message.
+fn assert_iceberg_error(status: StatusCode, got: StatusCode, v: &Value) {
+    assert_eq!(got, status, "{v}");
+    let e = &v["error"];
+    assert_eq!(e["code"], status.as_u16(), "{v}");
+    assert!(e["type"].as_str().is_some_and(|t| !t.is_empty()), "{v}");
+    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+}
+
+#[tokio::test]
+async fn every_refusal_of_the_iceberg_door_has_the_iceberg_shape() {
+    let env = setup().await;
+    env.table("t").await;
+    let app = &env.app;
+    let json = Some("application/json");
+    let tables = env.url("namespaces/db/tables");
+
+    // 413: a body over the limit.
+    let big = vec![b' '; flotilla_http::extract::MAX_BODY_BYTES + 2];
+    let (s, _, v) = raw(app, Method::POST, &tables, json, big).await;
+    assert_iceberg_error(StatusCode::PAYLOAD_TOO_LARGE, s, &v);
+
+    // 404: an unknown route under the door, and one under a prefix.
+    for path in ["/iceberg/v2/nothing", &env.url("no/such/route")] {
+        let (s, _, v) = raw(app, Method::GET, path, None, vec![]).await;
+        assert_iceberg_error(StatusCode::NOT_FOUND, s, &v);
+        assert_eq!(v["error"]["type"], "NotFoundException", "{v}");
+    }
+
+    // 405: a known route with a method it does not serve; `Allow` is kept.
+    let (s, h, v) = raw(app, Method::PUT, &tables, json, b"{}".to_vec()).await;
+    assert_iceberg_error(StatusCode::METHOD_NOT_ALLOWED, s, &v);
+    assert!(h.contains_key(header::ALLOW), "{h:?}");
+
+    // 415: a body declared as anything but JSON.
+    let (s, _, v) = raw(
+        app,
+        Method::POST,
+        &tables,
+        Some("text/plain"),
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_iceberg_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, s, &v);
+
+    // 400: malformed JSON, a body that is not an object.
+    for body in [&b"{\"name\": "[..], b"[1, 2]", b"\xff\xfe"] {
+        let (s, _, v) = raw(app, Method::POST, &tables, json, body.to_vec()).await;
+        assert_iceberg_error(StatusCode::BAD_REQUEST, s, &v);
+    }
+
+    // axum's extractor rejections: a query parameter given twice, and a path segment
+    // that is not valid percent-encoded UTF-8.
+    let (s, _, v) = raw(
+        app,
+        Method::GET,
+        &format!("{tables}?pageSize=1&pageSize=2"),
+        None,
+        vec![],
+    )
+    .await;
+    assert_iceberg_error(StatusCode::BAD_REQUEST, s, &v);
+    let (s, _, v) = raw(
+        app,
+        Method::GET,
+        &env.url("namespaces/db/tables/%FF%FE"),
+        None,
+        vec![],
+    )
+    .await;
+    assert_iceberg_error(StatusCode::BAD_REQUEST, s, &v);
+
+    // The token route keeps OAuth's shape; `/v1` keeps the API's.
+    let (s, _, v) = raw(
+        app,
+        Method::POST,
+        "/iceberg/v1/oauth/tokens",
+        Some("application/x-www-form-urlencoded"),
+        b"grant_type=nonsense".to_vec(),
+    )
+    .await;
+    assert!(s.is_client_error(), "{s}");
+    assert!(v["error"].is_string(), "{v}");
+    let (s, _, v) = raw(app, Method::GET, "/v1/no/such/route", None, vec![]).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["code"], "NOT_FOUND", "{v}");
+}
