@@ -11,6 +11,8 @@ use flotilla_domain::keys;
 use flotilla_domain::model::{RelationKind, RelationRecord};
 use flotilla_domain::names::{NamespacePath, new_id};
 use flotilla_metastore::{Op, Transaction};
+use flotilla_parqdb::error::IndexCatalogError;
+use flotilla_parqdb::store::ReadError;
 use flotilla_services::service::events::{self, Operation};
 use flotilla_services::service::namespaces::child_guards;
 use flotilla_services::service::relations::{self, directory_bump};
@@ -118,30 +120,50 @@ pub async fn require_table(
 
 /// Reads and parses a metadata file of the catalog's warehouse.
 pub async fn read_metadata(ctx: &Ctx, location: &str) -> IcebergResult<TableMetadata> {
-    let path = ctx.object_path(location)?;
-    let store = ctx.store()?;
-    let got = match store.get(&path).await {
-        Ok(g) => g,
-        Err(object_store::Error::NotFound { .. }) => {
-            return Err(IcebergError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "NotFoundException",
-                format!("metadata file {location} does not exist"),
-            ));
-        }
-        Err(e) => return Err(IcebergError::unavailable(e)),
-    };
-    if got.meta.size > MAX_METADATA_BYTES as u64 {
-        return Err(IcebergError::bad_request(format!(
-            "metadata file {location} is larger than {MAX_METADATA_BYTES} bytes"
-        )));
-    }
-    let bytes = got.bytes().await.map_err(IcebergError::unavailable)?;
+    let bytes = read_metadata_file(ctx, location).await?;
     serde_json::from_slice::<TableMetadata>(&bytes).map_err(|e| {
         IcebergError::bad_request(format!(
             "{location} is not valid Iceberg table metadata: {e}"
         ))
     })
+}
+
+/// The bytes of a metadata file (table or view) of the catalog's warehouse, through the
+/// warehouse stores' hardened reader: within a deadline, at most [`MAX_METADATA_BYTES`], and
+/// on a `file://` warehouse only a regular file reached without a symlink (a FIFO, a device or
+/// a directory is refused without blocking; a symlinked file or directory reads as missing).
+pub async fn read_metadata_file(ctx: &Ctx, location: &str) -> IcebergResult<Vec<u8>> {
+    let path = ctx.object_path(location)?;
+    ctx.state
+        .index_stores
+        .read_at_most(&ctx.warehouse, path.as_ref(), MAX_METADATA_BYTES)
+        .await
+        .map_err(|e| read_error(location, e))
+}
+
+/// The answer for a metadata file that could not be read.
+pub fn read_error(location: &str, e: ReadError) -> IcebergError {
+    match e {
+        ReadError::NotFound => IcebergError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            "NotFoundException",
+            format!("metadata file {location} does not exist"),
+        ),
+        ReadError::Catalog(IndexCatalogError::Unavailable { message }) => {
+            IcebergError::unavailable(message)
+        }
+        ReadError::Catalog(IndexCatalogError::Internal { message }) => {
+            IcebergError::internal(message)
+        }
+        ReadError::Catalog(
+            IndexCatalogError::InvalidIndexMetadata { message, .. }
+            | IndexCatalogError::InvalidArgument { message }
+            | IndexCatalogError::WarehouseNotAllowed { message },
+        ) => IcebergError::bad_request(format!("metadata file {location}: {message}")),
+        ReadError::Catalog(other) => {
+            IcebergError::bad_request(format!("metadata file {location} cannot be read: {other}"))
+        }
+    }
 }
 
 /// The version number of a metadata file named `NNNNN-<uuid>.metadata.json`.
@@ -539,23 +561,19 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
     ))
 }
 
-/// Deletes every object under a table root inside the warehouse (drop with purge).
+/// Deletes every object under a table root inside the warehouse (drop with purge). On a
+/// `file://` warehouse no symlink is followed: a linked file or directory loses its link,
+/// never its target (`WarehouseStores::purge`).
 pub async fn purge(ctx: &Ctx, location: &str) -> IcebergResult<()> {
-    use futures::StreamExt;
     if !ctx.owns_location(location) {
         tracing::warn!("purge skipped: the table location is outside the catalog's warehouse");
         return Ok(());
     }
-    let store = ctx.store()?;
     let rel = ctx.object_path(&format!("{}/x", location.trim_end_matches('/')))?;
     let dir: object_store::path::Path = rel.parts().take(rel.parts().count() - 1).collect();
-    let mut listing = store.list(Some(&dir));
-    while let Some(item) = listing.next().await {
-        let item = item.map_err(IcebergError::unavailable)?;
-        match store.delete(&item.location).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(IcebergError::unavailable(e)),
-        }
-    }
-    Ok(())
+    ctx.state
+        .index_stores
+        .purge(&ctx.warehouse, dir.as_ref())
+        .await
+        .map_err(|e| read_error(location, e))
 }

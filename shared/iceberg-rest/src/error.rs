@@ -194,3 +194,106 @@ impl std::fmt::Display for IcebergError {
         )
     }
 }
+
+/// The token route answers OAuth's own error shape (`{"error", "error_description"}`), which
+/// OAuth clients parse; every other route of the door answers the Iceberg shape.
+const OAUTH_TOKENS: &str = "/iceberg/v1/oauth/tokens";
+
+/// Most bytes of an error body [`iceberg_errors`] reads to reshape it; every error body this
+/// API or axum answers is far smaller, and a larger one keeps only its status.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// The Iceberg exception type of a status the door answers outside a handler (fallbacks,
+/// body limits, extractor rejections, transport limits).
+fn kind_of(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => "NotAuthorizedException",
+        StatusCode::FORBIDDEN => "ForbiddenException",
+        StatusCode::NOT_FOUND => "NotFoundException",
+        StatusCode::NOT_ACCEPTABLE => "UnsupportedOperationException",
+        StatusCode::CONFLICT => "ConflictException",
+        StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableException",
+        s if s.is_server_error() => "InternalServerError",
+        _ => "BadRequestException",
+    }
+}
+
+/// Whether `v` already is an Iceberg error answer for `status`.
+fn is_iceberg_shape(v: &serde_json::Value, status: StatusCode) -> bool {
+    let e = &v["error"];
+    e["message"].is_string() && e["type"].is_string() && e["code"] == status.as_u16()
+}
+
+/// Whether a request's body is declared JSON or not declared at all (engines that send no
+/// body, or one without a `Content-Type`, are served as before).
+fn json_or_untyped(headers: &axum::http::HeaderMap) -> bool {
+    match headers.get(axum::http::header::CONTENT_TYPE) {
+        None => true,
+        Some(v) => v.to_str().is_ok_and(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        }),
+    }
+}
+
+/// A middleware of the whole router: a request under `/iceberg/` (the token route aside)
+/// whose body is declared as anything but JSON is `415`; every error answer under `/iceberg/` that is not
+/// already in the Iceberg shape (the API's `404`/`405` fallbacks, the `413` body limit, the
+/// `414`/`431` request limits, axum's text rejections of a path, a query or a body) is
+/// answered as `{"error": {"message", "type", "code"}}` with the same status, keeping the
+/// message and the headers that tell the client what to do (`Allow`, `Retry-After`,
+/// `WWW-Authenticate`).
+pub async fn iceberg_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let path = req.uri().path();
+    let ours = (path == "/iceberg" || path.starts_with("/iceberg/")) && path != OAUTH_TOKENS;
+    if ours && !json_or_untyped(req.headers()) {
+        return IcebergError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "BadRequestException",
+            "request bodies must be application/json",
+        )
+        .into_response();
+    }
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !ours || !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_ERROR_BODY_BYTES)
+        .await
+        .unwrap_or_default();
+    let value = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
+    if value.as_ref().is_some_and(|v| is_iceberg_shape(v, status)) {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    let message = match &value {
+        Some(v) if v["error"]["message"].is_string() => {
+            let text = v["error"]["message"].as_str().unwrap_or_default();
+            match v["error"]["details"]["error_id"].as_str() {
+                Some(id) if !text.contains(id) => format!("{text} (error id {id})"),
+                _ => text.to_owned(),
+            }
+        }
+        _ => std::str::from_utf8(&bytes)
+            .ok()
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && !status.is_server_error())
+            .map(str::to_owned)
+            .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_lowercase()),
+    };
+    let mut out = IcebergError::new(status, kind_of(status), message).into_response();
+    for name in [
+        axum::http::header::ALLOW,
+        axum::http::header::RETRY_AFTER,
+        axum::http::header::WWW_AUTHENTICATE,
+    ] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
+}

@@ -133,10 +133,12 @@ pub fn routes(config: IcebergConfig) -> Router<AppState> {
 /// The whole API with the Iceberg endpoint: what both hosts serve.
 pub fn router(state: AppState, config: IcebergConfig) -> axum::Router {
     flotilla_http::router_with(state, routes(config))
+        .layer(axum::middleware::from_fn(error::iceberg_errors))
 }
 
 /// The Iceberg endpoint alone, under the API's layers (fallbacks, limits, metrics, tracing):
 /// what the `iceberg` Lambda function serves, so that it links none of the `/v1` routes.
 pub fn iceberg_router(state: AppState, config: IcebergConfig) -> axum::Router {
     flotilla_http::layered(state, routes(config))
+        .layer(axum::middleware::from_fn(error::iceberg_errors))
 }

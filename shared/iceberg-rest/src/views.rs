@@ -105,15 +105,7 @@ async fn load_view_record(
 }
 
 async fn read_view_metadata(ctx: &Ctx, location: &str) -> IcebergResult<ViewMetadata> {
-    let path = ctx.object_path(location)?;
-    let store = ctx.store()?;
-    let bytes = store
-        .get(&path)
-        .await
-        .map_err(IcebergError::unavailable)?
-        .bytes()
-        .await
-        .map_err(IcebergError::unavailable)?;
+    let bytes = crate::commit::read_metadata_file(ctx, location).await?;
     serde_json::from_slice(&bytes).map_err(|e| {
         IcebergError::bad_request(format!(
             "{location} is not valid Iceberg view metadata: {e}"

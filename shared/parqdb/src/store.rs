@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::{Path as FsPath, PathBuf};
+use std::path::Path as FsPath;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
-use object_store::{ClientOptions, ObjectStore, RetryConfig};
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 
 use crate::error::{IndexCatalogError, Result};
 use crate::location::{Warehouse, WarehouseKind};
@@ -52,16 +52,60 @@ pub trait WarehouseStores: Send + Sync + 'static {
         &S3_ONLY
     }
 
-    /// Reads one object of at most [`MAX_METADATA_BYTES`]. Default: through [`Self::open`],
-    /// within [`DEFAULT_READ_DEADLINE`].
+    /// Reads one object of at most [`MAX_METADATA_BYTES`] (see [`Self::read_at_most`]).
     fn read<'a>(
         &'a self,
         warehouse: &'a Warehouse,
         relative: &'a str,
     ) -> BoxFuture<'a, Result<Vec<u8>, ReadError>> {
+        self.read_at_most(warehouse, relative, MAX_METADATA_BYTES)
+    }
+
+    /// Reads one object of at most `max` bytes, refusing a larger one before and while
+    /// reading. Default: through [`Self::open`], within [`DEFAULT_READ_DEADLINE`].
+    fn read_at_most<'a>(
+        &'a self,
+        warehouse: &'a Warehouse,
+        relative: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ReadError>> {
         Box::pin(async move {
             let store = self.open(warehouse).map_err(ReadError::Catalog)?;
-            with_deadline(DEFAULT_READ_DEADLINE, read_capped(store.as_ref(), relative)).await
+            with_deadline(
+                DEFAULT_READ_DEADLINE,
+                read_capped(store.as_ref(), relative, max),
+            )
+            .await
+        })
+    }
+
+    /// The size in bytes of one object, read as [`Self::read_at_most`] would reach it (a
+    /// local path that is not a regular file reached without a symlink reads as missing or
+    /// refused, never blocks). Default: through [`Self::open`], within
+    /// [`DEFAULT_READ_DEADLINE`].
+    fn size<'a>(
+        &'a self,
+        warehouse: &'a Warehouse,
+        relative: &'a str,
+    ) -> BoxFuture<'a, Result<u64, ReadError>> {
+        Box::pin(async move {
+            let store = self.open(warehouse).map_err(ReadError::Catalog)?;
+            with_deadline(DEFAULT_READ_DEADLINE, head_size(store.as_ref(), relative)).await
+        })
+    }
+
+    /// Deletes every object below the directory `relative` (a table root). Default: every
+    /// object the store lists there. Local warehouses never follow a symlink: a link is
+    /// removed, never what it points to, and nothing is removed when the directory is reached
+    /// through a symlinked parent.
+    fn purge<'a>(
+        &'a self,
+        warehouse: &'a Warehouse,
+        relative: &'a str,
+    ) -> BoxFuture<'a, Result<(), ReadError>> {
+        Box::pin(async move {
+            let store = self.open(warehouse).map_err(ReadError::Catalog)?;
+            purge_listed(store.as_ref(), relative).await
         })
     }
 
@@ -148,9 +192,12 @@ impl DefaultWarehouseStores {
             .map_err(|e| IndexCatalogError::invalid_argument(format!("warehouse: {e}")))
     }
 
-    /// A local read on the bounded pool: the permit travels into the blocking call and is
-    /// released only when that call returns, even if the caller gave up at its deadline.
-    async fn read_local(&self, dir: PathBuf, relative: &str) -> Result<Vec<u8>, ReadError> {
+    /// A local operation on the bounded pool: the permit travels into the blocking call and
+    /// is released only when that call returns, even if the caller gave up at its deadline.
+    async fn local<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, ReadError> + Send + 'static,
+    ) -> Result<T, ReadError> {
         let deadline = tokio::time::Instant::now() + self.limits.read_deadline;
         let timed_out = || {
             ReadError::Catalog(IndexCatalogError::Unavailable {
@@ -165,10 +212,9 @@ impl DefaultWarehouseStores {
                     message: "warehouse I/O pool closed".into(),
                 })
             })?;
-        let path = dir.join(relative);
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            read_regular_file(&path, MAX_METADATA_BYTES)
+            work()
         });
         match tokio::time::timeout_at(deadline, task).await {
             Ok(Ok(result)) => result,
@@ -240,22 +286,60 @@ impl WarehouseStores for DefaultWarehouseStores {
         &self.policy
     }
 
-    fn read<'a>(
+    fn read_at_most<'a>(
         &'a self,
         warehouse: &'a Warehouse,
         relative: &'a str,
+        max: usize,
     ) -> BoxFuture<'a, Result<Vec<u8>, ReadError>> {
         Box::pin(async move {
             self.admit(warehouse).map_err(ReadError::Catalog)?;
             if let Some(dir) = self.policy.local_dir(warehouse) {
-                return self.read_local(dir, relative).await;
+                let path = dir.join(relative);
+                return self.local(move || read_regular_file(&path, max)).await;
             }
             let store = self.open(warehouse).map_err(ReadError::Catalog)?;
             with_deadline(
                 self.limits.read_deadline,
-                read_capped(store.as_ref(), relative),
+                read_capped(store.as_ref(), relative, max),
             )
             .await
+        })
+    }
+
+    fn size<'a>(
+        &'a self,
+        warehouse: &'a Warehouse,
+        relative: &'a str,
+    ) -> BoxFuture<'a, Result<u64, ReadError>> {
+        Box::pin(async move {
+            self.admit(warehouse).map_err(ReadError::Catalog)?;
+            if let Some(dir) = self.policy.local_dir(warehouse) {
+                let path = dir.join(relative);
+                return self.local(move || regular_file_size(&path)).await;
+            }
+            let store = self.open(warehouse).map_err(ReadError::Catalog)?;
+            with_deadline(
+                self.limits.read_deadline,
+                head_size(store.as_ref(), relative),
+            )
+            .await
+        })
+    }
+
+    fn purge<'a>(
+        &'a self,
+        warehouse: &'a Warehouse,
+        relative: &'a str,
+    ) -> BoxFuture<'a, Result<(), ReadError>> {
+        Box::pin(async move {
+            self.admit(warehouse).map_err(ReadError::Catalog)?;
+            if let Some(dir) = self.policy.local_dir(warehouse) {
+                let relative = relative.trim_matches('/').to_owned();
+                return self.local(move || purge_local(&dir, &relative)).await;
+            }
+            let store = self.open(warehouse).map_err(ReadError::Catalog)?;
+            purge_listed(store.as_ref(), relative).await
         })
     }
 
@@ -327,6 +411,129 @@ fn read_regular_file(path: &FsPath, max: usize) -> Result<Vec<u8>, ReadError> {
     Ok(out)
 }
 
+/// The size of a local regular file reached without a symlink; anything else reads as
+/// missing (a symlink anywhere) or is refused (a FIFO, a device, a directory). Only `lstat`:
+/// nothing is opened.
+fn regular_file_size(path: &FsPath) -> Result<u64, ReadError> {
+    if !literal_is_canonical(path) {
+        return Err(ReadError::NotFound);
+    }
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ReadError::NotFound),
+        Err(_) => {
+            return Err(ReadError::Catalog(
+                IndexCatalogError::InvalidIndexMetadata {
+                    rule: Rule::MetadataLocation,
+                    message: "the metadata file cannot be read".into(),
+                },
+            ));
+        }
+    };
+    if !meta.file_type().is_file() {
+        return Err(ReadError::Catalog(
+            IndexCatalogError::InvalidIndexMetadata {
+                rule: Rule::MetadataLocation,
+                message: "the metadata location does not name a regular file".into(),
+            },
+        ));
+    }
+    Ok(meta.len())
+}
+
+/// Removes everything below `dir/relative` without following a symlink: a link (to a file
+/// or a directory) is unlinked, its target stays. A table root reached through a symlinked
+/// parent is left alone (its literal path leads outside what it names), and a table root
+/// that is itself a link loses only the link.
+fn purge_local(dir: &FsPath, relative: &str) -> Result<(), ReadError> {
+    let failed = |e: std::io::Error| {
+        ReadError::Catalog(IndexCatalogError::Unavailable {
+            message: format!("purging the table directory failed: {e}"),
+        })
+    };
+    if relative.is_empty()
+        || relative
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(ReadError::Catalog(IndexCatalogError::InvalidArgument {
+            message: "a purge names a directory below the warehouse".into(),
+        }));
+    }
+    let root = dir.join(relative);
+    let Some(parent) = root.parent() else {
+        return Ok(());
+    };
+    if !literal_is_canonical(parent) {
+        return Ok(());
+    }
+    let meta = match std::fs::symlink_metadata(&root) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(failed(e)),
+    };
+    if !meta.is_dir() {
+        return std::fs::remove_file(&root).map_err(failed);
+    }
+    remove_tree_no_follow(&root).map_err(failed)
+}
+
+/// Depth-first removal of a real directory; symlinks and other non-directories are unlinked.
+fn remove_tree_no_follow(path: &FsPath) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        let p = entry.path();
+        // `DirEntry::file_type` does not follow symlinks.
+        if entry.file_type()?.is_dir() {
+            remove_tree_no_follow(&p)?;
+        } else {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    match std::fs::remove_dir(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes every object a store lists below `relative`.
+async fn purge_listed(store: &dyn ObjectStore, relative: &str) -> Result<(), ReadError> {
+    let dir = Path::parse(relative.trim_matches('/')).map_err(|e| {
+        ReadError::Catalog(IndexCatalogError::InvalidArgument {
+            message: format!("the table location is not a valid object path: {e}"),
+        })
+    })?;
+    let mut listing = store.list(Some(&dir));
+    while let Some(item) = listing.next().await {
+        let item = item.map_err(|e| ReadError::Catalog(unavailable(e)))?;
+        match store.delete(&item.location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(ReadError::Catalog(unavailable(e))),
+        }
+    }
+    Ok(())
+}
+
+/// The size of one object from its metadata (`HEAD`).
+async fn head_size(store: &dyn ObjectStore, relative: &str) -> Result<u64, ReadError> {
+    let path = Path::parse(relative).map_err(|e| {
+        ReadError::Catalog(IndexCatalogError::InvalidIndexMetadata {
+            rule: Rule::MetadataLocation,
+            message: format!("metadata location is not a valid object path: {e}"),
+        })
+    })?;
+    match store.head(&path).await {
+        Ok(meta) => Ok(meta.size),
+        Err(object_store::Error::NotFound { .. }) => Err(ReadError::NotFound),
+        Err(e) => Err(ReadError::Catalog(unavailable(e))),
+    }
+}
+
 async fn with_deadline<T>(
     deadline: Duration,
     read: impl std::future::Future<Output = Result<T, ReadError>>,
@@ -347,11 +554,12 @@ pub enum ReadError {
     Catalog(IndexCatalogError),
 }
 
-/// Reads one object of at most [`MAX_METADATA_BYTES`], refusing larger ones before and while
-/// streaming (the size in the listing may not be trusted).
+/// Reads one object of at most `max` bytes, refusing larger ones before and while streaming
+/// (the size in the listing may not be trusted).
 pub(crate) async fn read_capped(
     store: &dyn ObjectStore,
     relative: &str,
+    max: usize,
 ) -> Result<Vec<u8>, ReadError> {
     let path = Path::parse(relative).map_err(|e| {
         ReadError::Catalog(IndexCatalogError::InvalidIndexMetadata {
@@ -362,7 +570,7 @@ pub(crate) async fn read_capped(
     let too_large = || {
         ReadError::Catalog(IndexCatalogError::InvalidIndexMetadata {
             rule: Rule::Size,
-            message: format!("metadata file is larger than {MAX_METADATA_BYTES} bytes"),
+            message: format!("metadata file is larger than {max} bytes"),
         })
     };
     let result = match store.get_opts(&path, Default::default()).await {
@@ -370,14 +578,14 @@ pub(crate) async fn read_capped(
         Err(object_store::Error::NotFound { .. }) => return Err(ReadError::NotFound),
         Err(e) => return Err(ReadError::Catalog(unavailable(e))),
     };
-    if result.meta.size > MAX_METADATA_BYTES as u64 {
+    if result.meta.size > max as u64 {
         return Err(too_large());
     }
     let mut out = Vec::new();
     let mut stream = result.into_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| ReadError::Catalog(unavailable(e)))?;
-        if out.len() + chunk.len() > MAX_METADATA_BYTES {
+        if out.len() + chunk.len() > max {
             return Err(too_large());
         }
         out.extend_from_slice(&chunk);
