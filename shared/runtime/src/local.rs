@@ -292,7 +292,8 @@ impl Drop for ReconcileTasks {
 
 /// Starts the same scheduler and reconciler the Lambdas run, in-process, on the stack's
 /// queue: a pass every `FLOTILLA_SCHEDULE_SECS` seconds (default 60) enqueues due overlays,
-/// one worker runs them and the jobs the routes enqueue.
+/// and the worker runs them and the jobs the routes enqueue, a few at a time and fairly
+/// between accounts (`WorkerOptions::from_env`).
 pub fn spawn_reconcile(state: &AppState, work: LocalQueue) -> ReconcileTasks {
     use crate::queue::{WorkerOptions, run_channel_worker, run_scheduler_loop};
     let every = std::env::var("FLOTILLA_SCHEDULE_SECS")
@@ -311,7 +312,7 @@ pub fn spawn_reconcile(state: &AppState, work: LocalQueue) -> ReconcileTasks {
         connector,
         queue.clone(),
         rx,
-        WorkerOptions::default(),
+        WorkerOptions::from_env(),
     ));
     let scheduler = tokio::spawn(run_scheduler_loop(
         state.clone(),
