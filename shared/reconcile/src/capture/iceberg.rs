@@ -1,5 +1,8 @@
 //! Reading an Iceberg table's current snapshot from the upstream's storage: the metadata
-//! file, the snapshot's manifest list and its manifests, parsed with the `iceberg` crate.
+//! file, the snapshot's manifest list and its manifests, parsed with the `iceberg` crate
+//! once [`avro::check_container`] has walked each Avro object within its bounds.
+
+use std::collections::HashSet;
 
 use iceberg::spec::{
     DataContentType, FormatVersion, Manifest, ManifestContentType, ManifestList, TableMetadata,
@@ -8,11 +11,17 @@ use iceberg::spec::{
 use object_store::ObjectStoreExt;
 use serde_json::{Value, json};
 
+use super::avro::{self, InflateBudget, Refusal};
 use super::record::{CapturedFile, FileStats};
 use super::storage::{StorageError, UpstreamFiles};
 
 /// The largest metadata file, manifest list or manifest capture reads.
 pub const MAX_METADATA_BYTES: u64 = 64 * 1024 * 1024;
+/// The most distinct manifests one snapshot's manifest list may name.
+pub const MAX_MANIFESTS_PER_SNAPSHOT: usize = 10_000;
+/// The error code of an upstream object refused for its size: it inflates further, or
+/// holds more entries or manifests, than capture reads.
+pub const TOO_LARGE: &str = "UPSTREAM_OBJECT_TOO_LARGE";
 
 /// Why reading a table failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +34,39 @@ pub enum ReadError {
     /// The upstream's files are not what their metadata says (permanent until they change).
     #[error("{location}: {message}")]
     Corrupt { location: String, message: String },
+    /// The object inflates further, or holds more entries, than capture reads
+    /// ([`TOO_LARGE`]; permanent until it changes).
+    #[error("{TOO_LARGE}: {location}: {message}")]
+    TooLarge { location: String, message: String },
+}
+
+impl ReadError {
+    /// The stable code of a refusal for size, when it is one.
+    pub fn code(&self) -> Option<&'static str> {
+        matches!(self, ReadError::TooLarge { .. }).then_some(TOO_LARGE)
+    }
+}
+
+/// Reads the Avro object (manifest list or manifest) at `location` and walks it within its
+/// bounds, spending the job's inflate `budget` (`docs/reliability.md`, "Decompression and
+/// entry counts are bounded").
+pub async fn read_avro(
+    files: &UpstreamFiles,
+    location: &str,
+    budget: &InflateBudget,
+) -> Result<Vec<u8>, ReadError> {
+    let bytes = read_object(files, location).await?;
+    match avro::check_container(&bytes, budget) {
+        Ok(_) => Ok(bytes),
+        Err(Refusal::TooLarge(message)) => Err(ReadError::TooLarge {
+            location: location.to_owned(),
+            message,
+        }),
+        Err(Refusal::Corrupt(message)) => Err(ReadError::Corrupt {
+            location: location.to_owned(),
+            message,
+        }),
+    }
 }
 
 pub async fn read_object(files: &UpstreamFiles, location: &str) -> Result<Vec<u8>, ReadError> {
@@ -75,11 +117,14 @@ pub struct SnapshotFiles {
 }
 
 /// Reads the metadata at `metadata_location` and every live data file of its current
-/// snapshot, at most `max_files` of them.
+/// snapshot, at most `max_files` of them. Each manifest the list names is read once, however
+/// often it is named; a list naming more than [`MAX_MANIFESTS_PER_SNAPSHOT`] distinct
+/// manifests is refused.
 pub async fn read_snapshot(
     files: &UpstreamFiles,
     metadata_location: &str,
     max_files: usize,
+    budget: &InflateBudget,
 ) -> Result<SnapshotFiles, ReadError> {
     let corrupt = |location: &str, message: String| ReadError::Corrupt {
         location: location.to_owned(),
@@ -105,12 +150,29 @@ pub async fn read_snapshot(
     };
     let version: FormatVersion = out.metadata.format_version();
     let list_location = snapshot.manifest_list().to_owned();
-    let bytes = read_object(files, &list_location).await?;
+    let bytes = read_avro(files, &list_location, budget).await?;
     let list = ManifestList::parse_with_version(&bytes, version)
         .map_err(|e| corrupt(&list_location, format!("unreadable manifest list: {e}")))?;
+    drop(bytes);
+    let mut seen: HashSet<&str> = HashSet::new();
+    let manifests: Vec<_> = list
+        .entries()
+        .iter()
+        .filter(|mf| seen.insert(mf.manifest_path.as_str()))
+        .collect();
+    if manifests.len() > MAX_MANIFESTS_PER_SNAPSHOT {
+        return Err(ReadError::TooLarge {
+            location: list_location,
+            message: format!(
+                "the manifest list names {} distinct manifests; at most \
+                 {MAX_MANIFESTS_PER_SNAPSHOT} are read",
+                manifests.len()
+            ),
+        });
+    }
     let schema = out.metadata.current_schema().clone();
-    for mf in list.entries() {
-        let bytes = read_object(files, &mf.manifest_path).await?;
+    for mf in manifests {
+        let bytes = read_avro(files, &mf.manifest_path, budget).await?;
         let manifest = Manifest::parse_avro(&bytes)
             .map_err(|e| corrupt(&mf.manifest_path, format!("unreadable manifest: {e}")))?;
         let part_type = manifest

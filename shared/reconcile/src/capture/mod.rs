@@ -18,6 +18,7 @@
 //! beyond the plan's two strong prefix reads of the catalog partition: no upstream request
 //! and no write.
 
+pub mod avro;
 pub mod delta;
 pub mod footer_bounds;
 pub mod iceberg;
@@ -162,7 +163,12 @@ pub async fn execute(
         unchanged: plan.unchanged,
         ..CaptureSummary::default()
     };
-    let job = Job { state, plan, opts };
+    let job = Job {
+        state,
+        plan,
+        opts,
+        inflate: avro::InflateBudget::default(),
+    };
     if !plan.tables.is_empty() {
         let client = client.ok_or_else(|| {
             ReconcileError::Api(Error::internal("capture needs an upstream client"))
@@ -312,6 +318,8 @@ struct Job<'a> {
     state: &'a AppState,
     plan: &'a CapturePlan,
     opts: &'a CaptureOptions,
+    /// The inflated bytes the job's Avro objects may still take, over all its tables.
+    inflate: avro::InflateBudget,
 }
 
 impl Job<'_> {
@@ -422,7 +430,9 @@ impl Job<'_> {
         };
         let upstream = UpstreamFiles::new(vended, self.state.config.allow_insecure_upstreams);
         if pointer.validation != ValidationState::NotReadable {
-            match iceberg::read_snapshot(&upstream, &location, self.opts.max_files).await {
+            match iceberg::read_snapshot(&upstream, &location, self.opts.max_files, &self.inflate)
+                .await
+            {
                 Err(iceberg::ReadError::Storage(StorageError::NotReadable(r))) => {
                     pointer.validation = ValidationState::NotReadable;
                     pointer.reason = Some(r);
@@ -434,6 +444,14 @@ impl Job<'_> {
                 Err(e @ iceberg::ReadError::Unavailable { .. }) => {
                     return Err(TableError::Failed {
                         retryable: true,
+                        reason: e.to_string(),
+                    });
+                }
+                // Refused for its size (UPSTREAM_OBJECT_TOO_LARGE, naming the object):
+                // nothing is published, and reading it again would be refused again.
+                Err(e @ iceberg::ReadError::TooLarge { .. }) => {
+                    return Err(TableError::Failed {
+                        retryable: false,
                         reason: e.to_string(),
                     });
                 }

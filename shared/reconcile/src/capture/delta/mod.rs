@@ -91,6 +91,10 @@ impl From<ReadError> for Short {
                 reason: e.to_string(),
             }),
             ReadError::Corrupt { location, message } => Short::Corrupt { location, message },
+            e @ ReadError::TooLarge { .. } => Short::Failed(TableError::Failed {
+                retryable: false,
+                reason: e.to_string(),
+            }),
         }
     }
 }
