@@ -43,6 +43,9 @@ pub struct IcebergConfig {
     pub confirmed_claims: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
     /// Who answers the OAuth2 token route (`oauth.rs`): the host itself by default.
     pub token_exchange: crate::oauth::TokenExchange,
+    /// The memory all metadata loads of the process hold at once (`budget.rs`): default
+    /// [`crate::budget::DEFAULT_LOAD_BUDGET_BYTES`], waits bounded by the read deadline.
+    pub load_budget: crate::budget::LoadBudget,
 }
 
 impl std::fmt::Debug for IcebergConfig {
@@ -51,6 +54,7 @@ impl std::fmt::Debug for IcebergConfig {
             .field("local_warehouse_root", &self.local_warehouse_root)
             .field("vending", &self.vending.is_some())
             .field("token_exchange", &self.token_exchange)
+            .field("load_budget", &self.load_budget.bytes())
             .finish()
     }
 }

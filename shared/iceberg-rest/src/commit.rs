@@ -12,6 +12,7 @@ use flotilla_domain::model::{RelationKind, RelationRecord};
 use flotilla_domain::names::{NamespacePath, new_id};
 use flotilla_metastore::{Op, Transaction};
 use flotilla_parqdb::error::IndexCatalogError;
+use flotilla_parqdb::metadata::Rule;
 use flotilla_parqdb::store::ReadError;
 use flotilla_services::service::events::{self, Operation};
 use flotilla_services::service::namespaces::child_guards;
@@ -24,11 +25,17 @@ use iceberg::{TableRequirement, TableUpdate};
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde_json::Value;
 
+use crate::budget::{LoadPermit, SMALL_LOAD_BYTES};
 use crate::catalog::Ctx;
 use crate::error::{IcebergError, IcebergResult, Missing};
 
 /// Largest metadata file read back (a guard against a runaway file).
-const MAX_METADATA_BYTES: usize = 64 * 1024 * 1024;
+pub const MAX_METADATA_BYTES: usize = 64 * 1024 * 1024;
+/// Largest metadata document (table or view) a commit, create or replace writes: one that
+/// would be larger is refused and nothing is written (`docs/reliability.md`, "Legal
+/// operations cannot exhaust memory"). Files already larger (up to [`MAX_METADATA_BYTES`])
+/// still load, under the load budget.
+pub const MAX_WRITTEN_METADATA_BYTES: usize = 16 * 1024 * 1024;
 /// Tables per multi-table commit: one metastore transaction holds them all.
 pub const MAX_TABLES_PER_COMMIT: usize = 24;
 
@@ -121,11 +128,55 @@ pub async fn require_table(
 /// Reads and parses a metadata file of the catalog's warehouse.
 pub async fn read_metadata(ctx: &Ctx, location: &str) -> IcebergResult<TableMetadata> {
     let bytes = read_metadata_file(ctx, location).await?;
-    serde_json::from_slice::<TableMetadata>(&bytes).map_err(|e| {
+    parse_metadata(location, &bytes)
+}
+
+/// Parses the bytes of a table metadata file.
+pub fn parse_metadata(location: &str, bytes: &[u8]) -> IcebergResult<TableMetadata> {
+    serde_json::from_slice::<TableMetadata>(bytes).map_err(|e| {
         IcebergError::bad_request(format!(
             "{location} is not valid Iceberg table metadata: {e}"
         ))
     })
+}
+
+/// The bytes of a metadata file read for a load, with the load's share of the process's load
+/// budget (`budget.rs`), which the caller holds until its answer is sent. The file is first
+/// read under the charge of a small file; a larger one is read again under a charge for its
+/// size, so that no load allocates for a large file before the budget admits it.
+pub async fn read_for_load(
+    ctx: &Ctx,
+    location: &str,
+    what: &str,
+) -> IcebergResult<(LoadPermit, Vec<u8>)> {
+    let budget = &ctx.config.load_budget;
+    let path = ctx.object_path(location)?;
+    let stores = &ctx.state.index_stores;
+    let small = budget.acquire(0, what).await?;
+    match stores
+        .read_at_most(&ctx.warehouse, path.as_ref(), SMALL_LOAD_BYTES)
+        .await
+    {
+        Ok(bytes) => return Ok((small, bytes)),
+        Err(ReadError::Catalog(IndexCatalogError::InvalidIndexMetadata {
+            rule: Rule::Size,
+            ..
+        })) => {}
+        Err(e) => return Err(read_error(location, e)),
+    }
+    drop(small);
+    let size = stores
+        .size(&ctx.warehouse, path.as_ref())
+        .await
+        .map_err(|e| read_error(location, e))?;
+    if size > MAX_METADATA_BYTES as u64 {
+        return Err(IcebergError::bad_request(format!(
+            "metadata file {location}: metadata file is larger than {MAX_METADATA_BYTES} bytes"
+        )));
+    }
+    let permit = budget.acquire(size, what).await?;
+    let bytes = read_metadata_file(ctx, location).await?;
+    Ok((permit, bytes))
 }
 
 /// The bytes of a metadata file (table or view) of the catalog's warehouse, through the
@@ -175,12 +226,28 @@ fn version_of(location: &str) -> Option<u64> {
         .flatten()
 }
 
-/// Writes `metadata` as the next metadata file of its table; returns its location.
+/// Refuses a metadata document of `len` bytes for `what` (`table db.t`) larger than
+/// [`MAX_WRITTEN_METADATA_BYTES`].
+pub fn check_written_size(what: &str, len: usize) -> IcebergResult<()> {
+    if len <= MAX_WRITTEN_METADATA_BYTES {
+        return Ok(());
+    }
+    Err(IcebergError::bad_request(format!(
+        "METADATA_TOO_LARGE: the new metadata of {what} would be {len} bytes, more than the \
+         limit of {MAX_WRITTEN_METADATA_BYTES} bytes (16 MiB); nothing was written. Keep large \
+         values out of properties, or expire snapshots and remove old schemas first"
+    )))
+}
+
+/// Writes `metadata` as the next metadata file of its table (`what`, as `table db.t`);
+/// returns its location. A document larger than [`MAX_WRITTEN_METADATA_BYTES`] is refused
+/// before anything is written.
 pub async fn write_metadata(
     ctx: &Ctx,
     store: &dyn ObjectStore,
     previous: Option<&str>,
     metadata: &TableMetadata,
+    what: &str,
 ) -> IcebergResult<String> {
     let version = previous.and_then(version_of).map_or(0, |v| v + 1);
     let root = metadata.location().trim_end_matches('/');
@@ -190,6 +257,7 @@ pub async fn write_metadata(
     );
     let path = ctx.object_path(&location)?;
     let bytes = crate::metadata::to_vec(metadata)?;
+    check_written_size(what, bytes.len())?;
     store
         .put(&path, Bytes::from(bytes).into())
         .await
@@ -460,8 +528,14 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                         metadata.location()
                     )));
                 }
-                let location =
-                    write_metadata(ctx, store.as_ref(), base_loc.as_deref(), &metadata).await?;
+                let location = write_metadata(
+                    ctx,
+                    store.as_ref(),
+                    base_loc.as_deref(),
+                    &metadata,
+                    &format!("table {ns}.{name}"),
+                )
+                .await?;
                 written.push(location.clone());
                 let rec = next_record(
                     base_rec.map(|r| &r.value),

@@ -11,6 +11,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use axum::http::HeaderMap;
+use flotilla_catalog_access::http::{AddressRefused, PolicyResolver};
+use flotilla_catalog_access::object_storage;
 use flotilla_catalog_access::spi::{StorageCredential, VendedCredentials};
 use flotilla_domain::model::{IntegrationRecord, RelationRecord};
 use flotilla_metastore::Consistency;
@@ -19,6 +21,7 @@ use flotilla_reconcile::capture::storage::{CatalogFiles, UpstreamFiles};
 use object_store::ObjectStoreExt;
 use serde_json::{Value, json};
 
+use crate::budget::LoadPermit;
 use crate::catalog::Ctx;
 use crate::error::{IcebergError, IcebergResult, Missing};
 use crate::vending::{self, Vended};
@@ -186,6 +189,7 @@ async fn upstream_credentials(
                 )
             }
         })?;
+    check_vended_storage(ctx, rec, &vended).await?;
     as_vended(&vended, location).map(Some).ok_or_else(|| {
         not_readable(
             rec,
@@ -197,6 +201,54 @@ async fn upstream_credentials(
     })
 }
 
+/// Refuses to hand engines storage settings capture would refuse to use
+/// (`docs/reliability.md`, "Capture honours the address policy"): an `s3.endpoint` the
+/// upstream vends goes through the host's address policy (a URL; `https`, plain `http` only
+/// with insecure upstreams; a literal address, or every address its name resolves to, never
+/// link-local, a metadata service or unspecified; loopback and private ranges only with
+/// insecure upstreams), and an `s3.region` must be a region name. A refused one answers
+/// `404` not readable through Flotilla naming the policy (never the address), and no
+/// credentials at all: an engine given the credentials without the endpoint would send
+/// them, and its reads, to whatever its own defaults name.
+async fn check_vended_storage(
+    ctx: &Ctx,
+    rec: &RelationRecord,
+    vended: &VendedCredentials,
+) -> IcebergResult<()> {
+    let s3 = vended.s3_settings();
+    if let Some(region) = s3.region.as_deref()
+        && !object_storage::is_region_name(region)
+    {
+        return Err(not_readable(
+            rec,
+            "the S3 region the upstream vends is not a region name",
+        ));
+    }
+    let Some(endpoint) = s3.endpoint.as_deref() else {
+        return Ok(());
+    };
+    let refused = |r: &dyn std::fmt::Display| {
+        not_readable(
+            rec,
+            &format!(
+                "the S3 endpoint the upstream vends was {r}; its credentials are not handed out"
+            ),
+        )
+    };
+    let policy = flotilla_services::access::http_policy(&ctx.state);
+    let url = object_storage::check_endpoint(&policy, endpoint).map_err(|r| refused(&r))?;
+    if let Some(url::Host::Domain(host)) = url.host() {
+        PolicyResolver::new(policy.address, policy.static_hosts.clone())
+            .resolve_host(host)
+            .await
+            .map_err(|e| match e.downcast_ref::<AddressRefused>() {
+                Some(r) => refused(r),
+                None => IcebergError::unavailable(e),
+            })?;
+    }
+    Ok(())
+}
+
 async fn connect(
     ctx: &Ctx,
     integration: &IntegrationRecord,
@@ -206,12 +258,13 @@ async fn connect(
         .map_err(|e| IcebergError::unavailable(flotilla_base::error::Error::from(e)))
 }
 
-/// Reads the captured state object a pointer names.
+/// Reads the captured state object a pointer names, under a share of the process's load
+/// budget (`budget.rs`) for its size, taken before its bytes are read.
 async fn captured(
     ctx: &Ctx,
     rec: &RelationRecord,
     p: &CapturePointer,
-) -> IcebergResult<CapturedTable> {
+) -> IcebergResult<(LoadPermit, CapturedTable)> {
     let Some(object) = p.object.as_deref() else {
         return Err(not_readable(
             rec,
@@ -225,20 +278,42 @@ async fn captured(
         .get(&path)
         .await
         .map_err(IcebergError::unavailable)?;
+    let permit = ctx
+        .config
+        .load_budget
+        .acquire(
+            got.meta.size,
+            &format!("table {}.{}", rec.namespace, rec.name),
+        )
+        .await?;
     let bytes = got.bytes().await.map_err(IcebergError::unavailable)?;
-    serde_json::from_slice(&bytes).map_err(IcebergError::unavailable)
+    let table = serde_json::from_slice(&bytes).map_err(IcebergError::unavailable)?;
+    Ok((permit, table))
 }
 
-/// `loadTable` of a federated table.
-pub async fn load(ctx: &Ctx, headers: &HeaderMap, rec: &RelationRecord) -> IcebergResult<Value> {
+/// `loadTable` of a federated table, answered under a share of the load budget. Vended
+/// credentials are asked of the upstream without holding a share (a slow upstream holds no
+/// memory), and the captured state is read again for the answer.
+pub async fn load(
+    ctx: &Ctx,
+    headers: &HeaderMap,
+    rec: &RelationRecord,
+) -> IcebergResult<axum::response::Response> {
     let p = visible_pointer(ctx, rec).await?;
-    let table = captured(ctx, rec, &p).await?;
-    let vended =
-        if vending::wants_vended(headers) || !UpstreamFiles::needs_credentials(&table.location) {
-            upstream_credentials(ctx, rec, &table.location).await?
-        } else {
-            None
-        };
+    let (mut permit, mut table) = captured(ctx, rec, &p).await?;
+    let remote = UpstreamFiles::needs_credentials(&table.location);
+    let vended = if !remote {
+        upstream_credentials(ctx, rec, &table.location).await?
+    } else if vending::wants_vended(headers) {
+        let location = std::mem::take(&mut table.location);
+        drop(table);
+        drop(permit);
+        let vended = upstream_credentials(ctx, rec, &location).await?;
+        (permit, table) = captured(ctx, rec, &p).await?;
+        vended
+    } else {
+        None
+    };
     let (config, creds) = vending::render(&BTreeMap::new(), vended.as_ref());
     let mut v = json!({
         "metadata-location": p.metadata_location,
@@ -248,14 +323,14 @@ pub async fn load(ctx: &Ctx, headers: &HeaderMap, rec: &RelationRecord) -> Icebe
     if vended.is_some() {
         v["storage-credentials"] = creds;
     }
-    Ok(v)
+    crate::budget::json_response(v, permit)
 }
 
 /// `GET .../credentials` of a federated table: fresh credentials from the upstream.
 pub async fn credentials(ctx: &Ctx, rec: &RelationRecord) -> IcebergResult<Value> {
     let p = visible_pointer(ctx, rec).await?;
-    let table = captured(ctx, rec, &p).await?;
-    let vended = upstream_credentials(ctx, rec, &table.location).await?;
+    let location = captured(ctx, rec, &p).await?.1.location;
+    let vended = upstream_credentials(ctx, rec, &location).await?;
     let (_, creds) = vending::render(&BTreeMap::new(), vended.as_ref());
     Ok(json!({"storage-credentials": creds}))
 }

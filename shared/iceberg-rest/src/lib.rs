@@ -9,6 +9,7 @@
 //! requirements and applies its updates with the `iceberg` crate, writes the next metadata
 //! file, then swaps the pointer with one conditional metastore transaction.
 
+pub mod budget;
 pub mod catalog;
 pub mod commit;
 pub mod error;
@@ -27,6 +28,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use flotilla_services::state::AppState;
 
+pub use budget::LoadBudget;
 pub use catalog::IcebergConfig;
 pub use error::{IcebergError, IcebergResult};
 pub use oauth::TokenExchange;

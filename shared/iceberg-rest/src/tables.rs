@@ -349,7 +349,14 @@ pub async fn create_table(
         return Ok(Json(v).into_response());
     }
     let store = ctx.store()?;
-    let location = commit::write_metadata(&ctx, store.as_ref(), None, &metadata).await?;
+    let location = commit::write_metadata(
+        &ctx,
+        store.as_ref(),
+        None,
+        &metadata,
+        &format!("table {path}.{}", req.name),
+    )
+    .await?;
     let created = relations::create_table(
         &state,
         &ctx.account,
@@ -409,10 +416,13 @@ pub async fn load_table(
     )?;
     let (rec, loc) = commit::require_table(&ctx, &path, &table).await?;
     if crate::federated::is_federated(&ctx, &rec.value) {
-        let v = crate::federated::load(&ctx, &headers, &rec.value).await?;
-        return Ok(Json(v).into_response());
+        return crate::federated::load(&ctx, &headers, &rec.value).await;
     }
-    let metadata = commit::read_metadata(&ctx, &loc).await?;
+    // Read, parsed and answered under a share of the load budget (`budget.rs`).
+    let (permit, bytes) =
+        commit::read_for_load(&ctx, &loc, &format!("table {path}.{table}")).await?;
+    let metadata = commit::parse_metadata(&loc, &bytes)?;
+    drop(bytes);
     let v = load_result(
         &ctx,
         &headers,
@@ -421,7 +431,8 @@ pub async fn load_table(
         access_of(&ctx, &rec.value),
     )
     .await?;
-    Ok(Json(v).into_response())
+    drop(metadata);
+    crate::budget::json_response(v, permit)
 }
 
 pub async fn table_exists(

@@ -106,17 +106,24 @@ async fn load_view_record(
 
 async fn read_view_metadata(ctx: &Ctx, location: &str) -> IcebergResult<ViewMetadata> {
     let bytes = crate::commit::read_metadata_file(ctx, location).await?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    parse_view_metadata(location, &bytes)
+}
+
+fn parse_view_metadata(location: &str, bytes: &[u8]) -> IcebergResult<ViewMetadata> {
+    serde_json::from_slice(bytes).map_err(|e| {
         IcebergError::bad_request(format!(
             "{location} is not valid Iceberg view metadata: {e}"
         ))
     })
 }
 
+/// Writes the next metadata file of view `what` (`view db.v`); a document larger than
+/// [`crate::commit::MAX_WRITTEN_METADATA_BYTES`] is refused before anything is written.
 async fn write_view_metadata(
     ctx: &Ctx,
     previous: Option<&str>,
     metadata: &ViewMetadata,
+    what: &str,
 ) -> IcebergResult<String> {
     if !ctx.owns_location(metadata.location()) {
         return Err(IcebergError::bad_request(format!(
@@ -137,6 +144,7 @@ async fn write_view_metadata(
     let path = ctx.object_path(&location)?;
     let bytes = serde_json::to_vec(&crate::metadata::view_to_value(metadata)?)
         .map_err(IcebergError::internal)?;
+    crate::commit::check_written_size(what, bytes.len())?;
     ctx.store()?
         .put(&path, Bytes::from(bytes).into())
         .await
@@ -220,7 +228,8 @@ pub async fn create_view(
             req.name
         )));
     }
-    let metadata_location = write_view_metadata(&ctx, None, &metadata).await?;
+    let metadata_location =
+        write_view_metadata(&ctx, None, &metadata, &format!("view {path}.{}", req.name)).await?;
     let now = state.clock.now_rfc3339();
     let rec = RelationRecord {
         id: new_id(),
@@ -282,9 +291,21 @@ async fn current_view(
     ctx: &Ctx,
     rec: &RelationRecord,
 ) -> IcebergResult<(Option<String>, ViewMetadata)> {
+    current_view_from(ctx, rec, None).await
+}
+
+/// [`current_view`], with the bytes of its metadata file when the caller read them already.
+async fn current_view_from(
+    ctx: &Ctx,
+    rec: &RelationRecord,
+    read: Option<Vec<u8>>,
+) -> IcebergResult<(Option<String>, ViewMetadata)> {
     let from_file = match &rec.metadata_location {
         Some(loc) => {
-            let m = read_view_metadata(ctx, loc).await?;
+            let m = match read {
+                Some(bytes) => parse_view_metadata(loc, &bytes)?,
+                None => read_view_metadata(ctx, loc).await?,
+            };
             let (_, definitions, default_ns) = view_fields(&m)?;
             let same = json!(definitions) == json!(rec.definitions)
                 && default_ns == rec.default_namespace.clone().unwrap_or_default();
@@ -381,8 +402,19 @@ pub async fn load_view(
     let path = ns_from_segment(&ns)?;
     ctx.authorize(Action::Read, &view_securable(&ctx, &path, &view))?;
     let rec = load_view_record(&ctx, &path, &view).await?;
-    let (loc, metadata) = current_view(&ctx, &rec.value).await?;
-    Ok(Json(load_view_result(loc.as_deref(), &metadata)?).into_response())
+    // Read, parsed and answered under a share of the load budget (`budget.rs`).
+    let what = format!("view {path}.{view}");
+    let (permit, read) = match &rec.value.metadata_location {
+        Some(loc) => {
+            let (p, bytes) = crate::commit::read_for_load(&ctx, loc, &what).await?;
+            (p, Some(bytes))
+        }
+        None => (config.load_budget.acquire(0, &what).await?, None),
+    };
+    let (loc, metadata) = current_view_from(&ctx, &rec.value, read).await?;
+    let v = load_view_result(loc.as_deref(), &metadata)?;
+    drop(metadata);
+    crate::budget::json_response(v, permit)
 }
 
 pub async fn view_exists(
@@ -472,7 +504,13 @@ pub async fn replace_view(
             .build()
             .map_err(|e| IcebergError::bad_request(format!("invalid view: {}", e.message())))?
             .metadata;
-        let new_loc = write_view_metadata(&ctx, loc.as_deref(), &metadata).await?;
+        let new_loc = write_view_metadata(
+            &ctx,
+            loc.as_deref(),
+            &metadata,
+            &format!("view {path}.{view}"),
+        )
+        .await?;
         let (schema, definitions, default_ns) = view_fields(&metadata)?;
         let mut next = rec.value.clone();
         next.schema = schema;

@@ -1424,3 +1424,126 @@ async fn retiring_a_table_or_deleting_its_catalog_deletes_its_captured_state() {
     .unwrap();
     assert!(sweeps.is_empty(), "the sweep completed");
 }
+
+/// A hostile Iceberg REST upstream (`docs/reliability.md`, "Capture honours the address
+/// policy") whose table was captured through a good storage endpoint, then vends an
+/// `s3.endpoint` at a forbidden address when engines load it: the endpoint never hands that
+/// endpoint (nor the credentials meant for it) to an engine. A load asking for vended
+/// credentials, and a credentials renewal, answer `404` not readable naming the policy;
+/// a load that asks for none is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vended_s3_endpoint_at_a_forbidden_address_is_never_handed_to_engines() {
+    let moto = std::env::var("FLOTILLA_MOTO_ENDPOINT").expect(
+        "FLOTILLA_MOTO_ENDPOINT is not set: the federated test needs moto (scripts/test.sh)",
+    );
+    let bucket = "flotilla-vended-endpoint";
+    let r = reqwest::Client::new()
+        .put(format!("{moto}/{bucket}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success() || r.status().as_u16() == 409);
+    let root = format!("wh-{}/sales/remote", uuid::Uuid::new_v4().simple());
+    let mut metadata = remote_metadata();
+    metadata["location"] = json!(format!("s3://{bucket}/{root}"));
+    let key = format!("{root}/metadata/00000-a.metadata.json");
+    let r = reqwest::Client::new()
+        .put(format!("{moto}/{bucket}/{key}"))
+        .body(serde_json::to_vec(&metadata).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{r:?}");
+
+    let env = setup_with(None, true).await;
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.register_table(
+        &["sales"],
+        "remote",
+        &format!("s3://{bucket}/{key}"),
+        metadata,
+    );
+    // Credentials that expire within the client's renewal margin: every load asks the
+    // upstream again, so a changed vending is what the next load sees.
+    let expiring = (std::time::SystemTime::now() + std::time::Duration::from_secs(120))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    let vend = |endpoint: &str| {
+        BTreeMap::from([
+            ("s3.session-token".to_owned(), "hostile-session".to_owned()),
+            (
+                "s3.session-token-expires-at-ms".to_owned(),
+                expiring.clone(),
+            ),
+            (
+                "s3.access-key-id".to_owned(),
+                "AKIAHOSTILEUPSTREAM1".to_owned(),
+            ),
+            (
+                "s3.secret-access-key".to_owned(),
+                "hostile-secret".to_owned(),
+            ),
+            ("s3.region".to_owned(), "us-east-1".to_owned()),
+            ("s3.endpoint".to_owned(), endpoint.to_owned()),
+        ])
+    };
+    upstream.set_vended_static(vend(&moto));
+    let (_, overlay, lake, prefix) = overlay_of(&env, &upstream).await;
+    env.run_queue(&overlay).await;
+    let p = pointer(&env, &lake, &["sales"], "remote").await.unwrap();
+    assert_eq!(p["validation"], "VALID", "{p}");
+
+    let load = format!("/iceberg/v1/{prefix}/namespaces/sales/tables/remote");
+    let get = |path: String, vended: bool| {
+        let mut r = env
+            .http
+            .get(format!("{}{path}", env.endpoint))
+            .bearer_auth(ACME);
+        if vended {
+            r = r.header("X-Iceberg-Access-Delegation", "vended-credentials");
+        }
+        async move {
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    // A good endpoint (loopback, allowed with insecure upstreams) is handed on.
+    let (s, body) = get(load.clone(), true).await;
+    assert_eq!(s, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["storage-credentials"][0]["config"]["s3.endpoint"],
+        json!(moto),
+        "{v}"
+    );
+
+    for endpoint in [
+        "http://0.0.0.0:9000",
+        "http://169.254.169.254",
+        "http://[fd00:ec2::254]",
+        "http://[::]:9000",
+    ] {
+        upstream.set_vended_static(vend(endpoint));
+        for path in [load.clone(), format!("{load}/credentials")] {
+            let (s, body) = get(path.clone(), true).await;
+            assert_eq!(s, 404, "{endpoint} {path}: {body}");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["error"]["type"], "NoSuchTableException", "{v}");
+            let message = v["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("refused by address policy"),
+                "{endpoint}: {message}"
+            );
+            for secret in [endpoint, "hostile-secret", "AKIAHOSTILEUPSTREAM1"] {
+                assert!(!body.contains(secret), "{endpoint}: {secret} in {body}");
+            }
+        }
+        // Without vended credentials nothing of the upstream's vending is needed.
+        let (s, body) = get(load.clone(), false).await;
+        assert_eq!(s, 200, "{endpoint}: {body}");
+        assert!(!body.contains("hostile-secret"), "{body}");
+    }
+}

@@ -442,3 +442,228 @@ async fn every_refusal_of_the_iceberg_door_has_the_iceberg_shape() {
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_eq!(v["error"]["code"], "NOT_FOUND", "{v}");
 }
+
+// ---- legal operations cannot exhaust memory (item 7) ------------------------------------
+
+/// A property value just under the body limit: each commit grows the metadata by about 1 MB.
+fn megabyte_property(i: usize) -> Value {
+    json!({format!("p{i}"): "x".repeat(1_000_000)})
+}
+
+fn metadata_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("metadata")).unwrap().count()
+}
+
+/// The attack, shortened: commits of large properties grow one table's metadata. The
+/// commit that would take it past 16 MiB is refused with a 400 naming the table, the size and
+/// the limit; nothing is written and the table still loads the metadata of the last commit.
+#[tokio::test]
+async fn a_commit_past_the_metadata_limit_is_refused_and_changes_nothing() {
+    let env = setup().await;
+    let t = env.table("t").await;
+    let dir = table_dir(&t);
+    let url = env.url("namespaces/db/tables/t");
+    let mut last = t["metadata-location"].as_str().unwrap().to_owned();
+    let mut refused = None;
+    for i in 0..24 {
+        let files = metadata_files(&dir);
+        let (s, v) = env
+            .call(
+                Method::POST,
+                &url,
+                Some(json!({"updates": [
+                    {"action": "set-properties", "updates": megabyte_property(i)}]})),
+            )
+            .await;
+        if s == StatusCode::OK {
+            last = v["metadata-location"].as_str().unwrap().to_owned();
+            continue;
+        }
+        assert_eq!(metadata_files(&dir), files, "a refused commit wrote a file");
+        refused = Some((i, s, v));
+        break;
+    }
+    let (i, s, v) = refused.expect("some commit is refused");
+    // 16 MiB holds 16 properties of 1 MB and not 17.
+    assert_eq!(i, 16, "{v}");
+    assert_iceberg_error(StatusCode::BAD_REQUEST, s, &v);
+    assert_eq!(v["error"]["type"], "BadRequestException");
+    let message = v["error"]["message"].as_str().unwrap();
+    for says in [
+        "METADATA_TOO_LARGE",
+        "table \"db\".t",
+        &flotilla_iceberg_rest::commit::MAX_WRITTEN_METADATA_BYTES.to_string(),
+    ] {
+        assert!(message.contains(says), "{says}: {message}");
+    }
+    let (s, loaded) = env.call(Method::GET, &url, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(loaded["metadata-location"], json!(last));
+    assert!(loaded["metadata"]["properties"]["p15"].is_string());
+    assert!(loaded["metadata"]["properties"].get("p16").is_none());
+}
+
+/// Views too: the replace that would take a view's metadata past the limit is refused and
+/// the view keeps its last metadata file.
+#[tokio::test]
+async fn a_view_replace_past_the_metadata_limit_is_refused_and_changes_nothing() {
+    let env = setup().await;
+    let (s, v) = env
+        .call(
+            Method::POST,
+            &env.url("namespaces/db/views"),
+            Some(json!({
+                "name": "v", "schema": schema(), "properties": {},
+                "view-version": {
+                    "version-id": 1, "schema-id": 0, "timestamp-ms": 1_700_000_000_000i64,
+                    "summary": {"engine-name": "test"},
+                    "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "spark"}],
+                    "default-namespace": ["db"],
+                },
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let dir = table_dir(&v);
+    let url = env.url("namespaces/db/views/v");
+    let mut last = v["metadata-location"].as_str().unwrap().to_owned();
+    let mut refused = None;
+    for i in 0..24 {
+        let files = metadata_files(&dir);
+        let (s, v) = env
+            .call(
+                Method::POST,
+                &url,
+                Some(json!({"updates": [
+                    {"action": "set-properties", "updates": megabyte_property(i)}]})),
+            )
+            .await;
+        if s == StatusCode::OK {
+            last = v["metadata-location"].as_str().unwrap().to_owned();
+            continue;
+        }
+        assert_eq!(
+            metadata_files(&dir),
+            files,
+            "a refused replace wrote a file"
+        );
+        refused = Some((i, s, v));
+        break;
+    }
+    let (i, s, v) = refused.expect("some replace is refused");
+    assert_eq!(i, 16, "{v}");
+    assert_iceberg_error(StatusCode::BAD_REQUEST, s, &v);
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("METADATA_TOO_LARGE"), "{message}");
+    assert!(message.contains("view \"db\".v"), "{message}");
+    let (s, loaded) = env.call(Method::GET, &url, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(loaded["metadata-location"], json!(last));
+}
+
+/// The variable that makes a `*_child` test do its work (it passes trivially otherwise).
+const CHILD: &str = "FLOTILLA_TEST_CHILD";
+/// The child's load budget in bytes (the default when unset).
+const CHILD_BUDGET: &str = "FLOTILLA_TEST_LOAD_BUDGET";
+/// Address space of the child: the loads of the test within the default budget fit; the
+/// same loads all at once do not (about 48 times 12 MiB, several times over).
+const CHILD_ADDRESS_SPACE: u64 = 1280 * 1024 * 1024;
+/// Concurrent loads of the child.
+const LOADS: usize = 48;
+
+/// Runs `test` of this binary in a child process limited to `bytes` of address space; its
+/// status and output.
+fn run_child(test: &str, bytes: u64, budget: Option<usize>) -> (bool, String) {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.arg(format!("--as={bytes}"))
+        .arg("--")
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1");
+    if let Some(b) = budget {
+        cmd.env(CHILD_BUDGET, b.to_string());
+    }
+    let out = cmd.output().expect("prlimit runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (
+        out.status.success() && stdout.contains("1 passed"),
+        format!(
+            "{}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The second attack: many engines load one large table at once. Under an address
+/// space limit the child serves them all, because the load budget admits only what fits and
+/// the others wait; each load's answer is read slowly, a chunk at a time, so without the
+/// budget every load's file, parsed metadata and answer would be alive at once.
+#[test]
+fn concurrent_loads_of_large_metadata_stay_within_the_load_budget() {
+    let (ok, out) = run_child(
+        "concurrent_loads_of_large_metadata_child",
+        CHILD_ADDRESS_SPACE,
+        None,
+    );
+    assert!(ok, "the child died under the address space limit: {out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_loads_of_large_metadata_child() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let budget = match std::env::var(CHILD_BUDGET) {
+        Ok(b) => flotilla_iceberg_rest::LoadBudget::new(b.parse().unwrap()),
+        Err(_) => flotilla_iceberg_rest::LoadBudget::default(),
+    }
+    // The test is about memory: loads wait as long as they must.
+    .with_wait(Duration::from_secs(3600));
+    let env = setup_with(IcebergConfig {
+        load_budget: budget,
+        ..Default::default()
+    })
+    .await;
+    let t = env.table("t").await;
+    // A 12 MiB metadata file (large properties), registered as `big`.
+    let mut big = t["metadata"].clone();
+    for i in 0..12 {
+        big["properties"][format!("p{i}")] = json!("x".repeat(1024 * 1024));
+    }
+    let file = table_dir(&t).join("metadata/00001-big.metadata.json");
+    std::fs::write(&file, serde_json::to_vec(&big).unwrap()).unwrap();
+    drop(big);
+    let (s, v) = env.register("big", &file_url(&file)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    drop(v);
+    let url = env.url("namespaces/db/tables/big");
+    let loads: Vec<_> = (0..LOADS)
+        .map(|_| {
+            let app = env.app.clone();
+            let req = Request::builder()
+                .uri(url.clone())
+                .header(header::AUTHORIZATION, format!("Bearer {ACME}"))
+                .body(axum::body::Body::empty())
+                .unwrap();
+            tokio::spawn(async move {
+                let resp = app.oneshot(req).await.unwrap();
+                assert_eq!(resp.status(), StatusCode::OK);
+                let mut body = resp.into_body();
+                let mut n = 0;
+                // A slow reader: a chunk, then every other task's turn.
+                while let Some(frame) = body.frame().await {
+                    n += frame.unwrap().into_data().map(|d| d.len()).unwrap_or(0);
+                    tokio::task::yield_now().await;
+                }
+                n
+            })
+        })
+        .collect();
+    for l in loads {
+        assert!(l.await.unwrap() > 12 * 1024 * 1024);
+    }
+}
