@@ -128,6 +128,8 @@ enum Command {
     Grant(cmd::access::GrantCmd),
     /// Who the configured token authenticates as, and its roles in the account.
     Whoami,
+    /// The account's audit trail: every mutation and every refused request (account admins).
+    Audit(cmd::audit::AuditArgs),
     /// Operator commands.
     #[command(subcommand)]
     Admin(AdminCmd),
@@ -207,6 +209,7 @@ async fn run(global: Global, command: Command) -> CliResult<()> {
         Command::Role(c) => cmd::access::run_role(&ctx, c).await,
         Command::Grant(c) => cmd::access::run_grant(&ctx, c).await,
         Command::Whoami => cmd::access::whoami(&ctx).await,
+        Command::Audit(args) => cmd::audit::run(&ctx, args).await,
         Command::Health => {
             let a = ctx
                 .api

@@ -52,6 +52,28 @@ fn api(r: &Recorded) -> (u16, Value) {
                 )
             }
         }
+        ("GET", "/v1/accounts/acme/audit") => {
+            // The audit always answers a token; a page after the last record is empty.
+            if r.query.contains("page_token=a2") {
+                (200, json!({"items": [], "next_page_token": "a2"}))
+            } else if r.query.contains("page_token=a1") {
+                (
+                    200,
+                    json!({"items": [{"kind": "refusal", "id": "r1", "timestamp_ms": 2,
+                        "principal": "anonymous", "method": "GET",
+                        "route": "/v1/accounts/{account_id}/catalogs", "status": 401,
+                        "request_id": "q2"}], "next_page_token": "a2"}),
+                )
+            } else {
+                (
+                    200,
+                    json!({"items": [{"kind": "mutation", "id": "e1", "timestamp_ms": 1,
+                        "principal": "ana", "action": "create-namespace",
+                        "securable": {"catalog_id": CAT_ID, "namespace": ["sales"], "name": null},
+                        "request_id": "q1"}], "next_page_token": "a1"}),
+                )
+            }
+        }
         ("GET", "/v1/accounts/acme/catalogs") => (
             200,
             list(vec![
@@ -824,5 +846,52 @@ async fn server_errors_show_code_message_and_error_id() {
     assert_eq!(
         out.stderr.trim(),
         "error: HAS_DEPENDENTS: overlays reference it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_follows_pages_until_an_empty_one_and_passes_the_filters() {
+    let stub = Stub::start(api).await;
+    let out = stub
+        .cli()
+        .run(&[
+            "audit",
+            "--principal",
+            "ana",
+            "--from",
+            "2026-12-01T00:00:00Z",
+            "--to",
+            "1900000000000",
+            "--all",
+        ])
+        .await
+        .ok();
+    assert!(out.stdout.contains("create-namespace"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("401 GET /v1/accounts/{account_id}/catalogs"),
+        "{}",
+        out.stdout
+    );
+    let asked: Vec<_> = stub
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/accounts/acme/audit")
+        .collect();
+    assert_eq!(asked.len(), 3, "stops at the empty page");
+    assert!(
+        asked[0].query.contains("principal=ana"),
+        "{}",
+        asked[0].query
+    );
+    assert!(
+        asked[0].query.contains("from=2026-12-01T00%3A00%3A00Z"),
+        "{}",
+        asked[0].query
+    );
+    assert!(
+        asked[0].query.contains("to=1900000000000"),
+        "{}",
+        asked[0].query
     );
 }

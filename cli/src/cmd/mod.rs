@@ -3,6 +3,7 @@
 pub mod access;
 pub mod account;
 pub mod admin;
+pub mod audit;
 pub mod catalog;
 pub mod directory;
 pub mod index;

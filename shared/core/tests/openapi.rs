@@ -102,6 +102,7 @@ fn router_routes() -> Vec<(String, &'static [&'static str])> {
         ("/grants/{grant_id}", &["DELETE", "GET"]),
         ("/privileges", &["GET"]),
         ("/events", &["GET"]),
+        ("/audit", &["GET"]),
     ];
     let top: &[(&str, &[&str])] = &[
         ("/v1/health", &["GET"]),

@@ -432,6 +432,37 @@ pub fn event_head(catalog_id: &str) -> Key {
     Key::new(catalog_pk(catalog_id), "EVTHEAD")
 }
 
+/// The audit record of a refused request of the account, by its time and request id (so a
+/// listing reads the account's refusals oldest first). TTL: the audit retention.
+pub fn audit_refusal(account: &str, timestamp_ms: i64, request_id: &str) -> Key {
+    Key::new(
+        account_pk(account),
+        format!("AUD#{:013}#R#{request_id}", timestamp_ms.max(0)),
+    )
+}
+
+/// The one summary of a principal's refusals in a minute beyond the per-minute bound, at the
+/// minute's last millisecond (`minute_end_ms`), named by a digest of the principal (bounded
+/// length, no separators). Replaced with the growing count; TTL: the audit retention.
+pub fn audit_summary(account: &str, minute_end_ms: i64, principal: &str) -> Key {
+    let digest = &client_key_hash(principal)[..32];
+    Key::new(
+        account_pk(account),
+        format!("AUD#{:013}#S#{digest}", minute_end_ms.max(0)),
+    )
+}
+pub const AUDIT_PREFIX: &str = "AUD#";
+
+/// The sort key every audit record at or after `timestamp_ms` sorts after (a listing's start).
+pub fn audit_start(timestamp_ms: i64) -> String {
+    format!("AUD#{:013}#", timestamp_ms.max(0))
+}
+
+/// The time of an audit sort key.
+pub fn parse_audit_sk(sk: &str) -> Option<i64> {
+    sk.strip_prefix(AUDIT_PREFIX)?.get(..13)?.parse().ok()
+}
+
 /// Decodes the namespace and name of a relation sort key.
 pub fn parse_relation_sk(sk: &str) -> Option<(Vec<String>, String)> {
     let rest = sk.strip_prefix(RELATION_PREFIX)?;

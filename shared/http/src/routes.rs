@@ -95,7 +95,10 @@ pub fn layered(state: AppState, routes: Router<AppState>) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES + 1))
         .layer(axum::middleware::from_fn(super::wire::request_limits))
         .layer(axum::middleware::from_fn(super::metrics_layer::record))
-        .layer(axum::middleware::from_fn(super::request_context::scope))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            super::request_context::scope,
+        ))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
                 let route = req

@@ -254,6 +254,7 @@ fn rows() -> Vec<Row> {
         row("GET", "/v1/accounts/{account_id}/privileges", "/v1/accounts/acme/privileges?securable_type=CATALOG&catalog_id={c}", CATALOG_SEE),
         // Events: the catalog's feed, filtered to what the reader may read.
         row("GET", "/v1/accounts/{account_id}/events", "/v1/accounts/acme/events?catalog_id={c}", CATALOG_SEE),
+        row("GET", "/v1/accounts/{account_id}/audit", "/v1/accounts/acme/audit", ADMIN_ONLY),
         // ---- the Iceberg endpoint
         row("GET", "/iceberg/v1/config", "/iceberg/v1/config?warehouse=acme/lake", CATALOG_SEE),
         row("POST", "/iceberg/v1/oauth/tokens", "/iceberg/v1/oauth/tokens", [U; 6])

@@ -123,6 +123,9 @@ pub struct AppState {
     /// Failed exchanges of the OAuth2 token routes, per client and source (per process: on
     /// AWS, per Lambda instance).
     pub token_limiter: Arc<crate::token_limit::TokenLimiter>,
+    /// Refused requests per account, principal and minute, bounding the audit records they
+    /// write (per process: on AWS, per Lambda instance).
+    pub refusals: Arc<crate::service::audit::RefusalCounter>,
 }
 
 impl AppState {
@@ -161,6 +164,7 @@ impl AppState {
             acl: Arc::new(crate::acl::AclCache::new()),
             token_signer: None,
             token_limiter: Arc::new(crate::token_limit::TokenLimiter::default()),
+            refusals: Arc::new(crate::service::audit::RefusalCounter::default()),
         }
     }
 

@@ -74,11 +74,19 @@ pub struct RequestContext {
 
 /// Runs `f` as the request `request_id`.
 pub async fn scope<F: Future>(request_id: String, f: F) -> F::Output {
+    scope_observed(request_id, f).await.0
+}
+
+/// [`scope`], also answering the principal the request authenticated as, if it did (what
+/// the audit of a refused request names).
+pub async fn scope_observed<F: Future>(request_id: String, f: F) -> (F::Output, Option<String>) {
     let ctx = Arc::new(RequestContext {
         request_id,
         principal: Mutex::new(None),
     });
-    CONTEXT.scope(ctx, f).await
+    let out = CONTEXT.scope(ctx.clone(), f).await;
+    let principal = ctx.principal.lock().ok().and_then(|p| p.clone());
+    (out, principal)
 }
 
 /// Names the principal of the current request (a no-op outside [`scope`]).
@@ -696,14 +704,29 @@ pub async fn list_account(
     filter.validate()?;
     let account = access.account.as_str();
     let scope = format!("events#account#{account}");
-    let mut positions: std::collections::BTreeMap<String, u64> = match token {
+    let mut positions: Positions = match token {
         Some(t) => {
             let raw = super::decode_page_token(&scope, "", t)?;
             serde_json::from_str(&raw).map_err(|_| Error::invalid("malformed page_token"))?
         }
         None => Default::default(),
     };
-    let records = flotilla_metastore::query_all(
+    let mut heads = read_account(state, access, filter, page_size, &mut positions).await?;
+    let items = take_merged(&mut heads, page_size, |_| true);
+    resume_positions(&heads, &mut positions);
+    let raw = serde_json::to_string(&positions).map_err(|e| Error::internal(e.to_string()))?;
+    Ok(json!({
+        "items": items,
+        "next_page_token": super::encode_page_token(&scope, &raw),
+    }))
+}
+
+/// The catalog records of an account (strong: a catalog just created is merged).
+async fn account_catalogs(
+    state: &AppState,
+    account: &str,
+) -> Result<Vec<flotilla_metastore::Item>> {
+    Ok(flotilla_metastore::query_all(
         state.store.as_ref(),
         Query::new(
             keys::account_pk(account),
@@ -711,9 +734,45 @@ pub async fn list_account(
             Consistency::Strong,
         ),
     )
-    .await?;
+    .await?)
+}
+
+/// One catalog's part of an account-wide read: its id, the events read after its position,
+/// the log position it examined up to, and how many of the events a page took.
+pub struct CatalogHead {
+    pub catalog_id: String,
+    events: Vec<Event>,
+    scanned_to: u64,
+    taken: usize,
+}
+
+/// Per-catalog positions of an account-wide reader, kept in its page token.
+pub type Positions = std::collections::BTreeMap<String, u64>;
+
+/// Reads, for every catalog of the account the reader can see (at most
+/// [`MAX_MERGED_CATALOGS`]), up to `page_size` events after its position. Positions of
+/// catalogs that are gone are dropped.
+pub async fn read_account(
+    state: &AppState,
+    access: &Access,
+    filter: &Filter,
+    page_size: usize,
+    positions: &mut Positions,
+) -> Result<Vec<CatalogHead>> {
+    let records = account_catalogs(state, &access.account).await?;
+    account_heads(state, access, filter, page_size, &records, positions).await
+}
+
+async fn account_heads(
+    state: &AppState,
+    access: &Access,
+    filter: &Filter,
+    page_size: usize,
+    records: &[flotilla_metastore::Item],
+    positions: &mut Positions,
+) -> Result<Vec<CatalogHead>> {
     let mut catalogs = Vec::new();
-    for item in &records {
+    for item in records {
         let rec: flotilla_domain::model::CatalogRecord = decode(item)?;
         if access.visible(&Securable::catalog(&rec.id)) {
             catalogs.push(rec.id);
@@ -724,44 +783,84 @@ pub async fn list_account(
             "the account has more than {MAX_MERGED_CATALOGS} catalogs: name a catalog_id"
         )));
     }
-    // Positions of catalogs that are gone are dropped with them.
     positions.retain(|c, _| catalogs.contains(c));
     let mut heads = Vec::with_capacity(catalogs.len());
-    for c in &catalogs {
-        let after = positions.get(c).copied().unwrap_or(0);
-        let page = read(state, access, c, filter, after, page_size).await?;
-        heads.push((c.clone(), page.events, page.position, 0usize));
+    for c in catalogs {
+        let after = positions.get(&c).copied().unwrap_or(0);
+        let page = read(state, access, &c, filter, after, page_size).await?;
+        heads.push(CatalogHead {
+            catalog_id: c,
+            events: page.events,
+            scanned_to: page.position,
+            taken: 0,
+        });
     }
+    Ok(heads)
+}
+
+impl CatalogHead {
+    /// Keeps only the events `keep` accepts (before any is taken): a filter of the caller's
+    /// own. The position still moves past those dropped.
+    pub fn retain(&mut self, keep: impl FnMut(&Event) -> bool) {
+        debug_assert_eq!(self.taken, 0);
+        self.events.retain(keep);
+    }
+}
+
+/// The oldest event not yet taken among the heads (by time, then catalog id).
+pub fn peek_merged(heads: &[CatalogHead]) -> Option<&Event> {
+    heads
+        .iter()
+        .filter(|h| h.taken < h.events.len())
+        .min_by(|a, b| {
+            let (ea, eb) = (&a.events[a.taken], &b.events[b.taken]);
+            (ea.timestamp_ms, &a.catalog_id).cmp(&(eb.timestamp_ms, &b.catalog_id))
+        })
+        .map(|h| &h.events[h.taken])
+}
+
+/// Takes the oldest event among the heads ([`peek_merged`]).
+pub fn take_next(heads: &mut [CatalogHead]) -> Option<Event> {
+    let head = heads
+        .iter_mut()
+        .filter(|h| h.taken < h.events.len())
+        .min_by(|a, b| {
+            let (ea, eb) = (&a.events[a.taken], &b.events[b.taken]);
+            (ea.timestamp_ms, &a.catalog_id).cmp(&(eb.timestamp_ms, &b.catalog_id))
+        })?;
+    head.taken += 1;
+    Some(head.events[head.taken - 1].clone())
+}
+
+/// Takes the oldest events among the heads, up to `page_size`, while `more` accepts the next.
+pub fn take_merged(
+    heads: &mut [CatalogHead],
+    page_size: usize,
+    mut more: impl FnMut(&Event) -> bool,
+) -> Vec<Event> {
     let mut items = Vec::with_capacity(page_size);
     while items.len() < page_size {
-        let next = heads
-            .iter_mut()
-            .filter(|(_, events, _, taken)| *taken < events.len())
-            .min_by(|a, b| {
-                let (ea, eb) = (&a.1[a.3], &b.1[b.3]);
-                (ea.timestamp_ms, &a.0).cmp(&(eb.timestamp_ms, &b.0))
-            });
-        let Some((_, events, _, taken)) = next else {
-            break;
-        };
-        items.push(events[*taken].clone());
-        *taken += 1;
+        match peek_merged(heads) {
+            Some(e) if more(e) => {}
+            _ => break,
+        }
+        items.extend(take_next(heads));
     }
-    for (c, events, scanned_to, taken) in &heads {
-        // A catalog whose events all made the page resumes after everything it examined;
-        // one cut short resumes after its last event on the page.
-        let position = if *taken == events.len() {
-            *scanned_to
-        } else if *taken > 0 {
-            events[*taken - 1].sequence
+    items
+}
+
+/// Moves each catalog's position past what the page took. A catalog whose events all made
+/// the page resumes after everything it examined; one cut short resumes after its last event
+/// on the page.
+pub fn resume_positions(heads: &[CatalogHead], positions: &mut Positions) {
+    for h in heads {
+        let position = if h.taken == h.events.len() {
+            h.scanned_to
+        } else if h.taken > 0 {
+            h.events[h.taken - 1].sequence
         } else {
-            positions.get(c).copied().unwrap_or(0)
+            positions.get(&h.catalog_id).copied().unwrap_or(0)
         };
-        positions.insert(c.clone(), position);
+        positions.insert(h.catalog_id.clone(), position);
     }
-    let raw = serde_json::to_string(&positions).map_err(|e| Error::internal(e.to_string()))?;
-    Ok(json!({
-        "items": items,
-        "next_page_token": super::encode_page_token(&scope, &raw),
-    }))
 }

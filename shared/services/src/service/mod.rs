@@ -3,6 +3,7 @@
 
 pub mod access_control;
 pub mod accounts;
+pub mod audit;
 #[cfg(feature = "index-catalogs")]
 pub mod captured;
 pub mod catalogs;
