@@ -76,6 +76,10 @@ pub struct Refusal {
     pub suppressed: Option<u64>,
 }
 
+/// Past [`MAX_REFUSALS_PER_MINUTE`], the minute's summary is written for the first
+/// suppressed refusal and then every this many (its count lags the truth by less than this).
+pub const SUMMARY_EVERY: u64 = 16;
+
 /// What a host does with one refusal.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -154,6 +158,9 @@ async fn try_record(state: &AppState, r: &RefusedRequest<'_>) -> Result<()> {
         return Ok(());
     }
     let (key, timestamp_ms, suppressed) = match verdict {
+        // Past the bound the summary is rewritten for the first suppressed refusal and then
+        // every SUMMARY_EVERY-th, so a flood costs a write per SUMMARY_EVERY refusals.
+        Verdict::Summary(n) if n != 1 && n % SUMMARY_EVERY != 0 => return Ok(()),
         Verdict::Summary(n) => {
             let end = now.div_euclid(60_000) * 60_000 + 59_999;
             (keys::audit_summary(r.account, end, principal), end, Some(n))
