@@ -162,6 +162,8 @@ async fn setup_with(s3: Option<(&str, &str, &str)>, allow_insecure: bool) -> Env
         bootstrap_token: Some(OPERATOR.to_owned()),
         tokens_file: Some(tokens),
         warehouse_root: None,
+        // The fixture upstreams' table files lie in temporary directories.
+        upstream_files_root: Some(flotilla_testkit::upstream_files_root()),
     };
     let stack = flotilla_runtime::local::build(&opts).expect("local stack");
     let work = stack.work;
