@@ -201,6 +201,12 @@ pub fn refused(e: &object_store::Error) -> Option<StorageError> {
         .map(|r| StorageError::NotReadable(format!("the upstream's storage was {r}")))
 }
 
+/// Retries of one object-store request of capture after its first attempt (each attempt is
+/// bounded by the HTTP policy's `request_timeout`, body included: 30 s by default).
+pub const MAX_OBJECT_RETRIES: usize = 2;
+/// The time within which a request and its retries must finish.
+pub const OBJECT_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
+
 fn s3_store(
     bucket: &str,
     v: &VendedCredentials,
@@ -230,6 +236,17 @@ fn s3_store(
         .with_access_key_id(access_key_id.expose())
         .with_secret_access_key(secret_access_key.expose())
         .with_region(region)
+        .with_retry(object_store::RetryConfig {
+            max_retries: MAX_OBJECT_RETRIES,
+            retry_timeout: OBJECT_RETRY_TIMEOUT,
+            ..Default::default()
+        })
+        // The policy's attempt bound (body included), not object_store's own default.
+        .with_client_options(
+            object_store::ClientOptions::new()
+                .with_timeout(http.request_timeout)
+                .with_connect_timeout(http.connect_timeout),
+        )
         .with_http_connector(PolicyConnector::new(http.clone()));
     if let Some(t) = session_token {
         b = b.with_token(t.expose());
