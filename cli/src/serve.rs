@@ -22,6 +22,11 @@ pub struct ServeArgs {
     /// default `DATA_DIR/warehouses`. No other local path can be used as a warehouse.
     #[arg(long, env = "FLOTILLA_WAREHOUSE_ROOT", value_name = "DIR")]
     pub warehouse_root: Option<PathBuf>,
+    /// The only directory below which capture reads `file://` locations an upstream names
+    /// (local testing with file-based upstreams); unset: such locations are never read, even
+    /// with --allow-insecure-upstreams.
+    #[arg(long, env = "FLOTILLA_UPSTREAM_FILES_ROOT", value_name = "DIR")]
+    pub upstream_files_root: Option<PathBuf>,
     /// Log JSON lines instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -37,6 +42,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             .filter(|t| !t.is_empty()),
         tokens_file: std::env::var_os("FLOTILLA_TOKENS_FILE").map(PathBuf::from),
         warehouse_root: args.warehouse_root.clone(),
+        upstream_files_root: args.upstream_files_root.clone(),
     };
     let stack = match build(&opts) {
         Ok(s) => s,

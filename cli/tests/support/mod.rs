@@ -45,6 +45,7 @@ impl Server {
             bootstrap_token: Some(TOKEN.to_owned()),
             tokens_file: None,
             warehouse_root: None,
+            upstream_files_root: None,
         };
         let stack = flotilla_runtime::local::build(&opts).expect("local stack");
         let endpoint = serve(flotilla_core::router(stack.state)).await;

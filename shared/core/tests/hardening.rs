@@ -130,6 +130,85 @@ async fn another_accounts_warehouse_prefix_is_refused() {
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
 }
 
+/// On `flotilla serve`, a catalog without a warehouse lives in `{root}{account}/{catalog id}/`
+/// (`flotilla_iceberg_rest::catalog::resolve_warehouse`): every first directory below the root
+/// spelt like an account id is that account's home, reserved for it from the start. Another
+/// account's index catalog there would claim it, register and read the victim's metadata and
+/// collect its files (`shared/iceberg-rest/tests/storage_takeover.rs` runs the whole takeover
+/// against the Iceberg endpoint's own files).
+#[tokio::test]
+async fn another_accounts_home_directory_is_never_claimed() {
+    let h = Harness::redb();
+    h.account("acme").await;
+    h.account("beta").await;
+    let root = std::fs::canonicalize(std::env::temp_dir()).expect("temp dir");
+    let root = format!("file://{}/", root.display());
+    let catalog_id = "0192d4e5f6a7b8c9d0e1f2a3b4c5d6e7";
+    // The victim's home, a catalog directory inside it, the same home in another case (a
+    // case-insensitive filesystem would alias it), and the home of an account that does not
+    // exist yet: all refused before anything is claimed.
+    for uri in [
+        format!("{root}acme/"),
+        format!("{root}acme/{catalog_id}/"),
+        format!("{root}acme/{catalog_id}/analytics/"),
+        format!("{root}ACME/"),
+        format!("{root}future-account/"),
+    ] {
+        let r = create_catalog(&h, "beta", BETA, "squat", &uri).await;
+        assert_error(&r, StatusCode::FORBIDDEN, "PERMISSION_DENIED");
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("reserved as the home of account")),
+            "{uri}: {:?}",
+            r.body
+        );
+    }
+    // The parent of every home is the root itself: never a warehouse.
+    let r = create_catalog(&h, "beta", BETA, "squat", &root).await;
+    assert_error(&r, StatusCode::BAD_REQUEST, "INVALID_ARGUMENT");
+    let r = h.get(&ixc("beta"), BETA).await;
+    assert_eq!(r.body["items"], json!([]), "{:?}", r.body);
+    // Nothing was claimed: the victim uses its home, inside and out of its catalogs.
+    let r = create_catalog(&h, "acme", ACME, "own", &format!("{root}acme/lake/")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+
+    // A squat stored before homes were reserved (an upgrade): refused on every use, so it
+    // can neither register nor read the victim's metadata, nor collect its files.
+    let squat = json!({"name": "squat", "warehouse": format!("{root}acme/"), "create_ms": 0});
+    h.state
+        .store
+        .transact(Transaction::new().with(Op::put(
+            Key::new("ACCT#beta", "IXC#squat"),
+            serde_json::to_vec(&squat).expect("json"),
+        )))
+        .await
+        .expect("put");
+    let r = h
+        .post(
+            &format!("{}/squat/namespaces", ixc("beta")),
+            BETA,
+            json!({"path": ["analytics"]}),
+        )
+        .await;
+    assert_error(&r, StatusCode::FORBIDDEN, "PERMISSION_DENIED");
+    let r = h
+        .post(
+            &format!("{}/squat/namespaces/analytics/indexes", ixc("beta")),
+            BETA,
+            json!({"name": "stolen",
+                   "metadata_location": format!("{root}acme/{catalog_id}/t/metadata/00000.metadata.json"),
+                   "source": {"type": "PARQUET", "uri": "s3://lake/docs/"}}),
+        )
+        .await;
+    assert_error(&r, StatusCode::FORBIDDEN, "PERMISSION_DENIED");
+    let svc = service(&h.state);
+    let err = gc::plan(&svc, "beta", "squat", 0, 4_000_000_000_000)
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), "PERMISSION_DENIED", "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_claims_of_one_prefix_by_two_accounts_admit_one() {
     let h = Arc::new(Harness::redb());

@@ -55,6 +55,8 @@ async fn main() {
         bootstrap_token: Some(OPERATOR.to_owned()),
         tokens_file: None,
         warehouse_root: None,
+        // The fixture upstreams' table files lie in temporary directories.
+        upstream_files_root: Some(flotilla_testkit::upstream_files_root()),
     };
     let state = flotilla_runtime::local::build(&opts).expect("stack").state;
     let app = flotilla_core::router(state.clone());

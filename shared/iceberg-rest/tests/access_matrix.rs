@@ -504,7 +504,9 @@ impl Env {
             .await;
         self.vars.insert("o", o["id"].as_str().unwrap().to_owned());
         // An index catalog with namespace `n` and indexes `idx1`, `idx2`.
-        let wh = root.join("ix");
+        // In acme's own home: every other first directory spelt like an account id is
+        // reserved for that account.
+        let wh = root.join("acme").join("ix");
         std::fs::create_dir_all(&wh).unwrap();
         let fixtures =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../parqdb/fixtures/v1");

@@ -71,6 +71,7 @@ async fn serve_vending(s3: Option<&S3>, vending: Option<Arc<dyn Vending>>) -> Se
         bootstrap_token: Some(OPERATOR.to_owned()),
         tokens_file: Some(tokens),
         warehouse_root: None,
+        upstream_files_root: None,
     };
     let stack = flotilla_runtime::local::build(&opts).expect("local stack");
     let root = opts.warehouse_root().canonicalize().unwrap();

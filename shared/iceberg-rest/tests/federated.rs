@@ -162,6 +162,8 @@ async fn setup_with(s3: Option<(&str, &str, &str)>, allow_insecure: bool) -> Env
         bootstrap_token: Some(OPERATOR.to_owned()),
         tokens_file: Some(tokens),
         warehouse_root: None,
+        // The fixture upstreams' table files lie in temporary directories.
+        upstream_files_root: Some(flotilla_testkit::upstream_files_root()),
     };
     let stack = flotilla_runtime::local::build(&opts).expect("local stack");
     let work = stack.work;
@@ -1546,4 +1548,39 @@ async fn a_vended_s3_endpoint_at_a_forbidden_address_is_never_handed_to_engines(
         assert_eq!(s, 200, "{endpoint}: {body}");
         assert!(!body.contains("hostile-secret"), "{body}");
     }
+/// Insecure mode never turns capture into a local file reader (`docs/reliability.md`,
+/// "Capture is not a local file reader"): an upstream whose tables' metadata locations name
+/// `/etc/passwd` and `/proc/self/environ` (outside the host's upstream files root) gets them
+/// recorded as not readable, naming the reason, with nothing of the files captured; its
+/// ordinary table below the root is captured as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_files_outside_the_upstream_files_root_are_never_read() {
+    let env = setup_with(None, true).await;
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.add_table(&["sales"], "orders");
+    for (i, (name, location)) in [
+        ("passwd", "file:///etc/passwd"),
+        ("environ", "file:///proc/self/environ"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut metadata = remote_metadata();
+        metadata["table-uuid"] = json!(format!("5a7b1c9e-0000-4000-8000-00000000010{i}"));
+        metadata["location"] = json!(format!("file:///etc/flotilla-{name}"));
+        upstream.register_table(&["sales"], name, location, metadata);
+    }
+    let (_, overlay, lake, _) = overlay_of(&env, &upstream).await;
+    env.run_queue(&overlay).await;
+    for name in ["passwd", "environ"] {
+        let p = pointer(&env, &lake, &["sales"], name).await.unwrap();
+        assert_eq!(p["validation"], "NOT_READABLE", "{name}: {p}");
+        let text = p.to_string();
+        assert!(!text.contains("root:x:0"), "{name}: {p}");
+    }
+    assert_eq!(
+        pointer(&env, &lake, &["sales"], "orders").await.unwrap()["validation"],
+        "VALID"
+    );
 }

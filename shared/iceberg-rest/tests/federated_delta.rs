@@ -225,6 +225,8 @@ async fn setup() -> Env {
         bootstrap_token: Some(OPERATOR.to_owned()),
         tokens_file: Some(tokens),
         warehouse_root: None,
+        // The fixture upstreams' table files lie in temporary directories.
+        upstream_files_root: Some(flotilla_testkit::upstream_files_root()),
     };
     let stack = flotilla_runtime::local::build(&opts).expect("local stack");
     let root = opts.warehouse_root().canonicalize().unwrap();

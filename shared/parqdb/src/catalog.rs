@@ -193,6 +193,14 @@ impl IndexCatalogService {
             Warehouse::parse(&record.warehouse).map_err(|e| IndexCatalogError::Internal {
                 message: format!("stored warehouse is invalid: {e}"),
             })?;
+        // A catalog stored before homes were reserved may lie in another account's home:
+        // it is refused on every use (its account's deletion removes it).
+        self.stores
+            .policy()
+            .check_home(account, &warehouse)
+            .map_err(|e| IndexCatalogError::WarehouseNotAllowed {
+                message: format!("warehouse: {e}"),
+            })?;
         Ok((record, warehouse, item.version))
     }
 

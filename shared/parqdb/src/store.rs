@@ -357,50 +357,82 @@ fn literal_is_canonical(path: &FsPath) -> bool {
     std::fs::canonicalize(path).is_ok_and(|c| c == path)
 }
 
+/// Why [`open_regular_file`] refused a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalOpenError {
+    /// Missing, or reached through a symlink (indistinguishable, so no oracle on the target).
+    NotFound,
+    /// A FIFO, a device, a socket or a directory.
+    NotRegular,
+    /// Any other failure to open or inspect it.
+    Unreadable,
+}
+
+/// Opens a local regular file without ever blocking in `open` and without following a
+/// symlink anywhere on its path: the one hardened local reader of index catalogs, the
+/// Iceberg endpoint and capture's local upstream files. `path` must be absolute.
+pub fn open_regular_file(path: &FsPath) -> Result<(std::fs::File, u64), LocalOpenError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !literal_is_canonical(path) {
+        return Err(LocalOpenError::NotFound);
+    }
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(LocalOpenError::NotFound),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(LocalOpenError::NotFound),
+        Err(_) => return Err(LocalOpenError::Unreadable),
+    };
+    let meta = file.metadata().map_err(|_| LocalOpenError::Unreadable)?;
+    if !meta.file_type().is_file() {
+        return Err(LocalOpenError::NotRegular);
+    }
+    Ok((file, meta.len()))
+}
+
+/// Whether `path` is a real directory reached without a symlink (for listing it).
+pub fn is_canonical_dir(path: &FsPath) -> bool {
+    literal_is_canonical(path)
+        && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_dir())
+}
+
 /// Reads a local regular file of at most `max` bytes without ever blocking in `open`: a FIFO
 /// or device is refused after a non-blocking open, a symlink is not followed, and a path that
 /// leads elsewhere through a symlinked directory reads as missing (no oracle on what lies
 /// outside the warehouse).
 fn read_regular_file(path: &FsPath, max: usize) -> Result<Vec<u8>, ReadError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let unreadable = || {
         ReadError::Catalog(IndexCatalogError::InvalidIndexMetadata {
             rule: Rule::MetadataLocation,
             message: "the metadata file cannot be read".into(),
         })
     };
-    if !literal_is_canonical(path) {
-        return Err(ReadError::NotFound);
-    }
-    let mut file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ReadError::NotFound),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(ReadError::NotFound),
-        Err(_) => return Err(unreadable()),
+    let (mut file, len) = match open_regular_file(path) {
+        Ok(opened) => opened,
+        Err(LocalOpenError::NotFound) => return Err(ReadError::NotFound),
+        Err(LocalOpenError::Unreadable) => return Err(unreadable()),
+        Err(LocalOpenError::NotRegular) => {
+            return Err(ReadError::Catalog(
+                IndexCatalogError::InvalidIndexMetadata {
+                    rule: Rule::MetadataLocation,
+                    message: "the metadata location does not name a regular file".into(),
+                },
+            ));
+        }
     };
-    let meta = file.metadata().map_err(|_| unreadable())?;
-    if !meta.file_type().is_file() {
-        return Err(ReadError::Catalog(
-            IndexCatalogError::InvalidIndexMetadata {
-                rule: Rule::MetadataLocation,
-                message: "the metadata location does not name a regular file".into(),
-            },
-        ));
-    }
     let too_large = || {
         ReadError::Catalog(IndexCatalogError::InvalidIndexMetadata {
             rule: Rule::Size,
             message: format!("metadata file is larger than {max} bytes"),
         })
     };
-    if meta.len() > max as u64 {
+    if len > max as u64 {
         return Err(too_large());
     }
-    let mut out = Vec::with_capacity(meta.len() as usize);
+    let mut out = Vec::with_capacity(len as usize);
     (&mut file)
         .take(max as u64 + 1)
         .read_to_end(&mut out)

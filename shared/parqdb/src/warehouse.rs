@@ -115,6 +115,39 @@ impl WarehousePolicy {
         }
     }
 
+    /// The account whose host-assigned home `warehouse` lies in, if any: on a host with a
+    /// `file://` root, catalogs without a warehouse of their own live at
+    /// `{root}{account}/{catalog id}/`, so every first directory below the root spelt like an
+    /// account id (`[a-z0-9-]{1,63}`, compared in ASCII lowercase so that a case-insensitive
+    /// filesystem cannot alias it) is that account's home, reserved for it whether or not the
+    /// account exists yet. A pure string check, like [`Self::admit`].
+    pub fn home_account(&self, warehouse: &Warehouse) -> Option<String> {
+        let WarehouseKind::File { root } = warehouse.kind() else {
+            return None;
+        };
+        let rest = root.strip_prefix(self.file_root.as_deref()?)?;
+        let first = rest.split('/').next()?.to_ascii_lowercase();
+        flotilla_domain::names::validate_account_id(&first)
+            .is_ok()
+            .then_some(first)
+    }
+
+    /// Refuses a warehouse of `account` that lies in another account's host-assigned home
+    /// (see [`Self::home_account`]): it equals that home, lies inside it (a catalog
+    /// directory of that account) or, at the root itself, would contain it (refused by
+    /// [`Self::admit`] already). The message names only the directory the caller gave.
+    pub fn check_home(&self, account: &str, warehouse: &Warehouse) -> Result<(), LocationError> {
+        match self.home_account(warehouse) {
+            Some(home) if home != account => {
+                let root = self.file_root.as_deref().unwrap_or_default();
+                Err(LocationError(format!(
+                    "the directory file://{root}{home}/ is reserved as the home of account id {home:?} (catalogs without a warehouse of their own); a file:// warehouse lies in your own account's directory file://{root}{account}/ or below a directory whose name is not an account id"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The local directory of a `file://` warehouse this policy admits.
     pub fn local_dir(&self, warehouse: &Warehouse) -> Option<PathBuf> {
         match warehouse.kind() {
@@ -157,6 +190,12 @@ pub async fn claim_ops(
     let prefix = policy
         .tenant_prefix(warehouse)
         .map_err(|e| IndexCatalogError::invalid_argument(format!("warehouse: {e}")))?;
+    // Another account's host-assigned home is never claimable, whoever claimed it first.
+    policy
+        .check_home(account, warehouse)
+        .map_err(|e| IndexCatalogError::WarehouseNotAllowed {
+            message: format!("warehouse: {e}"),
+        })?;
     let key = keys::warehouse_claim(&prefix);
     let reverse = Op::put(
         keys::account_warehouse_claim(account, &prefix),
@@ -206,6 +245,11 @@ pub async fn claimed_by_other(
     let Ok(prefix) = policy.tenant_prefix(warehouse) else {
         return Ok(None);
     };
+    if let Err(e) = policy.check_home(account, warehouse) {
+        return Ok(Some(IndexCatalogError::WarehouseNotAllowed {
+            message: format!("warehouse: {e}"),
+        }));
+    }
     let Some(item) = store
         .get(&keys::warehouse_claim(&prefix), Consistency::Strong)
         .await?
@@ -298,5 +342,34 @@ mod tests {
             let e = p.admit(&wh(&outside)).unwrap_err();
             assert!(e.0.contains("below the warehouse root"), "{outside}: {e}");
         }
+    }
+
+    #[test]
+    fn account_homes_below_a_file_root_are_reserved_for_their_account() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = WarehousePolicy::with_file_root(&dir.path().join("warehouse")).unwrap();
+        let root = p.file_root().unwrap().to_owned();
+        for (uri, home) in [
+            (format!("file://{root}acme/"), Some("acme")),
+            (format!("file://{root}acme/0192/db/"), Some("acme")),
+            (format!("file://{root}ACME/x/"), Some("acme")),
+            (
+                format!("file://{root}not-yet-an-account/"),
+                Some("not-yet-an-account"),
+            ),
+            (format!("file://{root}.shared/"), None),
+            (format!("file://{root}team_lake/"), None),
+            ("s3://bucket/acme/".to_owned(), None),
+        ] {
+            let w = wh(&uri);
+            assert_eq!(p.home_account(&w).as_deref(), home, "{uri}");
+            assert_eq!(p.check_home("beta", &w).is_ok(), home.is_none(), "{uri}");
+            if let Some(home) = home {
+                assert!(p.check_home(home, &w).is_ok(), "{uri}");
+            }
+        }
+        // No file root: nothing is a home.
+        let w = wh("file:///srv/acme/");
+        assert_eq!(WarehousePolicy::S3_ONLY.home_account(&w), None);
     }
 }

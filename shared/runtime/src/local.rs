@@ -22,6 +22,9 @@ pub struct LocalOptions {
     /// `--warehouse-root` / `FLOTILLA_WAREHOUSE_ROOT`: the directory below which `file://`
     /// index warehouses may lie; `DATA_DIR/warehouses` when unset.
     pub warehouse_root: Option<PathBuf>,
+    /// `--upstream-files-root` / `FLOTILLA_UPSTREAM_FILES_ROOT`: the only directory below
+    /// which capture reads `file://` locations an upstream names; unset: never.
+    pub upstream_files_root: Option<PathBuf>,
 }
 
 impl LocalOptions {
@@ -33,6 +36,7 @@ impl LocalOptions {
             bootstrap_token: None,
             tokens_file: None,
             warehouse_root: None,
+            upstream_files_root: None,
         }
     }
 
@@ -57,6 +61,11 @@ pub enum LocalError {
     Tokens(String),
     #[error("cannot open the local credential store: {0}")]
     Secrets(String),
+    #[error("cannot use the upstream files root {path}: {source}")]
+    UpstreamFilesRoot {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot prepare the warehouse root {path}: {source}")]
     WarehouseRoot {
         path: PathBuf,
@@ -157,8 +166,19 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         flotilla_secrets::local::LocalEncryptedStore::open(&opts.data_dir.join("secrets"))
             .map_err(|e| LocalError::Secrets(e.to_string()))?;
 
+    let upstream_files_root =
+        match &opts.upstream_files_root {
+            Some(dir) => Some(std::fs::canonicalize(dir).map_err(|source| {
+                LocalError::UpstreamFilesRoot {
+                    path: dir.clone(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
     let config = Config {
         allow_insecure_upstreams: opts.allow_insecure_upstreams,
+        upstream_files_root,
         reconcile: flotilla_base::limits::Limits::from_env(),
         ..Config::default()
     };

@@ -16,6 +16,9 @@ use flotilla_secrets::{CredentialStore, NoCredentialStore};
 pub struct Config {
     /// Allow loopback, private-range and plain-http upstream URIs (local mode only).
     pub allow_insecure_upstreams: bool,
+    /// `flotilla serve --upstream-files-root`: the only directory below which capture reads
+    /// `file://` locations an upstream names; `None` (and on AWS): never.
+    pub upstream_files_root: Option<std::path::PathBuf>,
     /// How long an idempotency receipt answers replays.
     pub idempotency_ttl_secs: i64,
     /// How long a delete's emptiness guard blocks creates before a writer may clear it as
@@ -35,6 +38,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             allow_insecure_upstreams: false,
+            upstream_files_root: None,
             idempotency_ttl_secs: 24 * 3600,
             guard_lease_ms: 30_000,
             reconcile: flotilla_base::limits::Limits::default(),

@@ -22,6 +22,7 @@ pub mod avro;
 pub mod delta;
 pub mod footer_bounds;
 pub mod iceberg;
+pub mod local_files;
 pub mod record;
 pub mod select;
 pub mod service;
@@ -428,7 +429,7 @@ impl Job<'_> {
         } else {
             None
         };
-        let upstream = UpstreamFiles::new(vended, self.state.config.allow_insecure_upstreams);
+        let upstream = UpstreamFiles::for_host(vended, &self.state.config);
         if pointer.validation != ValidationState::NotReadable {
             match iceberg::read_snapshot(&upstream, &location, self.opts.max_files, &self.inflate)
                 .await

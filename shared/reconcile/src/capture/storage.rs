@@ -42,19 +42,25 @@ pub enum StorageError {
 /// [`PolicyConnector`] (names checked after resolution, redirects re-checked).
 pub struct UpstreamFiles {
     vended: Option<VendedCredentials>,
+    /// The host runs with `--allow-insecure-upstreams` (local files need it too).
     allow_local: bool,
+    /// The canonical directory below which `file://` locations are read; `None`: every
+    /// `file://` location is refused, whatever the insecure flag says.
+    local_root: Option<std::path::PathBuf>,
     http: HttpPolicy,
     stores: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn ObjectStore>>>,
 }
 
 impl UpstreamFiles {
-    /// `allow_insecure`: the host runs with `--allow-insecure-upstreams` (local `file://`
-    /// warehouses, loopback and private storage endpoints and plain http are then allowed;
-    /// link-local and metadata addresses never are).
+    /// `allow_insecure`: the host runs with `--allow-insecure-upstreams` (loopback and
+    /// private storage endpoints and plain http are then allowed; link-local and metadata
+    /// addresses never are). Local `file://` locations need the flag and a root named by
+    /// [`Self::with_local_root`].
     pub fn new(vended: Option<VendedCredentials>, allow_insecure: bool) -> Self {
         Self {
             vended,
             allow_local: allow_insecure,
+            local_root: None,
             http: if allow_insecure {
                 HttpPolicy::local()
             } else {
@@ -62,6 +68,21 @@ impl UpstreamFiles {
             },
             stores: Default::default(),
         }
+    }
+
+    /// The host's settings: the insecure flag and the operator's upstream files root
+    /// (`flotilla serve --upstream-files-root`).
+    pub fn for_host(vended: Option<VendedCredentials>, config: &flotilla_services::Config) -> Self {
+        Self::new(vended, config.allow_insecure_upstreams)
+            .with_local_root(config.upstream_files_root.clone())
+    }
+
+    /// Reads `file://` locations below `root` only (canonicalized here; a root that cannot
+    /// be canonicalized allows nothing), through the hardened local reader
+    /// ([`super::local_files::RootedLocalFiles`]).
+    pub fn with_local_root(mut self, root: Option<std::path::PathBuf>) -> Self {
+        self.local_root = root.and_then(|r| std::fs::canonicalize(r).ok());
+        self
     }
 
     /// The HTTP policy of the storage connections (tests: fixed DNS answers, see
@@ -86,17 +107,33 @@ impl UpstreamFiles {
             "file" => {
                 if !self.allow_local {
                     return Err(StorageError::NotReadable(
-                        "the upstream's warehouse is a local file:// path, which this server \
-                         reads only when it runs with --allow-insecure-upstreams"
+                        "the upstream names a local file:// path, which this server reads only \
+                         when it runs with --allow-insecure-upstreams and --upstream-files-root"
                             .into(),
                     ));
                 }
+                let Some(root) = &self.local_root else {
+                    return Err(StorageError::NotReadable(
+                        "the upstream names a local file:// path, which this server never reads \
+                         unless its operator configures a directory for upstream files \
+                         (flotilla serve --upstream-files-root)"
+                            .into(),
+                    ));
+                };
                 let path = url
                     .to_file_path()
                     .map_err(|()| invalid("not an absolute file path"))?;
+                if !super::local_files::below_root(root, &path) {
+                    return Err(StorageError::NotReadable(format!(
+                        "the upstream names a local file outside the directory this server \
+                         reads upstream files from ({})",
+                        crate::status::bound_text(location)
+                    )));
+                }
                 let path = Path::from_absolute_path(&path).map_err(|e| invalid(&e.to_string()))?;
+                let root = root.clone();
                 let store = self.cached("file", || {
-                    Ok(Arc::new(object_store::local::LocalFileSystem::new()))
+                    Ok(Arc::new(super::local_files::RootedLocalFiles::new(root)))
                 })?;
                 Ok(Located { store, path })
             }
@@ -164,6 +201,12 @@ pub fn refused(e: &object_store::Error) -> Option<StorageError> {
         .map(|r| StorageError::NotReadable(format!("the upstream's storage was {r}")))
 }
 
+/// Retries of one object-store request of capture after its first attempt (each attempt is
+/// bounded by the HTTP policy's `request_timeout`, body included: 30 s by default).
+pub const MAX_OBJECT_RETRIES: usize = 2;
+/// The time within which a request and its retries must finish.
+pub const OBJECT_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
+
 fn s3_store(
     bucket: &str,
     v: &VendedCredentials,
@@ -193,6 +236,17 @@ fn s3_store(
         .with_access_key_id(access_key_id.expose())
         .with_secret_access_key(secret_access_key.expose())
         .with_region(region)
+        .with_retry(object_store::RetryConfig {
+            max_retries: MAX_OBJECT_RETRIES,
+            retry_timeout: OBJECT_RETRY_TIMEOUT,
+            ..Default::default()
+        })
+        // The policy's attempt bound (body included), not object_store's own default.
+        .with_client_options(
+            object_store::ClientOptions::new()
+                .with_timeout(http.request_timeout)
+                .with_connect_timeout(http.connect_timeout),
+        )
         .with_http_connector(PolicyConnector::new(http.clone()));
     if let Some(t) = session_token {
         b = b.with_token(t.expose());

@@ -406,7 +406,7 @@ mod tests {
                 meta("b"),
             ]),
         );
-        let files = UpstreamFiles::new(None, true);
+        let files = UpstreamFiles::new(None, true).with_local_root(Some(std::env::temp_dir()));
         let t = tip(&files, &location).await.unwrap();
         assert_eq!(
             (t.version, t.checkpoint.clone(), t.commits.len()),
@@ -445,7 +445,7 @@ mod tests {
             crate::capture::footer_bounds::bomb_file(),
         )
         .unwrap();
-        let files = UpstreamFiles::new(None, true);
+        let files = UpstreamFiles::new(None, true).with_local_root(Some(std::env::temp_dir()));
         let t = tip(&files, &location).await.unwrap();
         assert!(t.checkpoint.is_some());
         match replay(&files, &location, &t, 100).await {

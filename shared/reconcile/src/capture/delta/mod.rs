@@ -313,7 +313,7 @@ impl Job<'_> {
         } else {
             None
         };
-        let upstream = UpstreamFiles::new(vended, self.state.config.allow_insecure_upstreams);
+        let upstream = UpstreamFiles::for_host(vended, &self.state.config);
         let tip = log::tip(&upstream, &location).await?;
         if captured_version == Some((tip.version, log::commit_location(&location, tip.version))) {
             return Err(Short::Unchanged);
