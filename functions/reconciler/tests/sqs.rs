@@ -518,6 +518,7 @@ async fn local_worker_redelivers_failures_and_dead_letters_after_max_receives() 
     let opts = WorkerOptions {
         max_receives: 2,
         retry_delay: std::time::Duration::ZERO,
+        ..WorkerOptions::default()
     };
     // The scheduler pass queues the due overlay once, however often it runs.
     assert_eq!(schedule_once(&env.state, &queue).await.expect("pass"), 1);

@@ -1548,6 +1548,8 @@ async fn a_vended_s3_endpoint_at_a_forbidden_address_is_never_handed_to_engines(
         assert_eq!(s, 200, "{endpoint}: {body}");
         assert!(!body.contains("hostile-secret"), "{body}");
     }
+}
+
 /// Insecure mode never turns capture into a local file reader (`docs/reliability.md`,
 /// "Capture is not a local file reader"): an upstream whose tables' metadata locations name
 /// `/etc/passwd` and `/proc/self/environ` (outside the host's upstream files root) gets them
