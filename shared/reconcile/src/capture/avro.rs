@@ -11,12 +11,20 @@
 //! - the codec is one the crate reads (`null`, `deflate`, `snappy`, `zstandard`);
 //! - the object inflates to at most [`MAX_INFLATED_PER_OBJECT`] bytes, and all the objects of
 //!   one capture job to at most [`MAX_INFLATED_PER_JOB`] ([`InflateBudget`]): each block is
-//!   inflated with a streaming decoder into a counting sink that stops at the budget, so no
-//!   inflated byte is kept;
+//!   inflated with a streaming decoder into a buffer that stops at the budget (one block at
+//!   a time, so at most [`MAX_INFLATED_PER_OBJECT`] inflated bytes are held, then dropped);
 //! - the object holds at most [`MAX_ENTRIES_PER_OBJECT`] entries, counted from the block
 //!   headers while walking (the walk stops at the limit, nothing is materialized), and no
 //!   block claims more entries than its inflated bytes (every manifest-list or manifest entry
-//!   takes at least one byte).
+//!   takes at least one byte);
+//! - each inflated block's entries, walked against the header's writer schema
+//!   (`avro.schema`, which must parse), take exactly its bytes: the walk steps over every
+//!   value allocating nothing per item. A string, bytes or fixed must fit the bytes left, a
+//!   union branch and an enum index must exist, and an array's or map's block may claim no
+//!   more items than the bytes left can hold (the reader reserves the claimed count before
+//!   reading an item); items whose type can encode in zero bytes count against
+//!   [`MAX_ZERO_BYTE_ITEMS_PER_OBJECT`], every value against [`MAX_VALUES_PER_OBJECT`], and
+//!   values nest at most [`MAX_VALUE_DEPTH`] deep.
 //!
 //! A refusal for size is [`Refusal::TooLarge`] (`UPSTREAM_OBJECT_TOO_LARGE`); anything else
 //! that is not a well-formed container is [`Refusal::Corrupt`].
