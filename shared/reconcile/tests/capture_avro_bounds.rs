@@ -2,7 +2,9 @@
 //! "Decompression and entry counts are bounded"): a manifest list of about 1 MB whose deflate
 //! block inflates to 1 GiB is refused with `UPSTREAM_OBJECT_TOO_LARGE` by a process limited
 //! to 1 GiB of address space (the iceberg crate's reader alone would inflate the whole block
-//! and abort it), and a manifest list naming one manifest 20,000 times has it fetched once.
+//! and abort it), a manifest of a few hundred bytes whose one entry claims a `column_sizes`
+//! of 500,000,000 items is refused the same way (the reader would reserve gigabytes for it),
+//! and a manifest list naming one manifest 20,000 times has it fetched once.
 //!
 //! The upstream is a fixture S3 origin on loopback (read in insecure mode, as a local
 //! development host would) that serves fixed objects and counts the requests for each.
@@ -414,4 +416,171 @@ async fn a_snapshot_naming_more_than_ten_thousand_distinct_manifests_is_refused(
     );
     // Refused from the list alone: no manifest was fetched.
     assert_eq!(upstream.hits("metadata/m0.avro"), 0);
+}
+
+/// A real manifest (one data file whose `column_sizes` holds one item) and a manifest list
+/// naming it at `manifest_location`, both written by the iceberg crate; then the manifest
+/// rewritten so that its one entry claims a `column_sizes` of `items` items (its header
+/// kept, its block re-encoded and deflated). Answers (manifest, list) bytes.
+async fn manifest_claiming_column_sizes(items: i64, manifest_location: &str) -> (Vec<u8>, Vec<u8>) {
+    const MARK: i64 = 123_456_789_012_345;
+    let io = FileIO::new_with_memory();
+    let schema = Schema::builder()
+        .with_fields(vec![
+            NestedField::optional(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+        ])
+        .build()
+        .unwrap();
+    let mut w = ManifestWriterBuilder::new(
+        io.new_output("memory:///m0.avro").unwrap(),
+        Some(1),
+        schema.into(),
+        PartitionSpec::unpartition_spec(),
+    )
+    .build_v2_data();
+    let f = DataFileBuilder::default()
+        .content(DataContentType::Data)
+        .file_format(DataFileFormat::Parquet)
+        .file_path(s3("data/0.parquet"))
+        .file_size_in_bytes(1024)
+        .record_count(10)
+        .partition_spec_id(0)
+        .partition(Struct::empty())
+        .column_sizes(HashMap::from([(1, MARK as u64)]))
+        .build()
+        .unwrap();
+    w.add_file(f, 1).unwrap();
+    let mut mf = w.write_manifest_file().await.unwrap();
+    mf.manifest_path = manifest_location.to_owned();
+    let real = io
+        .new_input("memory:///m0.avro")
+        .unwrap()
+        .read()
+        .await
+        .unwrap()
+        .to_vec();
+    let mut lw = ManifestListWriter::v2(
+        io.new_output("memory:///snap.avro")
+            .unwrap()
+            .writer()
+            .await
+            .unwrap(),
+        1,
+        None,
+        1,
+    );
+    lw.add_manifests(std::iter::once(mf)).unwrap();
+    lw.close().await.unwrap();
+    let list = io
+        .new_input("memory:///snap.avro")
+        .unwrap()
+        .read()
+        .await
+        .unwrap()
+        .to_vec();
+
+    // The entry, encoded without a codec; its `column_sizes` is the one block of one item
+    // (key 1, value MARK) then the end: the block's count is made to claim `items`.
+    let reader = apache_avro::Reader::new(&real[..]).unwrap();
+    let writer_schema = reader.writer_schema().clone();
+    let entries: Vec<_> = reader.map(Result::unwrap).collect();
+    assert_eq!(entries.len(), 1);
+    let entry = apache_avro::to_avro_datum(&writer_schema, entries[0].clone()).unwrap();
+    let mut item = vec![0x02, 0x02];
+    long(&mut item, MARK);
+    item.push(0x00);
+    let at = entry
+        .windows(item.len())
+        .position(|w| w == item.as_slice())
+        .expect("the column_sizes item");
+    let mut patched = entry[..at].to_vec();
+    long(&mut patched, items);
+    patched.extend_from_slice(&entry[at + 1..]);
+
+    // The real header (it ends with the sync marker, which also ends the file), then the one
+    // block, deflated if the header's codec says so.
+    let sync = &real[real.len() - 16..];
+    let header_end = real
+        .windows(16)
+        .position(|w| w == sync)
+        .expect("the header's sync marker")
+        + 16;
+    let deflate = real[..header_end]
+        .windows(b"deflate".len())
+        .any(|w| w == b"deflate");
+    let block = if deflate {
+        let mut c = flate2::Compress::new(flate2::Compression::default(), false);
+        let mut block = Vec::with_capacity(patched.len() + 64);
+        c.compress_vec(&patched, &mut block, flate2::FlushCompress::Finish)
+            .expect("deflate");
+        block
+    } else {
+        patched
+    };
+    let mut out = real[..header_end].to_vec();
+    long(&mut out, 1);
+    long(&mut out, block.len() as i64);
+    out.extend_from_slice(&block);
+    out.extend_from_slice(sync);
+    (out, list)
+}
+
+#[tokio::test]
+async fn a_manifest_claiming_a_huge_column_sizes_is_read_as_written_when_it_does_not_lie() {
+    // The rewriting itself keeps a manifest the crate reads: claiming the one item it holds.
+    let list = s3("metadata/snap-1.avro");
+    let manifest = s3("metadata/m0.avro");
+    let (m, l) = manifest_claiming_column_sizes(1, &manifest).await;
+    let upstream = Upstream::start(HashMap::from([
+        (key(&s3("metadata/v1.metadata.json")), metadata(&list)),
+        (key(&list), l),
+        (key(&manifest), m),
+    ]))
+    .await;
+    let snap = read_snapshot(
+        &upstream.files(),
+        &s3("metadata/v1.metadata.json"),
+        1000,
+        &InflateBudget::default(),
+    )
+    .await
+    .expect("read");
+    assert_eq!(snap.files.len(), 1);
+}
+
+#[test]
+fn a_manifest_claiming_a_huge_column_sizes_is_refused_within_a_gib_of_address_space() {
+    let (passed, out) = child_under_memory_limit("huge_column_sizes_child");
+    assert!(passed, "the child did not survive the manifest: {out}");
+}
+
+#[tokio::test]
+async fn huge_column_sizes_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let list = s3("metadata/snap-1.avro");
+    let manifest = s3("metadata/m0.avro");
+    let (m, l) = manifest_claiming_column_sizes(500_000_000, &manifest).await;
+    let upstream = Upstream::start(HashMap::from([
+        (key(&s3("metadata/v1.metadata.json")), metadata(&list)),
+        (key(&list), l),
+        (key(&manifest), m),
+    ]))
+    .await;
+    let e = read_snapshot(
+        &upstream.files(),
+        &s3("metadata/v1.metadata.json"),
+        1000,
+        &InflateBudget::default(),
+    )
+    .await
+    .err()
+    .expect("the manifest is refused");
+    assert_eq!(e.code(), Some(TOO_LARGE), "{e}");
+    assert!(
+        matches!(&e, ReadError::TooLarge { location, message }
+            if *location == manifest && message.contains("500000000 items")),
+        "{e:?}"
+    );
 }
