@@ -18,6 +18,7 @@
 //! beyond the plan's two strong prefix reads of the catalog partition: no upstream request
 //! and no write.
 
+pub mod attempt;
 pub mod delta;
 pub mod footer_bounds;
 pub mod iceberg;
@@ -52,6 +53,9 @@ pub use select::{CaptureOptions, CapturePlan, PlannedTable, plan};
 pub struct TableFailure {
     pub path: Vec<String>,
     pub retryable: bool,
+    /// The failure's code when it has one (`CAPTURE_QUARANTINED`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<&'static str>,
     pub reason: String,
 }
 
@@ -64,6 +68,9 @@ pub struct CaptureSummary {
     /// Of the captured: tables with file errors, and tables whose files cannot be read.
     pub invalid: u64,
     pub not_readable: u64,
+    /// Tables quarantined: capture did not finish at their upstream version
+    /// [`attempt::MAX_UNFINISHED_ATTEMPTS`] times (also listed in `failed`).
+    pub quarantined: u64,
     /// Data files recorded and Parquet footers checked.
     pub files: u64,
     pub files_validated: u64,
@@ -162,7 +169,12 @@ pub async fn execute(
         unchanged: plan.unchanged,
         ..CaptureSummary::default()
     };
-    let job = Job { state, plan, opts };
+    let job = Job {
+        state,
+        plan,
+        opts,
+        open: std::sync::atomic::AtomicBool::new(false),
+    };
     if !plan.tables.is_empty() {
         let client = client.ok_or_else(|| {
             ReconcileError::Api(Error::internal("capture needs an upstream client"))
@@ -173,7 +185,7 @@ pub async fn execute(
             let rel = &table.relation.value;
             let path = [rel.namespace.segments().to_vec(), vec![rel.name.clone()]].concat();
             let result = match &files {
-                Ok(files) => job.table(client, files, table).await,
+                Ok(files) => job.attempt(client, files, table).await,
                 Err(reason) => Err(TableError::Failed {
                     retryable: false,
                     reason: reason.clone(),
@@ -190,14 +202,29 @@ pub async fn execute(
                         ValidationState::Valid => {}
                         ValidationState::Invalid => summary.invalid += 1,
                         ValidationState::NotReadable => summary.not_readable += 1,
+                        ValidationState::Quarantined => {
+                            summary.quarantined += 1;
+                            summary.failed.push(TableFailure {
+                                path,
+                                retryable: false,
+                                code: Some(attempt::QUARANTINED),
+                                reason: p.reason.unwrap_or_default(),
+                            });
+                        }
                     }
                 }
                 Err(TableError::Fence) => return Err(ReconcileError::FenceLost),
+                Err(TableError::Quarantined { .. }) => {
+                    return Err(ReconcileError::Api(Error::internal(
+                        "a quarantine was not published",
+                    )));
+                }
                 Err(TableError::Failed { retryable, reason }) => {
                     tracing::warn!(table = %dotted(rel.namespace.segments(), &rel.name), %reason, "capture failed");
                     summary.failed.push(TableFailure {
                         path,
                         retryable,
+                        code: None,
                         reason: crate::status::bound_text(&reason),
                     })
                 }
@@ -208,7 +235,7 @@ pub async fn execute(
         match job.retire(orphan).await {
             Ok(()) => summary.retired += 1,
             Err(TableError::Fence) => return Err(ReconcileError::FenceLost),
-            Err(TableError::Failed { .. }) => {}
+            Err(TableError::Failed { .. } | TableError::Quarantined { .. }) => {}
         }
     }
     summary.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -235,7 +262,16 @@ async fn check_file(
 
 enum TableError {
     Fence,
-    Failed { retryable: bool, reason: String },
+    Failed {
+        retryable: bool,
+        reason: String,
+    },
+    /// The table's attempt marker says capture died at this version often enough: nothing
+    /// of it is read, it is published quarantined.
+    Quarantined {
+        version: String,
+        attempts: u32,
+    },
 }
 
 impl From<MetastoreError> for TableError {
@@ -269,6 +305,8 @@ struct Published {
     files: u64,
     validated: u64,
     errors: u64,
+    /// Why (`QUARANTINED` only).
+    reason: Option<String>,
 }
 
 /// Writes one captured state object below the catalog's capture directory; answers its
@@ -312,6 +350,8 @@ struct Job<'a> {
     state: &'a AppState,
     plan: &'a CapturePlan,
     opts: &'a CaptureOptions,
+    /// Whether the table being captured has an attempt marker this job wrote.
+    open: std::sync::atomic::AtomicBool,
 }
 
 impl Job<'_> {
@@ -341,6 +381,168 @@ impl Job<'_> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Captures one table as one attempt: its marker first (a Delta table whose version is
+    /// known only from its log or its query marks itself once that is read), then the work,
+    /// then the marker removed (with the publication, or after a failure). A table whose
+    /// marker says it is poison is published quarantined instead, and keeps its marker.
+    async fn attempt(
+        &self,
+        client: &dyn CatalogClient,
+        files: &CatalogFiles,
+        table: &PlannedTable,
+    ) -> Result<Published, TableError> {
+        let rel = &table.relation.value;
+        let probed =
+            rel.format.as_deref() == Some(select::DELTA) && select::stated_version(rel).is_none();
+        let begun = if probed {
+            Ok(())
+        } else {
+            self.begin_attempt(rel, &attempt::upstream_version(rel))
+                .await
+        };
+        let result = match begun {
+            Ok(()) => self.table(client, files, table).await,
+            Err(e) => Err(e),
+        };
+        let result = match result {
+            Err(TableError::Quarantined { version, attempts }) => {
+                self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+                return self.quarantine(table, files, &version, attempts).await;
+            }
+            other => other,
+        };
+        // Ended without publishing (a failure, an unchanged probe): the marker goes.
+        if self.open.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            let _ = self
+                .state
+                .store
+                .transact(Transaction::new().with(Op::delete(keys::capture_attempt(
+                    self.catalog_id(),
+                    &rel.id,
+                ))))
+                .await;
+        }
+        result
+    }
+
+    /// Records, fenced, that the table is about to be read at `version` (`docs/capture.md`,
+    /// "Poison tables"), or answers that it is quarantined. Then the fault seam runs.
+    async fn begin_attempt(
+        &self,
+        rel: &flotilla_domain::model::RelationRecord,
+        version: &str,
+    ) -> Result<(), TableError> {
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        let overlay_id = &self.plan.observed.overlay.id;
+        let previous =
+            attempt::marker(self.state.store.as_ref(), self.catalog_id(), &rel.id).await?;
+        let next = match attempt::next(
+            previous.as_ref().map(|p| &p.value),
+            &rel.id,
+            overlay_id,
+            version,
+            self.state.clock.now_rfc3339(),
+        ) {
+            Ok(next) => next,
+            Err(attempts) => {
+                return Err(TableError::Quarantined {
+                    version: version.to_owned(),
+                    attempts,
+                });
+            }
+        };
+        let op = attempt::write_op(self.catalog_id(), previous.as_ref(), &next)?;
+        if !self.commit(vec![op]).await? {
+            return Err(TableError::Failed {
+                retryable: true,
+                reason: "another capture job is capturing the table; the next run captures it"
+                    .into(),
+            });
+        }
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(hook) = &self.opts.fault {
+            let path = [rel.namespace.segments().to_vec(), vec![rel.name.clone()]].concat();
+            (hook.0)(&path).await;
+        }
+        Ok(())
+    }
+
+    /// Publishes a poison table: `QUARANTINED`, not query-visible, one error record coded
+    /// `CAPTURE_QUARANTINED` against the version. Nothing of the table is read. Already
+    /// quarantined at this version: nothing is written.
+    async fn quarantine(
+        &self,
+        table: &PlannedTable,
+        files: &CatalogFiles,
+        version: &str,
+        attempts: u32,
+    ) -> Result<Published, TableError> {
+        let rel = &table.relation.value;
+        let reason = format!(
+            "{}: capture of the table did not finish {attempts} times at upstream version \
+             {version} (the process stopped while reading it); its files are not read again \
+             until the upstream version changes or a revalidation is requested",
+            attempt::QUARANTINED
+        );
+        let is_delta = rel.format.as_deref() == Some(select::DELTA);
+        let previous = table.pointer.as_ref().map(|p| &p.value);
+        if let Some(p) = previous
+            && p.validation == ValidationState::Quarantined
+            && p.reason.as_deref() == Some(reason.as_str())
+        {
+            return Ok(Published {
+                unchanged: true,
+                state: ValidationState::Quarantined,
+                files: 0,
+                validated: 0,
+                errors: 0,
+                reason: p.reason.clone(),
+            });
+        }
+        let Some(m) = rel.managed_by.as_ref() else {
+            return Err(TableError::Failed {
+                retryable: false,
+                reason: "not an overlay table".into(),
+            });
+        };
+        let pointer = CapturePointer {
+            relation_id: rel.id.clone(),
+            overlay_id: m.overlay_id.clone(),
+            integration_id: m.integration_id.clone(),
+            namespace: rel.namespace.segments().to_vec(),
+            name: rel.name.clone(),
+            format: if is_delta { select::DELTA } else { "ICEBERG" }.into(),
+            // What the plan compares with: a quarantined version is current for it.
+            snapshot_id: if is_delta {
+                select::stated_version(rel)
+            } else {
+                None
+            },
+            metadata_location: if is_delta {
+                version.to_owned()
+            } else {
+                rel.metadata_location.clone().unwrap_or_default()
+            },
+            object: None,
+            files: 0,
+            records: 0,
+            bytes: 0,
+            validation_generation: previous.map_or(0, |p| p.validation_generation) + 1,
+            validation_id: flotilla_domain::names::new_id(),
+            validation: ValidationState::Quarantined,
+            errors: 0,
+            reason: Some(reason.clone()),
+            visibility_override: previous.is_some_and(|p| p.visibility_override),
+            captured_at: self.state.clock.now_rfc3339(),
+            overlay_generation: self.plan.observed.overlay.generation,
+            integration_generation: self.plan.observed.integration.generation,
+        };
+        self.publish(table, files, pointer, vec![(version.to_owned(), reason)], 0)
+            .await
     }
 
     async fn table(
@@ -495,9 +697,13 @@ impl Job<'_> {
         let validation_id = pointer.validation_id.clone();
         let generation = pointer.validation_generation;
         if !errors.is_empty() {
-            pointer.validation = ValidationState::Invalid;
+            if pointer.validation != ValidationState::Quarantined {
+                pointer.validation = ValidationState::Invalid;
+            }
             pointer.errors = errors.len() as u64;
         }
+        let code = (pointer.validation == ValidationState::Quarantined)
+            .then(|| attempt::QUARANTINED.to_owned());
         let display_path = dotted(&pointer.namespace, &rel.name);
         // The error records first: invisible until the pointer names their validation id.
         let records: Vec<Op> = errors
@@ -513,6 +719,7 @@ impl Job<'_> {
                     format: pointer.format.clone(),
                     file_path: file.clone(),
                     message: crate::status::bound_text(message),
+                    code: code.clone(),
                     validation_id: validation_id.clone(),
                     validation_generation: generation,
                 };
@@ -540,14 +747,26 @@ impl Job<'_> {
             None => Op::create(key, body),
         };
         let rel_key = keys::relation(self.catalog_id(), &rel.namespace, &rel.name);
-        let applied = self
-            .commit(vec![
-                Op::check(rel_key, Condition::Version(table.relation.version)),
-                op,
-            ])
-            .await;
+        let mut ops = vec![
+            Op::check(rel_key, Condition::Version(table.relation.version)),
+            op,
+        ];
+        // The attempt ends with its publication (a quarantine keeps its marker).
+        let closing = pointer.validation != ValidationState::Quarantined
+            && self.open.load(std::sync::atomic::Ordering::SeqCst);
+        if closing {
+            ops.push(Op::delete(keys::capture_attempt(
+                self.catalog_id(),
+                &rel.id,
+            )));
+        }
+        let applied = self.commit(ops).await;
         match applied {
-            Ok(true) => {}
+            Ok(true) => {
+                if closing {
+                    self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
             other => {
                 self.discard(&rel.id, &validation_id, pointer.object.as_deref(), files)
                     .await;
@@ -576,6 +795,7 @@ impl Job<'_> {
             files: pointer.files,
             validated,
             errors: pointer.errors,
+            reason: pointer.reason,
         })
     }
 

@@ -27,6 +27,9 @@ pub struct CaptureOptions {
     pub max_files: usize,
     /// When set, the job refuses to start unless the overlay is at this generation.
     pub expect_generation: Option<u64>,
+    /// A test seam: runs once a table's attempt marker is durable, before its files are read
+    /// ([`FaultHook`](super::attempt::FaultHook)). `None` outside tests.
+    pub fault: Option<super::attempt::FaultHook>,
 }
 
 impl Default for CaptureOptions {
@@ -36,6 +39,7 @@ impl Default for CaptureOptions {
             file_concurrency: 16,
             max_files: 100_000,
             expect_generation: None,
+            fault: None,
         }
     }
 }

@@ -1,0 +1,433 @@
+//! Poison tables (`docs/reliability.md`, "Poison tables are quarantined"): a table whose
+//! capture takes the process down (a decoder that allocates without bound, an abort) must
+//! not be retried forever. The attack: a fault seam makes the capture of one table never
+//! return once its attempt marker is durable, and the job's task is aborted there (the
+//! process dying: nothing after that point runs); then capture runs again on the same
+//! metastore, as the next scheduled refresh or the queue's redelivery would.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use flotilla_core::reconcile::AdapterConnector;
+use flotilla_core::reconcile::capture::attempt::{self, FaultHook, MAX_UNFINISHED_ATTEMPTS};
+use flotilla_core::reconcile::capture::{self, CaptureOptions, CaptureSummary};
+use flotilla_core::state::AppState;
+use flotilla_iceberg_rest::IcebergConfig;
+use flotilla_metastore::Consistency;
+use flotilla_testkit::iceberg_fixture::IcebergFixture;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+const OPERATOR: &str = "poison-operator-token";
+const ACME: &str = "poison-acme-token-00001";
+
+struct Env {
+    state: AppState,
+    endpoint: String,
+    http: reqwest::Client,
+    work: tokio::sync::Mutex<flotilla_runtime::local::LocalQueue>,
+    upstream: IcebergFixture,
+    overlay: String,
+    lake: String,
+    prefix: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    async fn call(&self, method: reqwest::Method, path: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .request(method, format!("{}{path}", self.endpoint))
+            .bearer_auth(ACME)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn reconcile(&self) {
+        let (s, v) = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/v1/accounts/acme/overlays/{}/reconcile", self.overlay),
+            )
+            .await;
+        assert_eq!(s, 200, "{v}");
+    }
+
+    async fn relation_id(&self, name: &str) -> String {
+        let ns = flotilla_domain::names::NamespacePath::new(vec!["sales".into()]).unwrap();
+        let key = flotilla_domain::keys::relation(&self.lake, &ns, name);
+        let v: Value = self
+            .state
+            .store
+            .get(&key, Consistency::Strong)
+            .await
+            .unwrap()
+            .unwrap()
+            .json()
+            .unwrap();
+        v["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn marker(&self, name: &str) -> Option<attempt::CaptureAttempt> {
+        attempt::marker(
+            self.state.store.as_ref(),
+            &self.lake,
+            &self.relation_id(name).await,
+        )
+        .await
+        .unwrap()
+        .map(|m| m.value)
+    }
+
+    async fn validation(&self, name: &str) -> Value {
+        let (s, v) = self
+            .call(
+                reqwest::Method::GET,
+                &format!(
+                    "/v1/accounts/acme/catalogs/{}/namespaces/sales/tables/{name}/validation",
+                    self.lake
+                ),
+            )
+            .await;
+        assert_eq!(s, 200, "{v}");
+        v
+    }
+
+    async fn load_status(&self, name: &str) -> u16 {
+        self.call(
+            reqwest::Method::GET,
+            &format!("/iceberg/v1/{}/namespaces/sales/tables/{name}", self.prefix),
+        )
+        .await
+        .0
+    }
+
+    /// One capture job with the fault seam armed on `poison`: a capture of `poison` never
+    /// returns once its marker is durable, and the job's task is aborted there. Answers
+    /// whether the job reached `poison` (and was killed) or finished (and its summary).
+    async fn run_with_poison(&self, opts: CaptureOptions) -> Result<CaptureSummary, Killed> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<String>>();
+        let reads = Arc::new(AtomicUsize::new(0));
+        let seen = reads.clone();
+        let hook = FaultHook(Arc::new(move |path: &[String]| {
+            let poison = path.last().is_some_and(|n| n == "poison");
+            if poison {
+                seen.fetch_add(1, Ordering::SeqCst);
+                let _ = tx.send(path.to_vec());
+            }
+            Box::pin(async move {
+                if poison {
+                    std::future::pending::<()>().await;
+                }
+            })
+        }));
+        let state = self.state.clone();
+        let overlay = self.overlay.clone();
+        let opts = CaptureOptions {
+            fault: Some(hook),
+            ..opts
+        };
+        let mut job = tokio::spawn(async move {
+            capture::capture(&state, &AdapterConnector, "acme", &overlay, &opts).await
+        });
+        tokio::select! {
+            biased;
+            Some(_) = rx.recv() => {
+                // The process dies here: the task is dropped mid-table.
+                job.abort();
+                assert!(job.await.unwrap_err().is_cancelled());
+                Err(Killed)
+            }
+            r = &mut job => Ok(r.unwrap().expect("capture")),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Killed;
+
+async fn setup() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        serde_json::to_vec(&json!({"tokens": [{"token": ACME, "accounts": ["acme"]}]})).unwrap(),
+    )
+    .unwrap();
+    let opts = flotilla_runtime::local::LocalOptions {
+        data_dir: dir.path().join("data"),
+        // The fixture upstream listens on loopback and keeps its tables in file://.
+        allow_insecure_upstreams: true,
+        bootstrap_token: Some(OPERATOR.to_owned()),
+        tokens_file: Some(tokens),
+        warehouse_root: None,
+    };
+    let stack = flotilla_runtime::local::build(&opts).expect("local stack");
+    let root = opts.warehouse_root().canonicalize().unwrap();
+    let state = stack.state;
+    let app = flotilla_iceberg_rest::router(
+        state.clone(),
+        IcebergConfig {
+            local_warehouse_root: Some(root),
+            ..Default::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let http = reqwest::Client::new();
+    let endpoint = format!("http://{addr}");
+    let post = |path: &str, token: &str, body: Value| {
+        http.post(format!("{endpoint}{path}"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    let r = post("/v1/accounts", OPERATOR, json!({"id": "acme"}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let r = post(
+        "/v1/accounts/acme/catalogs",
+        ACME,
+        json!({"display_name": "lake"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 201);
+    let lake = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    // Captured in key order: `orders` before the poison table, `zeta` after it.
+    for t in ["orders", "poison", "zeta"] {
+        upstream.add_table(&["sales"], t);
+    }
+    let r = post(
+        "/v1/accounts/acme/integrations",
+        ACME,
+        json!({"display_name": "up", "type": "ICEBERG_REST", "uri": upstream.uri(),
+            "authentication": {"type": "BEARER"}, "credentials": {"token": "upstream-token"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 201);
+    let integration = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = post(
+        "/v1/accounts/acme/overlays",
+        ACME,
+        json!({"display_name": "imp", "integration_id": integration,
+            "catalog_id": lake, "include_namespaces": [["sales"]]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 201);
+    let overlay = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cfg: Value = http
+        .get(format!("{endpoint}/iceberg/v1/config?warehouse=acme/lake"))
+        .bearer_auth(ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let prefix = cfg["overrides"]["prefix"].as_str().unwrap().to_owned();
+    let env = Env {
+        state,
+        endpoint,
+        http,
+        work: tokio::sync::Mutex::new(stack.work),
+        upstream,
+        overlay,
+        lake,
+        prefix,
+        _dir: dir,
+    };
+    env.reconcile().await;
+    env
+}
+
+/// Kills the job at the poison table `MAX_UNFINISHED_ATTEMPTS` times, then runs a job that
+/// must finish without reading the poison table again: it is quarantined, the rest captured.
+async fn quarantine(env: &Env) -> CaptureSummary {
+    for attempt in 1..=MAX_UNFINISHED_ATTEMPTS {
+        let r = env.run_with_poison(CaptureOptions::default()).await;
+        assert!(r.is_err(), "attempt {attempt} reached the poison table");
+        let m = env.marker("poison").await.expect("the attempt is marked");
+        assert_eq!(m.attempts, attempt, "{m:?}");
+        assert_eq!(env.validation("poison").await["state"], "NOT_CAPTURED");
+    }
+    env.run_with_poison(CaptureOptions::default())
+        .await
+        .expect("the poison table is not read a third time")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_whose_capture_never_finishes_is_quarantined_and_a_new_version_lifts_it() {
+    let env = setup().await;
+    let s = quarantine(&env).await;
+    assert_eq!((s.quarantined, s.captured), (1, 2), "{s:?}");
+    assert!(!s.has_retryable_failure(), "not redelivered: {s:?}");
+    let f = &s.failed[..];
+    assert!(
+        matches!(f, [t] if t.code == Some("CAPTURE_QUARANTINED") && !t.retryable
+            && t.path == ["sales", "poison"]),
+        "{s:?}"
+    );
+    // The other tables of the job: captured and visible.
+    for t in ["orders", "zeta"] {
+        let v = env.validation(t).await;
+        assert_eq!(
+            (v["state"].as_str(), v["visible"].as_bool()),
+            (Some("VALID"), Some(true)),
+            "{t}: {v}"
+        );
+        assert_eq!(env.load_status(t).await, 200, "{t}");
+    }
+    // The poison table: shown as quarantined, listed among the errors, never served.
+    let v = env.validation("poison").await;
+    assert_eq!(v["state"], "QUARANTINED", "{v}");
+    assert_eq!(v["visible"], false, "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("CAPTURE_QUARANTINED"),
+        "{v}"
+    );
+    assert_eq!(
+        v["validation_errors"][0]["code"], "CAPTURE_QUARANTINED",
+        "{v}"
+    );
+    let (st, errs) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/catalogs/{}/validation-errors", env.lake),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let items = errs["items"].as_array().unwrap();
+    assert!(
+        matches!(&items[..], [e] if e["code"] == "CAPTURE_QUARANTINED" && e["name"] == "poison"),
+        "{errs}"
+    );
+    assert_eq!(env.load_status("poison").await, 404);
+
+    // Later jobs at the same upstream version do not touch it (planned as current).
+    let s = env
+        .run_with_poison(CaptureOptions::default())
+        .await
+        .expect("not read again");
+    assert_eq!((s.captured, s.unchanged), (0, 3), "{s:?}");
+
+    // A new upstream version lifts the quarantine: read again, captured, visible.
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": false, "type": "long"}]});
+    assert!(
+        env.upstream
+            .update_table_schema(&["sales"], "poison", schema)
+    );
+    env.reconcile().await;
+    let s = capture::capture(
+        &env.state,
+        &AdapterConnector,
+        "acme",
+        &env.overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((s.captured, s.quarantined), (1, 0), "{s:?}");
+    let v = env.validation("poison").await;
+    assert_eq!(
+        (v["state"].as_str(), v["visible"].as_bool()),
+        (Some("VALID"), Some(true)),
+        "{v}"
+    );
+    assert_eq!(env.load_status("poison").await, 200);
+    assert!(env.marker("poison").await.is_none(), "the attempt ended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_revalidation_lifts_a_quarantine_for_a_bounded_number_of_attempts() {
+    let env = setup().await;
+    let s = quarantine(&env).await;
+    assert_eq!(s.quarantined, 1, "{s:?}");
+    let (st, v) = env
+        .call(
+            reqwest::Method::POST,
+            &format!(
+                "/v1/accounts/acme/overlays/{}/capture?revalidate=true",
+                env.overlay
+            ),
+        )
+        .await;
+    assert_eq!(st, 202, "{v}");
+    assert!(
+        env.marker("poison").await.is_none(),
+        "the request lifted it"
+    );
+    // Still poison: the lifted table costs at most MAX_UNFINISHED_ATTEMPTS more crashes,
+    // then it is quarantined again.
+    let revalidate = CaptureOptions {
+        revalidate: true,
+        ..CaptureOptions::default()
+    };
+    for _ in 0..MAX_UNFINISHED_ATTEMPTS {
+        assert!(env.run_with_poison(revalidate.clone()).await.is_err());
+    }
+    let s = env
+        .run_with_poison(revalidate.clone())
+        .await
+        .expect("quarantined again");
+    // Still quarantined at the same version: the pointer stands, nothing is rewritten.
+    assert_eq!((s.captured, s.unchanged, s.quarantined), (2, 1, 0), "{s:?}");
+    assert_eq!(env.validation("poison").await["state"], "QUARANTINED");
+    assert_eq!(
+        env.marker("poison").await.map(|m| m.attempts),
+        Some(MAX_UNFINISHED_ATTEMPTS)
+    );
+    // No longer poison (the fault gone): a revalidation captures it.
+    let (st, _) = env
+        .call(
+            reqwest::Method::POST,
+            &format!(
+                "/v1/accounts/acme/overlays/{}/capture?revalidate=true",
+                env.overlay
+            ),
+        )
+        .await;
+    assert_eq!(st, 202);
+    let ran = env
+        .work
+        .lock()
+        .await
+        .drain(&env.state, &AdapterConnector)
+        .await;
+    assert!(!ran.is_empty());
+    let v = env.validation("poison").await;
+    assert_eq!(
+        (v["state"].as_str(), v["visible"].as_bool()),
+        (Some("VALID"), Some(true)),
+        "{v}"
+    );
+}
