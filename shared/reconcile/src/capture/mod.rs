@@ -46,7 +46,9 @@ use flotilla_services::state::AppState;
 use record::{CapturePointer, CapturedFile, CapturedTable, ValidationErrorRecord, ValidationState};
 use storage::{CatalogFiles, StorageError, UpstreamFiles};
 
-pub use select::{CaptureOptions, CapturePlan, PlannedTable, plan};
+pub use select::{
+    CaptureOptions, CapturePlan, DEADLINE, JOB_BUDGET, PlannedTable, TABLE_BUDGET, Timer, plan,
+};
 
 /// A table the job could not capture this time.
 #[derive(Clone, Debug, Serialize)]
@@ -68,6 +70,9 @@ pub struct CaptureSummary {
     /// Of the captured: tables with file errors, and tables whose files cannot be read.
     pub invalid: u64,
     pub not_readable: u64,
+    /// Tables not started because the job's time budget was spent (also listed in
+    /// `failed`, `CAPTURE_DEADLINE`, retryable: the next run captures them).
+    pub deferred: u64,
     /// Tables quarantined: capture did not finish at their upstream version
     /// [`attempt::MAX_UNFINISHED_ATTEMPTS`] times (also listed in `failed`).
     pub quarantined: u64,
@@ -181,11 +186,54 @@ pub async fn execute(
         })?;
         let files = CatalogFiles::open(state, &plan.catalog)
             .map_err(|e| format!("captured state cannot be stored: {e}"));
+        // The job's budget, on the service clock from its start.
+        let budget_ms = i64::try_from(opts.job_budget.as_millis()).unwrap_or(i64::MAX);
+        let deadline_ms = state.clock.now_ms().saturating_add(budget_ms);
         for table in &plan.tables {
             let rel = &table.relation.value;
             let path = [rel.namespace.segments().to_vec(), vec![rel.name.clone()]].concat();
+            let left_ms = deadline_ms.saturating_sub(state.clock.now_ms());
+            if left_ms <= 0 {
+                // Spent: no further table is started; the next run resumes here (the
+                // tables captured so far are current for its plan).
+                summary.deferred += 1;
+                summary.failed.push(TableFailure {
+                    path,
+                    retryable: true,
+                    code: Some(DEADLINE),
+                    reason: format!(
+                        "{DEADLINE}: the capture job's time budget of {} s was spent before \
+                         the table was started; the next run captures it",
+                        opts.job_budget.as_secs()
+                    ),
+                });
+                continue;
+            }
+            let limit = opts
+                .table_budget
+                .min(std::time::Duration::from_millis(left_ms.unsigned_abs()));
             let result = match &files {
-                Ok(files) => job.attempt(client, files, table).await,
+                Ok(files) => {
+                    let work = job.attempt(client, files, table);
+                    tokio::select! {
+                        biased;
+                        r = work => r,
+                        () = (opts.timer.0)(limit) => {
+                            // The table's work is dropped where it stood: an ordinary
+                            // failure, so its attempt ends (no quarantine) and the next
+                            // run tries it again.
+                            job.end_attempt(&rel.id).await;
+                            Err(TableError::Failed {
+                                retryable: true,
+                                reason: format!(
+                                    "{DEADLINE}: the table was not captured within its time \
+                                     budget of {} s; the next run tries again",
+                                    limit.as_secs()
+                                ),
+                            })
+                        }
+                    }
+                }
                 Err(reason) => Err(TableError::Failed {
                     retryable: false,
                     reason: reason.clone(),
@@ -221,10 +269,11 @@ pub async fn execute(
                 }
                 Err(TableError::Failed { retryable, reason }) => {
                     tracing::warn!(table = %dotted(rel.namespace.segments(), &rel.name), %reason, "capture failed");
+                    let code = reason.starts_with(DEADLINE).then_some(DEADLINE);
                     summary.failed.push(TableFailure {
                         path,
                         retryable,
-                        code: None,
+                        code,
                         reason: crate::status::bound_text(&reason),
                     })
                 }
@@ -414,17 +463,23 @@ impl Job<'_> {
             other => other,
         };
         // Ended without publishing (a failure, an unchanged probe): the marker goes.
+        self.end_attempt(&rel.id).await;
+        result
+    }
+
+    /// Removes the marker of an attempt that ended without publishing (best effort: a
+    /// marker left behind counts one unfinished attempt).
+    async fn end_attempt(&self, relation_id: &str) {
         if self.open.swap(false, std::sync::atomic::Ordering::SeqCst) {
             let _ = self
                 .state
                 .store
                 .transact(Transaction::new().with(Op::delete(keys::capture_attempt(
                     self.catalog_id(),
-                    &rel.id,
+                    relation_id,
                 ))))
                 .await;
         }
-        result
     }
 
     /// Records, fenced, that the table is about to be read at `version` (`docs/capture.md`,

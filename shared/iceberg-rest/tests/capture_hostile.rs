@@ -1,9 +1,17 @@
-//! Poison tables (`docs/reliability.md`, "Poison tables are quarantined"): a table whose
-//! capture takes the process down (a decoder that allocates without bound, an abort) must
-//! not be retried forever. The attack: a fault seam makes the capture of one table never
-//! return once its attempt marker is durable, and the job's task is aborted there (the
-//! process dying: nothing after that point runs); then capture runs again on the same
-//! metastore, as the next scheduled refresh or the queue's redelivery would.
+//! Capture against tables that never finish (`docs/reliability.md`, "Poison tables are
+//! quarantined" and "Capture has time budgets").
+//!
+//! Poison tables: a table whose capture takes the process down (a decoder that allocates
+//! without bound, an abort) must not be retried forever. The attack: a fault seam makes the
+//! capture of one table never return once its attempt marker is durable, and the job's task
+//! is aborted there (the process dying: nothing after that point runs); then capture runs
+//! again on the same metastore, as the next scheduled refresh or the queue's redelivery
+//! would.
+//!
+//! Time budgets: a job whose clock (injected) runs past its budget stops starting tables and
+//! the next run resumes; a table whose upstream object never finishes (a storage endpoint
+//! that accepts and never answers) fails at its budget (an injected timer the test fires once
+//! the request is parked) while the other tables capture.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -154,6 +162,17 @@ impl Env {
 struct Killed;
 
 async fn setup() -> Env {
+    setup_with(|upstream| {
+        // Captured in key order: `orders` before the poison table, `zeta` after it.
+        for t in ["orders", "poison", "zeta"] {
+            upstream.add_table(&["sales"], t);
+        }
+    })
+    .await
+}
+
+/// The host, and an upstream whose namespace `sales` `tables` fills.
+async fn setup_with(tables: impl FnOnce(&IcebergFixture)) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.json");
     std::fs::write(
@@ -211,10 +230,7 @@ async fn setup() -> Env {
 
     let upstream = IcebergFixture::start().await;
     upstream.add_namespace(&["sales"]);
-    // Captured in key order: `orders` before the poison table, `zeta` after it.
-    for t in ["orders", "poison", "zeta"] {
-        upstream.add_table(&["sales"], t);
-    }
+    tables(&upstream);
     let r = post(
         "/v1/accounts/acme/integrations",
         ACME,
@@ -430,4 +446,180 @@ async fn an_operator_revalidation_lifts_a_quarantine_for_a_bounded_number_of_att
         (Some("VALID"), Some(true)),
         "{v}"
     );
+}
+
+/// A job whose service clock runs past its budget while it captures `orders` starts no
+/// further table: `poison` and `zeta` are deferred (`CAPTURE_DEADLINE`, retryable, so the
+/// message is delivered again), and the next run captures them without redoing `orders`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_time_budget_stops_and_the_next_run_resumes() {
+    let mut env = setup().await;
+    let clock = flotilla_core::clock::ManualClock::starting_now();
+    env.state.clock = Arc::new(clock.clone());
+    let moved = clock.clone();
+    let budget = capture::JOB_BUDGET;
+    // Capturing `orders` takes longer than the whole job may.
+    let slow_orders = FaultHook(Arc::new(move |path: &[String]| {
+        if path.last().is_some_and(|n| n == "orders") {
+            moved.advance(budget + std::time::Duration::from_secs(1));
+        }
+        Box::pin(async {})
+    }));
+    let s = capture::capture(
+        &env.state,
+        &AdapterConnector,
+        "acme",
+        &env.overlay,
+        &CaptureOptions {
+            fault: Some(slow_orders),
+            ..CaptureOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((s.captured, s.deferred), (1, 2), "{s:?}");
+    assert!(s.has_retryable_failure(), "delivered again: {s:?}");
+    assert!(
+        s.failed
+            .iter()
+            .all(|f| f.code == Some("CAPTURE_DEADLINE") && f.retryable),
+        "{s:?}"
+    );
+    assert_eq!(env.validation("orders").await["state"], "VALID");
+    for t in ["poison", "zeta"] {
+        assert_eq!(env.validation(t).await["state"], "NOT_CAPTURED", "{t}");
+        assert!(env.marker(t).await.is_none(), "{t}: never started");
+    }
+    // The next run resumes: the two left, `orders` current.
+    let s = capture::capture(
+        &env.state,
+        &AdapterConnector,
+        "acme",
+        &env.overlay,
+        &CaptureOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((s.captured, s.unchanged, s.deferred), (2, 1, 0), "{s:?}");
+    assert!(s.failed.is_empty(), "{s:?}");
+    for t in ["orders", "poison", "zeta"] {
+        assert_eq!(env.validation(t).await["state"], "VALID", "{t}");
+    }
+}
+
+/// A hostile upstream whose table metadata lies on a storage endpoint that accepts the
+/// request and never answers: the table fails at its budget (`CAPTURE_DEADLINE`,
+/// retryable, not quarantined: the process lived), the tables after it capture, and the
+/// next run tries it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_whose_upstream_object_never_finishes_fails_at_its_budget() {
+    // The storage endpoint: accepts, reads, never answers; tells the test a request is parked.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (parked_tx, mut parked) = mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            let _ = parked_tx.send(());
+            held.push(sock);
+        }
+    });
+    let env = setup_with(|upstream| {
+        upstream.add_table(&["sales"], "orders");
+        upstream.register_table(
+            &["sales"],
+            "slow",
+            "s3://upstream-bucket/wh/sales/slow/metadata/00000-a.metadata.json",
+            remote_metadata(),
+        );
+        upstream.add_table(&["sales"], "zeta");
+        upstream.set_vended_static(std::collections::BTreeMap::from([
+            (
+                "s3.access-key-id".to_owned(),
+                "AKIASLOWUPSTREAM0001".to_owned(),
+            ),
+            ("s3.secret-access-key".to_owned(), "slow-secret".to_owned()),
+            ("s3.region".to_owned(), "us-east-1".to_owned()),
+            ("s3.endpoint".to_owned(), format!("http://127.0.0.1:{port}")),
+        ]));
+    })
+    .await;
+    // The table budget's timer: each sleep ends when the test fires it.
+    let pending: Arc<std::sync::Mutex<Vec<tokio::sync::oneshot::Sender<()>>>> = Arc::default();
+    let armed = pending.clone();
+    let timer = capture::Timer(Arc::new(move |_| {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        armed.lock().unwrap().push(tx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }));
+    let state = env.state.clone();
+    let overlay = env.overlay.clone();
+    let job = tokio::spawn(async move {
+        capture::capture(
+            &state,
+            &AdapterConnector,
+            "acme",
+            &overlay,
+            &CaptureOptions {
+                timer,
+                ..CaptureOptions::default()
+            },
+        )
+        .await
+    });
+    // The read of `slow` is parked at the endpoint: its budget runs out now.
+    parked.recv().await.unwrap();
+    for t in pending.lock().unwrap().drain(..) {
+        let _ = t.send(());
+    }
+    let s = tokio::time::timeout(GUARD, job)
+        .await
+        .expect("the job ends once the table's budget is spent")
+        .unwrap()
+        .unwrap();
+    assert_eq!((s.captured, s.quarantined), (2, 0), "{s:?}");
+    assert!(
+        matches!(&s.failed[..], [f] if f.code == Some("CAPTURE_DEADLINE") && f.retryable
+            && f.path == ["sales", "slow"]),
+        "{s:?}"
+    );
+    assert!(s.has_retryable_failure());
+    assert_eq!(env.validation("slow").await["state"], "NOT_CAPTURED");
+    assert!(
+        env.marker("slow").await.is_none(),
+        "the attempt ended: no quarantine"
+    );
+    for t in ["orders", "zeta"] {
+        assert_eq!(env.validation(t).await["state"], "VALID", "{t}");
+    }
+}
+
+/// A guard against a job that parks forever on the code before the fix: far longer than any
+/// capture here takes, and no part of the behaviour under test.
+const GUARD: std::time::Duration = std::time::Duration::from_secs(20);
+
+fn remote_metadata() -> Value {
+    json!({
+        "format-version": 2,
+        "table-uuid": "5a7b1c9e-0000-4000-8000-0000000000bb",
+        "location": "s3://upstream-bucket/wh/sales/slow",
+        "last-sequence-number": 0,
+        "last-updated-ms": 1_772_366_400_000_i64,
+        "last-column-id": 1,
+        "current-schema-id": 0,
+        "schemas": [{"type": "struct", "schema-id": 0,
+            "fields": [{"id": 1, "name": "id", "required": false, "type": "long"}]}],
+        "default-spec-id": 0,
+        "partition-specs": [{"spec-id": 0, "fields": []}],
+        "last-partition-id": 999,
+        "default-sort-order-id": 0,
+        "sort-orders": [{"order-id": 0, "fields": []}],
+        "properties": {},
+        "current-snapshot-id": -1,
+        "snapshots": [],
+        "snapshot-log": [],
+        "metadata-log": []
+    })
 }
