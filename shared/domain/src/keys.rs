@@ -384,6 +384,16 @@ pub fn capture_pointer(catalog_id: &str, relation_id: &str) -> Key {
 }
 pub const CAPTURE_PREFIX: &str = "CAPTURE#";
 
+/// The attempt marker of one table's capture (by relation id): written before capture reads
+/// the table's files (the upstream version being captured and how many attempts at it did
+/// not finish), removed when the attempt ends. A marker found at the same version after
+/// `MAX_UNFINISHED_ATTEMPTS` (`flotilla_reconcile::capture::attempt`) attempts
+/// means the process died capturing it: the table is quarantined.
+pub fn capture_attempt(catalog_id: &str, relation_id: &str) -> Key {
+    Key::new(catalog_pk(catalog_id), format!("CAPATTEMPT#{relation_id}"))
+}
+pub const CAPTURE_ATTEMPT_PREFIX: &str = "CAPATTEMPT#";
+
 /// One validation-error record of a table: `VALERR#{relation}#{validation id}#{index:06}`.
 /// Only the records of the validation id the capture pointer names are current.
 pub fn validation_error(
@@ -677,6 +687,7 @@ mod tests {
         );
         assert_eq!(relation("c1", &p(&["a"]), "t"), k("CAT#c1", "REL#a\u{1E}t"));
         assert_eq!(capture_pointer("c1", "r1"), k("CAT#c1", "CAPTURE#r1"));
+        assert_eq!(capture_attempt("c1", "r1"), k("CAT#c1", "CAPATTEMPT#r1"));
         assert_eq!(capture_sweep("c1"), k("SYSTEM", "CAPSWEEP#c1"));
         assert_eq!(
             validation_error("c1", "r1", "v7", 3),

@@ -19,6 +19,7 @@
 //! and no write.
 
 pub mod avro;
+pub mod attempt;
 pub mod delta;
 pub mod footer_bounds;
 pub mod iceberg;
@@ -47,13 +48,18 @@ use flotilla_services::state::AppState;
 use record::{CapturePointer, CapturedFile, CapturedTable, ValidationErrorRecord, ValidationState};
 use storage::{CatalogFiles, StorageError, UpstreamFiles};
 
-pub use select::{CaptureOptions, CapturePlan, PlannedTable, plan};
+pub use select::{
+    CaptureOptions, CapturePlan, DEADLINE, JOB_BUDGET, PlannedTable, TABLE_BUDGET, Timer, plan,
+};
 
 /// A table the job could not capture this time.
 #[derive(Clone, Debug, Serialize)]
 pub struct TableFailure {
     pub path: Vec<String>,
     pub retryable: bool,
+    /// The failure's code when it has one (`CAPTURE_QUARANTINED`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<&'static str>,
     pub reason: String,
 }
 
@@ -66,6 +72,12 @@ pub struct CaptureSummary {
     /// Of the captured: tables with file errors, and tables whose files cannot be read.
     pub invalid: u64,
     pub not_readable: u64,
+    /// Tables not started because the job's time budget was spent (also listed in
+    /// `failed`, `CAPTURE_DEADLINE`, retryable: the next run captures them).
+    pub deferred: u64,
+    /// Tables quarantined: capture did not finish at their upstream version
+    /// [`attempt::MAX_UNFINISHED_ATTEMPTS`] times (also listed in `failed`).
+    pub quarantined: u64,
     /// Data files recorded and Parquet footers checked.
     pub files: u64,
     pub files_validated: u64,
@@ -169,6 +181,7 @@ pub async fn execute(
         plan,
         opts,
         inflate: avro::InflateBudget::default(),
+        open: std::sync::atomic::AtomicBool::new(false),
     };
     if !plan.tables.is_empty() {
         let client = client.ok_or_else(|| {
@@ -176,11 +189,54 @@ pub async fn execute(
         })?;
         let files = CatalogFiles::open(state, &plan.catalog)
             .map_err(|e| format!("captured state cannot be stored: {e}"));
+        // The job's budget, on the service clock from its start.
+        let budget_ms = i64::try_from(opts.job_budget.as_millis()).unwrap_or(i64::MAX);
+        let deadline_ms = state.clock.now_ms().saturating_add(budget_ms);
         for table in &plan.tables {
             let rel = &table.relation.value;
             let path = [rel.namespace.segments().to_vec(), vec![rel.name.clone()]].concat();
+            let left_ms = deadline_ms.saturating_sub(state.clock.now_ms());
+            if left_ms <= 0 {
+                // Spent: no further table is started; the next run resumes here (the
+                // tables captured so far are current for its plan).
+                summary.deferred += 1;
+                summary.failed.push(TableFailure {
+                    path,
+                    retryable: true,
+                    code: Some(DEADLINE),
+                    reason: format!(
+                        "{DEADLINE}: the capture job's time budget of {} s was spent before \
+                         the table was started; the next run captures it",
+                        opts.job_budget.as_secs()
+                    ),
+                });
+                continue;
+            }
+            let limit = opts
+                .table_budget
+                .min(std::time::Duration::from_millis(left_ms.unsigned_abs()));
             let result = match &files {
-                Ok(files) => job.table(client, files, table).await,
+                Ok(files) => {
+                    let work = job.attempt(client, files, table);
+                    tokio::select! {
+                        biased;
+                        r = work => r,
+                        () = (opts.timer.0)(limit) => {
+                            // The table's work is dropped where it stood: an ordinary
+                            // failure, so its attempt ends (no quarantine) and the next
+                            // run tries it again.
+                            job.end_attempt(&rel.id).await;
+                            Err(TableError::Failed {
+                                retryable: true,
+                                reason: format!(
+                                    "{DEADLINE}: the table was not captured within its time \
+                                     budget of {} s; the next run tries again",
+                                    limit.as_secs()
+                                ),
+                            })
+                        }
+                    }
+                }
                 Err(reason) => Err(TableError::Failed {
                     retryable: false,
                     reason: reason.clone(),
@@ -197,14 +253,30 @@ pub async fn execute(
                         ValidationState::Valid => {}
                         ValidationState::Invalid => summary.invalid += 1,
                         ValidationState::NotReadable => summary.not_readable += 1,
+                        ValidationState::Quarantined => {
+                            summary.quarantined += 1;
+                            summary.failed.push(TableFailure {
+                                path,
+                                retryable: false,
+                                code: Some(attempt::QUARANTINED),
+                                reason: p.reason.unwrap_or_default(),
+                            });
+                        }
                     }
                 }
                 Err(TableError::Fence) => return Err(ReconcileError::FenceLost),
+                Err(TableError::Quarantined { .. }) => {
+                    return Err(ReconcileError::Api(Error::internal(
+                        "a quarantine was not published",
+                    )));
+                }
                 Err(TableError::Failed { retryable, reason }) => {
                     tracing::warn!(table = %dotted(rel.namespace.segments(), &rel.name), %reason, "capture failed");
+                    let code = reason.starts_with(DEADLINE).then_some(DEADLINE);
                     summary.failed.push(TableFailure {
                         path,
                         retryable,
+                        code,
                         reason: crate::status::bound_text(&reason),
                     })
                 }
@@ -215,7 +287,7 @@ pub async fn execute(
         match job.retire(orphan).await {
             Ok(()) => summary.retired += 1,
             Err(TableError::Fence) => return Err(ReconcileError::FenceLost),
-            Err(TableError::Failed { .. }) => {}
+            Err(TableError::Failed { .. } | TableError::Quarantined { .. }) => {}
         }
     }
     summary.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -242,7 +314,16 @@ async fn check_file(
 
 enum TableError {
     Fence,
-    Failed { retryable: bool, reason: String },
+    Failed {
+        retryable: bool,
+        reason: String,
+    },
+    /// The table's attempt marker says capture died at this version often enough: nothing
+    /// of it is read, it is published quarantined.
+    Quarantined {
+        version: String,
+        attempts: u32,
+    },
 }
 
 impl From<MetastoreError> for TableError {
@@ -276,6 +357,8 @@ struct Published {
     files: u64,
     validated: u64,
     errors: u64,
+    /// Why (`QUARANTINED` only).
+    reason: Option<String>,
 }
 
 /// Writes one captured state object below the catalog's capture directory; answers its
@@ -321,6 +404,8 @@ struct Job<'a> {
     opts: &'a CaptureOptions,
     /// The inflated bytes the job's Avro objects may still take, over all its tables.
     inflate: avro::InflateBudget,
+    /// Whether the table being captured has an attempt marker this job wrote.
+    open: std::sync::atomic::AtomicBool,
 }
 
 impl Job<'_> {
@@ -350,6 +435,174 @@ impl Job<'_> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Captures one table as one attempt: its marker first (a Delta table whose version is
+    /// known only from its log or its query marks itself once that is read), then the work,
+    /// then the marker removed (with the publication, or after a failure). A table whose
+    /// marker says it is poison is published quarantined instead, and keeps its marker.
+    async fn attempt(
+        &self,
+        client: &dyn CatalogClient,
+        files: &CatalogFiles,
+        table: &PlannedTable,
+    ) -> Result<Published, TableError> {
+        let rel = &table.relation.value;
+        let probed =
+            rel.format.as_deref() == Some(select::DELTA) && select::stated_version(rel).is_none();
+        let begun = if probed {
+            Ok(())
+        } else {
+            self.begin_attempt(rel, &attempt::upstream_version(rel))
+                .await
+        };
+        let result = match begun {
+            Ok(()) => self.table(client, files, table).await,
+            Err(e) => Err(e),
+        };
+        let result = match result {
+            Err(TableError::Quarantined { version, attempts }) => {
+                self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+                return self.quarantine(table, files, &version, attempts).await;
+            }
+            other => other,
+        };
+        // Ended without publishing (a failure, an unchanged probe): the marker goes.
+        self.end_attempt(&rel.id).await;
+        result
+    }
+
+    /// Removes the marker of an attempt that ended without publishing (best effort: a
+    /// marker left behind counts one unfinished attempt).
+    async fn end_attempt(&self, relation_id: &str) {
+        if self.open.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            let _ = self
+                .state
+                .store
+                .transact(Transaction::new().with(Op::delete(keys::capture_attempt(
+                    self.catalog_id(),
+                    relation_id,
+                ))))
+                .await;
+        }
+    }
+
+    /// Records, fenced, that the table is about to be read at `version` (`docs/capture.md`,
+    /// "Poison tables"), or answers that it is quarantined. Then the fault seam runs.
+    async fn begin_attempt(
+        &self,
+        rel: &flotilla_domain::model::RelationRecord,
+        version: &str,
+    ) -> Result<(), TableError> {
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        let overlay_id = &self.plan.observed.overlay.id;
+        let previous =
+            attempt::marker(self.state.store.as_ref(), self.catalog_id(), &rel.id).await?;
+        let next = match attempt::next(
+            previous.as_ref().map(|p| &p.value),
+            &rel.id,
+            overlay_id,
+            version,
+            self.state.clock.now_rfc3339(),
+        ) {
+            Ok(next) => next,
+            Err(attempts) => {
+                return Err(TableError::Quarantined {
+                    version: version.to_owned(),
+                    attempts,
+                });
+            }
+        };
+        let op = attempt::write_op(self.catalog_id(), previous.as_ref(), &next)?;
+        if !self.commit(vec![op]).await? {
+            return Err(TableError::Failed {
+                retryable: true,
+                reason: "another capture job is capturing the table; the next run captures it"
+                    .into(),
+            });
+        }
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(hook) = &self.opts.fault {
+            let path = [rel.namespace.segments().to_vec(), vec![rel.name.clone()]].concat();
+            (hook.0)(&path).await;
+        }
+        Ok(())
+    }
+
+    /// Publishes a poison table: `QUARANTINED`, not query-visible, one error record coded
+    /// `CAPTURE_QUARANTINED` against the version. Nothing of the table is read. Already
+    /// quarantined at this version: nothing is written.
+    async fn quarantine(
+        &self,
+        table: &PlannedTable,
+        files: &CatalogFiles,
+        version: &str,
+        attempts: u32,
+    ) -> Result<Published, TableError> {
+        let rel = &table.relation.value;
+        let reason = format!(
+            "{}: capture of the table did not finish {attempts} times at upstream version \
+             {version} (the process stopped while reading it); its files are not read again \
+             until the upstream version changes or a revalidation is requested",
+            attempt::QUARANTINED
+        );
+        let is_delta = rel.format.as_deref() == Some(select::DELTA);
+        let previous = table.pointer.as_ref().map(|p| &p.value);
+        if let Some(p) = previous
+            && p.validation == ValidationState::Quarantined
+            && p.reason.as_deref() == Some(reason.as_str())
+        {
+            return Ok(Published {
+                unchanged: true,
+                state: ValidationState::Quarantined,
+                files: 0,
+                validated: 0,
+                errors: 0,
+                reason: p.reason.clone(),
+            });
+        }
+        let Some(m) = rel.managed_by.as_ref() else {
+            return Err(TableError::Failed {
+                retryable: false,
+                reason: "not an overlay table".into(),
+            });
+        };
+        let pointer = CapturePointer {
+            relation_id: rel.id.clone(),
+            overlay_id: m.overlay_id.clone(),
+            integration_id: m.integration_id.clone(),
+            namespace: rel.namespace.segments().to_vec(),
+            name: rel.name.clone(),
+            format: if is_delta { select::DELTA } else { "ICEBERG" }.into(),
+            // What the plan compares with: a quarantined version is current for it.
+            snapshot_id: if is_delta {
+                select::stated_version(rel)
+            } else {
+                None
+            },
+            metadata_location: if is_delta {
+                version.to_owned()
+            } else {
+                rel.metadata_location.clone().unwrap_or_default()
+            },
+            object: None,
+            files: 0,
+            records: 0,
+            bytes: 0,
+            validation_generation: previous.map_or(0, |p| p.validation_generation) + 1,
+            validation_id: flotilla_domain::names::new_id(),
+            validation: ValidationState::Quarantined,
+            errors: 0,
+            reason: Some(reason.clone()),
+            visibility_override: previous.is_some_and(|p| p.visibility_override),
+            captured_at: self.state.clock.now_rfc3339(),
+            overlay_generation: self.plan.observed.overlay.generation,
+            integration_generation: self.plan.observed.integration.generation,
+        };
+        self.publish(table, files, pointer, vec![(version.to_owned(), reason)], 0)
+            .await
     }
 
     async fn table(
@@ -514,9 +767,13 @@ impl Job<'_> {
         let validation_id = pointer.validation_id.clone();
         let generation = pointer.validation_generation;
         if !errors.is_empty() {
-            pointer.validation = ValidationState::Invalid;
+            if pointer.validation != ValidationState::Quarantined {
+                pointer.validation = ValidationState::Invalid;
+            }
             pointer.errors = errors.len() as u64;
         }
+        let code = (pointer.validation == ValidationState::Quarantined)
+            .then(|| attempt::QUARANTINED.to_owned());
         let display_path = dotted(&pointer.namespace, &rel.name);
         // The error records first: invisible until the pointer names their validation id.
         let records: Vec<Op> = errors
@@ -532,6 +789,7 @@ impl Job<'_> {
                     format: pointer.format.clone(),
                     file_path: file.clone(),
                     message: crate::status::bound_text(message),
+                    code: code.clone(),
                     validation_id: validation_id.clone(),
                     validation_generation: generation,
                 };
@@ -559,14 +817,26 @@ impl Job<'_> {
             None => Op::create(key, body),
         };
         let rel_key = keys::relation(self.catalog_id(), &rel.namespace, &rel.name);
-        let applied = self
-            .commit(vec![
-                Op::check(rel_key, Condition::Version(table.relation.version)),
-                op,
-            ])
-            .await;
+        let mut ops = vec![
+            Op::check(rel_key, Condition::Version(table.relation.version)),
+            op,
+        ];
+        // The attempt ends with its publication (a quarantine keeps its marker).
+        let closing = pointer.validation != ValidationState::Quarantined
+            && self.open.load(std::sync::atomic::Ordering::SeqCst);
+        if closing {
+            ops.push(Op::delete(keys::capture_attempt(
+                self.catalog_id(),
+                &rel.id,
+            )));
+        }
+        let applied = self.commit(ops).await;
         match applied {
-            Ok(true) => {}
+            Ok(true) => {
+                if closing {
+                    self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
             other => {
                 self.discard(&rel.id, &validation_id, pointer.object.as_deref(), files)
                     .await;
@@ -595,6 +865,7 @@ impl Job<'_> {
             files: pointer.files,
             validated,
             errors: pointer.errors,
+            reason: pointer.reason,
         })
     }
 

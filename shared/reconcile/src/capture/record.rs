@@ -73,6 +73,10 @@ pub enum ValidationState {
     Invalid,
     /// The table's files cannot be read through Flotilla (`reason` says why).
     NotReadable,
+    /// Capture of the table did not finish repeatedly at this upstream version (the process
+    /// died): its files are not read again until the version changes or an operator asks
+    /// for a revalidation (`capture::attempt`).
+    Quarantined,
 }
 
 impl ValidationState {
@@ -81,6 +85,7 @@ impl ValidationState {
             ValidationState::Valid => "VALID",
             ValidationState::Invalid => "INVALID",
             ValidationState::NotReadable => "NOT_READABLE",
+            ValidationState::Quarantined => "QUARANTINED",
         }
     }
 }
@@ -109,7 +114,7 @@ pub struct CapturePointer {
     pub validation_id: String,
     pub validation: ValidationState,
     pub errors: u64,
-    /// Why the table is not readable (`NOT_READABLE` only).
+    /// Why the table is not readable (`NOT_READABLE`) or quarantined (`QUARANTINED`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Query-visible despite current file errors (set through the API; capture keeps it).
@@ -124,7 +129,7 @@ pub struct CapturePointer {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Visibility {
     pub visible: bool,
-    /// `VALID`, `INVALID`, `NOT_READABLE` or `NOT_CAPTURED`.
+    /// `VALID`, `INVALID`, `NOT_READABLE`, `QUARANTINED` or `NOT_CAPTURED`.
     pub state: &'static str,
     pub errors: u64,
     pub visibility_override: bool,
@@ -146,13 +151,13 @@ impl Visibility {
                 visible: match p.validation {
                     ValidationState::Valid => true,
                     ValidationState::Invalid => p.visibility_override,
-                    ValidationState::NotReadable => false,
+                    ValidationState::NotReadable | ValidationState::Quarantined => false,
                 },
                 state: p.validation.as_str(),
                 errors: p.errors,
                 visibility_override: p.visibility_override,
                 reason: match p.validation {
-                    ValidationState::NotReadable => p.reason.clone(),
+                    ValidationState::NotReadable | ValidationState::Quarantined => p.reason.clone(),
                     ValidationState::Invalid if !p.visibility_override => {
                         Some(format!("{} captured file(s) failed validation", p.errors))
                     }
@@ -175,6 +180,9 @@ pub struct ValidationErrorRecord {
     pub format: String,
     pub file_path: String,
     pub message: String,
+    /// The error's code when it is not a file's (`CAPTURE_QUARANTINED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     pub validation_id: String,
     pub validation_generation: u64,
 }

@@ -5,6 +5,10 @@
 //! and queues it for the capture workers only when some table needs them.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
 use flotilla_base::store::{Versioned, read};
 use flotilla_domain::keys;
@@ -15,6 +19,38 @@ use super::record::{CapturePointer, ValidationState};
 use crate::publish::Fence;
 use crate::{ObservedRecords, ReconcileError, observe};
 use flotilla_services::state::AppState;
+
+/// A table's time budget: a table not captured within it fails `CAPTURE_DEADLINE`
+/// (retryable; `docs/reliability.md`, "Capture has time budgets").
+pub const TABLE_BUDGET: Duration = Duration::from_secs(120);
+
+/// A job's time budget (the service clock from the job's start): once spent, the job starts
+/// no further table and leaves the rest to the next run.
+pub const JOB_BUDGET: Duration = Duration::from_secs(600);
+
+/// The error code of a table whose capture ran out of time, or was not started because the
+/// job's budget was spent.
+pub const DEADLINE: &str = "CAPTURE_DEADLINE";
+
+/// What ends a table's time budget: a future that completes after the duration (tokio's
+/// timer; tests inject one they fire themselves).
+#[derive(Clone)]
+pub struct Timer(
+    #[allow(clippy::type_complexity)]
+    pub  Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,
+);
+
+impl Default for Timer {
+    fn default() -> Self {
+        Self(Arc::new(|d| Box::pin(tokio::time::sleep(d))))
+    }
+}
+
+impl std::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Timer")
+    }
+}
 
 /// Tunables of one capture job.
 #[derive(Clone, Debug)]
@@ -27,6 +63,15 @@ pub struct CaptureOptions {
     pub max_files: usize,
     /// When set, the job refuses to start unless the overlay is at this generation.
     pub expect_generation: Option<u64>,
+    /// A test seam: runs once a table's attempt marker is durable, before its files are read
+    /// ([`FaultHook`](super::attempt::FaultHook)). `None` outside tests.
+    pub fault: Option<super::attempt::FaultHook>,
+    /// Time one table may take ([`TABLE_BUDGET`]).
+    pub table_budget: Duration,
+    /// Time one job may take before it stops starting tables ([`JOB_BUDGET`]).
+    pub job_budget: Duration,
+    /// What measures a table's budget.
+    pub timer: Timer,
 }
 
 impl Default for CaptureOptions {
@@ -36,6 +81,10 @@ impl Default for CaptureOptions {
             file_concurrency: 16,
             max_files: 100_000,
             expect_generation: None,
+            fault: None,
+            table_budget: TABLE_BUDGET,
+            job_budget: JOB_BUDGET,
+            timer: Timer::default(),
         }
     }
 }

@@ -238,12 +238,27 @@ async fn capture_message(
     revalidate: bool,
 ) -> Result<crate::message::CaptureMessage> {
     match crate::observe(state, account, overlay_id).await {
-        Ok(o) => Ok(crate::message::CaptureMessage {
-            account_id: account.to_owned(),
-            overlay_id: o.overlay.id.clone(),
-            observed_generation: o.overlay.generation,
-            revalidate,
-        }),
+        Ok(o) => {
+            if revalidate {
+                // An operator's revalidation lifts the overlay's quarantines
+                // (`capture::attempt`): the job it queues reads those tables again.
+                let lifted = super::attempt::lift(
+                    state.store.as_ref(),
+                    &o.overlay.catalog_id,
+                    &o.overlay.id,
+                )
+                .await?;
+                if lifted > 0 {
+                    tracing::info!(overlay_id = %o.overlay.id, lifted, "capture quarantine lifted");
+                }
+            }
+            Ok(crate::message::CaptureMessage {
+                account_id: account.to_owned(),
+                overlay_id: o.overlay.id.clone(),
+                observed_generation: o.overlay.generation,
+                revalidate,
+            })
+        }
         Err(crate::ReconcileError::Paused(what)) => Err(Error::failed_precondition(format!(
             "{what} is paused; unpause it to capture its tables"
         ))),

@@ -183,6 +183,7 @@ impl Job<'_> {
                     files: 0,
                     validated: 0,
                     errors: 0,
+                    reason: None,
                 });
             }
             Err(Short::Failed(e)) => return Err(e),
@@ -206,6 +207,7 @@ impl Job<'_> {
                         files: 0,
                         validated: 0,
                         errors: 0,
+                        reason: None,
                     });
                 }
                 pointer.validation = ValidationState::NotReadable;
@@ -219,6 +221,10 @@ impl Job<'_> {
                 partition_columns,
                 schema,
             }) => {
+                // A shared table that states no version is marked once its query answered,
+                // before its files are read (a stated version was marked before the query).
+                self.begin_attempt(rel, &format!("delta-version:{}", snap.version))
+                    .await?;
                 let (mut file_errors, rows) = self
                     .validate_delta(client, &upstream, &columns, &partition_columns, &snap.files)
                     .await?;
@@ -318,6 +324,10 @@ impl Job<'_> {
         if captured_version == Some((tip.version, log::commit_location(&location, tip.version))) {
             return Err(Short::Unchanged);
         }
+        // The version is known now: the attempt is marked before the log is replayed.
+        self.begin_attempt(rel, &log::commit_location(&location, tip.version))
+            .await
+            .map_err(Short::Failed)?;
         let snap = log::replay(&upstream, &location, &tip, self.opts.max_files).await?;
         let (columns, partition_columns, schema) = table_schema(&snap.metadata, &location)?;
         let at = Some((snap.version, log::commit_location(&location, snap.version)));
