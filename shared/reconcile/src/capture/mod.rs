@@ -18,8 +18,8 @@
 //! beyond the plan's two strong prefix reads of the catalog partition: no upstream request
 //! and no write.
 
-pub mod avro;
 pub mod attempt;
+pub mod avro;
 pub mod delta;
 pub mod footer_bounds;
 pub mod iceberg;
