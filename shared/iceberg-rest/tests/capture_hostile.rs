@@ -508,6 +508,63 @@ async fn a_job_past_its_time_budget_stops_and_the_next_run_resumes() {
     }
 }
 
+/// Inside a Lambda invocation the job's budget ends before the invocation's: a capture
+/// message handled with 50 s of the invocation left gets a job budget of 30 s (the margin
+/// keeps 20 s to record what it did), so a table that takes 31 s leaves the rest deferred
+/// (`CAPTURE_DEADLINE`, delivered again) instead of the function being killed mid-job.
+/// Without a host deadline the same run captures everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_inside_a_lambda_invocation_ends_before_the_invocation_does() {
+    use flotilla_core::reconcile::work::{CAPTURE_DEADLINE_MARGIN_MS, capture_options};
+    use flotilla_domain::clock::Clock as _;
+    let mut env = setup().await;
+    let clock = flotilla_core::clock::ManualClock::starting_now();
+    env.state.clock = Arc::new(clock.clone());
+    let message = flotilla_core::reconcile::message::CaptureMessage {
+        account_id: "acme".into(),
+        overlay_id: env.overlay.clone(),
+        observed_generation: 0,
+        revalidate: false,
+    };
+    let slow_orders = |clock: flotilla_core::clock::ManualClock| {
+        FaultHook(Arc::new(move |path: &[String]| {
+            if path.last().is_some_and(|n| n == "orders") {
+                clock.advance(std::time::Duration::from_secs(31));
+            }
+            Box::pin(async {})
+        }))
+    };
+    let now = clock.now_ms();
+    let mut opts = capture_options(
+        &message,
+        now,
+        Some(now + CAPTURE_DEADLINE_MARGIN_MS + 30_000),
+    );
+    assert_eq!(opts.job_budget, std::time::Duration::from_secs(30));
+    opts.expect_generation = None;
+    opts.fault = Some(slow_orders(clock.clone()));
+    let s = capture::capture(&env.state, &AdapterConnector, "acme", &env.overlay, &opts)
+        .await
+        .unwrap();
+    assert_eq!((s.captured, s.deferred), (1, 2), "{s:?}");
+    assert!(s.has_retryable_failure(), "delivered again: {s:?}");
+    // An invocation with less than the margin left starts nothing.
+    let now = clock.now_ms();
+    let opts = capture_options(&message, now, Some(now + CAPTURE_DEADLINE_MARGIN_MS - 1));
+    assert_eq!(opts.job_budget, std::time::Duration::ZERO);
+    // No host deadline: the job's own budget (10 min), and the slow table is no reason to stop.
+    let mut opts = capture_options(&message, clock.now_ms(), None);
+    assert_eq!(opts.job_budget, capture::JOB_BUDGET);
+    opts.expect_generation = None;
+    opts.revalidate = true;
+    opts.fault = Some(slow_orders(clock.clone()));
+    let s = capture::capture(&env.state, &AdapterConnector, "acme", &env.overlay, &opts)
+        .await
+        .unwrap();
+    assert_eq!(s.deferred, 0, "{s:?}");
+    assert!(s.failed.is_empty(), "{s:?}");
+}
+
 /// A hostile upstream whose table metadata lies on a storage endpoint that accepts the
 /// request and never answers: the table fails at its budget (`CAPTURE_DEADLINE`,
 /// retryable, not quarantined: the process lived), the tables after it capture, and the

@@ -807,7 +807,9 @@ pub async fn handle_work_with(
         WorkMessage::Overlay(m) => {
             super::work::handle_message_leg(state, connector, m, ck, opts).await
         }
-        WorkMessage::Capture(m) => super::work::handle_capture(state, connector, m).await,
+        WorkMessage::Capture(m) => {
+            super::work::handle_capture_by(state, connector, m, opts.deadline_ms).await
+        }
         // Boxed and erased: the job's future is deep, and hosts nest it in their own.
         WorkMessage::Plan(m) => count_plan(handle_plan_with(state, connector, m, ck, opts).await),
         WorkMessage::Leg(..) => MessageOutcome::Failed {

@@ -186,6 +186,46 @@ pub async fn handle_capture(
     connector: &dyn Connector,
     m: &CaptureMessage,
 ) -> MessageOutcome {
+    handle_capture_by(state, connector, m, None).await
+}
+
+/// How long before a host's deadline a capture job stops starting and cutting work, so that
+/// it records what it did (pointers, markers, the deferred tables) while the host still runs.
+pub const CAPTURE_DEADLINE_MARGIN_MS: i64 = 20_000;
+
+/// The options of the capture job a message asks for, run by a host that must be done by
+/// `deadline_ms` (on the service clock; a Lambda invocation's budget): the job's time budget
+/// is cut to end [`CAPTURE_DEADLINE_MARGIN_MS`] before it, so the job stops there and the
+/// next delivery resumes (`CAPTURE_DEADLINE`) instead of the host being killed mid-table.
+#[cfg(feature = "capture")]
+pub fn capture_options(
+    m: &CaptureMessage,
+    now_ms: i64,
+    deadline_ms: Option<i64>,
+) -> crate::capture::CaptureOptions {
+    let mut opts = crate::capture::CaptureOptions {
+        revalidate: m.revalidate,
+        expect_generation: Some(m.observed_generation),
+        ..crate::capture::CaptureOptions::default()
+    };
+    if let Some(deadline) = deadline_ms {
+        let left = deadline
+            .saturating_sub(now_ms)
+            .saturating_sub(CAPTURE_DEADLINE_MARGIN_MS)
+            .max(0);
+        let left = std::time::Duration::from_millis(u64::try_from(left).unwrap_or(0));
+        opts.job_budget = opts.job_budget.min(left);
+    }
+    opts
+}
+
+/// [`handle_capture`] on a host that must be done by `deadline_ms` ([`capture_options`]).
+pub async fn handle_capture_by(
+    state: &AppState,
+    connector: &dyn Connector,
+    m: &CaptureMessage,
+    deadline_ms: Option<i64>,
+) -> MessageOutcome {
     use flotilla_telemetry::catalog::{RECONCILE_FAILURES, RECONCILE_RUNS};
     let span =
         tracing::info_span!("capture", account_id = %m.account_id, overlay_id = %m.overlay_id);
@@ -193,7 +233,7 @@ pub async fn handle_capture(
     let outcome = match current_generation(state, &m.fence()).await {
         Ok(None) => MessageOutcome::Gone,
         Ok(Some(g)) if g != m.observed_generation => MessageOutcome::Superseded { current: g },
-        Ok(Some(_)) => run_capture(state, connector, m).await,
+        Ok(Some(_)) => run_capture(state, connector, m, deadline_ms).await,
         Err(e) => MessageOutcome::unreadable(e),
     };
     match &outcome {
@@ -214,12 +254,9 @@ async fn run_capture(
     state: &AppState,
     connector: &dyn Connector,
     m: &CaptureMessage,
+    deadline_ms: Option<i64>,
 ) -> MessageOutcome {
-    let opts = crate::capture::CaptureOptions {
-        revalidate: m.revalidate,
-        expect_generation: Some(m.observed_generation),
-        ..crate::capture::CaptureOptions::default()
-    };
+    let opts = capture_options(m, state.clock.now_ms(), deadline_ms);
     match crate::capture::capture(state, connector, &m.account_id, &m.overlay_id, &opts).await {
         Ok(s) if s.has_retryable_failure() => MessageOutcome::capture_incomplete(s.failed.len()),
         Ok(s) => MessageOutcome::Captured {
@@ -242,6 +279,7 @@ async fn run_capture(
     _state: &AppState,
     _connector: &dyn Connector,
     _m: &CaptureMessage,
+    _deadline_ms: Option<i64>,
 ) -> MessageOutcome {
     MessageOutcome::Failed {
         retryable: true,

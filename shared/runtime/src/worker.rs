@@ -25,7 +25,7 @@ use std::pin::Pin;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 pub use flotilla_reconcile::CaptureRun;
 use flotilla_reconcile::schedule::{WorkMessage, handle_work_with};
-use flotilla_reconcile::work::{MessageOutcome, handle_capture};
+use flotilla_reconcile::work::{MessageOutcome, handle_capture_by};
 use flotilla_reconcile::{Connector, RunOptions};
 
 use crate::queue::ReconcileQueue;
@@ -76,11 +76,13 @@ pub fn capture_only<'a>(
     state: &'a AppState,
     connector: &'a dyn Connector,
     m: &'a WorkMessage,
-    _opts: &'a RunOptions,
+    opts: &'a RunOptions,
 ) -> Pin<Box<dyn Future<Output = MessageOutcome> + Send + 'a>> {
     Box::pin(async move {
         match m {
-            WorkMessage::Capture(c) => handle_capture(state, connector, c).await,
+            WorkMessage::Capture(c) => {
+                handle_capture_by(state, connector, c, opts.deadline_ms).await
+            }
             _ => MessageOutcome::Failed {
                 retryable: true,
                 code: "UNSUPPORTED",
