@@ -8,6 +8,7 @@
 pub mod access;
 pub mod acl;
 pub mod auth;
+pub mod refusal_limit;
 pub mod service;
 #[cfg(feature = "upstream")]
 pub mod sessions;

@@ -129,7 +129,7 @@ pub struct AppState {
     pub token_limiter: Arc<crate::token_limit::TokenLimiter>,
     /// Refused requests per account, principal and minute, bounding the audit records they
     /// write (per process: on AWS, per Lambda instance).
-    pub refusals: Arc<crate::service::audit::RefusalCounter>,
+    pub refusals: Arc<crate::refusal_limit::RefusalCounter>,
 }
 
 impl AppState {
@@ -168,7 +168,7 @@ impl AppState {
             acl: Arc::new(crate::acl::AclCache::new()),
             token_signer: None,
             token_limiter: Arc::new(crate::token_limit::TokenLimiter::default()),
-            refusals: Arc::new(crate::service::audit::RefusalCounter::default()),
+            refusals: Arc::new(crate::refusal_limit::RefusalCounter::default()),
         }
     }
 

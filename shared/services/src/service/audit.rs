@@ -8,10 +8,6 @@
 //! failure is logged and never changes the answer. A flood cannot fill the store: a host
 //! writes at most [`MAX_REFUSALS_PER_MINUTE`] records per account, principal and minute, and
 //! beyond that replaces one summary record carrying the count.
-
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use flotilla_domain::keys;
 use flotilla_metastore::{Consistency, Metastore, Op, PageToken, Query, Transaction};
 use serde::{Deserialize, Serialize};
@@ -21,17 +17,14 @@ use super::events::{self, Event, Filter, Positions};
 use super::{decode, to_body};
 use crate::acl::Access;
 use crate::error::{Error, Result};
+pub use crate::refusal_limit::{
+    MAX_REFUSALS_PER_MINUTE, MAX_TRACKED_PER_MINUTE, RefusalCounter, SUMMARY_EVERY, Verdict,
+};
 use crate::state::AppState;
 
 /// How long refusal records are kept: 90 days (DynamoDB TTL, and a read-time filter and sweep
 /// on every backend).
 pub const RETENTION_SECS: i64 = 90 * 24 * 3600;
-/// Refusal records one host writes per account, principal and minute; beyond it, one
-/// summary record per account, principal and minute counts the rest.
-pub const MAX_REFUSALS_PER_MINUTE: u64 = 60;
-/// (account, principal) pairs a host counts per minute. A refusal beyond them is not
-/// recorded (only logged): the counter's memory is bounded whatever the flood.
-pub const MAX_TRACKED_PER_MINUTE: usize = 10_000;
 /// Refusal records younger than this are not listed yet: a record is written right after
 /// its answer, so one written a little late (a slow host) is not passed over by a reader
 /// that already read a later one.
@@ -74,57 +67,6 @@ pub struct Refusal {
     /// one (the last one's method, route, status and request id are kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suppressed: Option<u64>,
-}
-
-/// Past [`MAX_REFUSALS_PER_MINUTE`], the minute's summary is written for the first
-/// suppressed refusal and then every this many (its count lags the truth by less than this).
-pub const SUMMARY_EVERY: u64 = 16;
-
-/// What a host does with one refusal.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Write its own record.
-    Record,
-    /// Replace the minute's summary with this many suppressed refusals.
-    Summary(u64),
-    /// Too many principals this minute: log only.
-    Drop,
-}
-
-/// Refusals per account, principal and minute, counted by this host (on AWS: per Lambda
-/// instance). Only the current minute is kept.
-#[derive(Default)]
-pub struct RefusalCounter {
-    inner: Mutex<Minute>,
-}
-
-/// The minute being counted and the refusals per (account, principal) in it.
-type Minute = (i64, HashMap<(String, String), u64>);
-
-impl RefusalCounter {
-    /// Counts one refusal at `now_ms` and says what to write.
-    pub fn note(&self, account: &str, principal: &str, now_ms: i64) -> Verdict {
-        let minute = now_ms.div_euclid(60_000);
-        let Ok(mut guard) = self.inner.lock() else {
-            return Verdict::Drop;
-        };
-        let (current, counts) = &mut *guard;
-        if minute > *current {
-            *current = minute;
-            counts.clear();
-        }
-        let key = (account.to_owned(), principal.to_owned());
-        if !counts.contains_key(&key) && counts.len() >= MAX_TRACKED_PER_MINUTE {
-            return Verdict::Drop;
-        }
-        let n = counts.entry(key).or_insert(0);
-        *n += 1;
-        if *n <= MAX_REFUSALS_PER_MINUTE {
-            Verdict::Record
-        } else {
-            Verdict::Summary(*n - MAX_REFUSALS_PER_MINUTE)
-        }
-    }
 }
 
 /// Records a refused request of an account: one put, in no transaction, after the answer is
