@@ -249,6 +249,122 @@ impl Scan<'_> {
     }
 }
 
+/// The largest page a Delta checkpoint's row reader may decompress. The `parquet` crate
+/// reserves the uncompressed size a page header states before it decompresses the page (up
+/// to 2 GiB for a header of a few bytes), so every page header of a checkpoint is read first
+/// ([`check_pages`]).
+pub const MAX_PAGE_BYTES: u64 = 64 * 1024 * 1024;
+
+// PageHeader field ids that carry the page's sizes.
+const PAGE_UNCOMPRESSED_SIZE: i16 = 2;
+const PAGE_COMPRESSED_SIZE: i16 = 3;
+
+/// What a page header states: its sizes, and how many bytes the header itself takes.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PageSizes {
+    pub uncompressed: i64,
+    pub compressed: i64,
+    pub header_len: usize,
+}
+
+/// Reads the thrift `PageHeader` at the start of `buf` within the same bounds as a footer,
+/// answering the sizes it states.
+pub fn page_header(buf: &[u8]) -> Result<PageSizes, String> {
+    let mut scan = Scan {
+        buf,
+        pos: 0,
+        column_chunks: 0,
+    };
+    let (mut uncompressed, mut compressed) = (None, None);
+    let mut last: i16 = 0;
+    loop {
+        let header = scan.byte()?;
+        let kind = header & 0x0f;
+        if kind == STOP {
+            break;
+        }
+        let delta = header >> 4;
+        let id = if delta == 0 {
+            let raw = scan.varint()?;
+            let zigzag = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
+            i16::try_from(zigzag).map_err(|_| "a page header holds a bad field id".to_owned())?
+        } else {
+            last.saturating_add(i16::from(delta))
+        };
+        last = id;
+        match (kind, id) {
+            (I32, PAGE_UNCOMPRESSED_SIZE | PAGE_COMPRESSED_SIZE) => {
+                let raw = scan.varint()?;
+                let value = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
+                if id == PAGE_UNCOMPRESSED_SIZE {
+                    uncompressed = Some(value);
+                } else {
+                    compressed = Some(value);
+                }
+            }
+            (BOOL_TRUE | BOOL_FALSE, _) => {}
+            _ => scan.value(kind, 1)?,
+        }
+    }
+    match (uncompressed, compressed) {
+        (Some(uncompressed), Some(compressed)) => Ok(PageSizes {
+            uncompressed,
+            compressed,
+            header_len: scan.pos,
+        }),
+        _ => Err("a page header states no page sizes".into()),
+    }
+}
+
+/// Reads every page header of every column chunk of `file` (whose footer `metadata` is)
+/// before a row reader decodes the pages: each page must lie inside its column chunk, and
+/// none may state more than [`MAX_PAGE_BYTES`] uncompressed. Answers why not otherwise.
+pub fn check_pages(
+    file: &[u8],
+    metadata: &parquet::file::metadata::ParquetMetaData,
+) -> Result<(), String> {
+    for row_group in metadata.row_groups() {
+        for column in row_group.columns() {
+            // Not `byte_range`: it asserts (panics) on negative offsets, which a footer may state.
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or_else(|| column.data_page_offset());
+            let (Ok(start), Ok(len)) = (
+                u64::try_from(start),
+                u64::try_from(column.compressed_size()),
+            ) else {
+                return Err("a column chunk states a negative offset or size".into());
+            };
+            let end = start
+                .checked_add(len)
+                .filter(|end| *end <= file.len() as u64)
+                .ok_or_else(|| "a column chunk lies outside the file".to_owned())?;
+            let (mut pos, end) = (start as usize, end as usize);
+            while pos < end {
+                let page = page_header(&file[pos..end])?;
+                let (Ok(uncompressed), Ok(compressed)) = (
+                    u64::try_from(page.uncompressed),
+                    u64::try_from(page.compressed),
+                ) else {
+                    return Err("a page header states a negative size".into());
+                };
+                if uncompressed > MAX_PAGE_BYTES {
+                    return Err(format!(
+                        "a page states {uncompressed} uncompressed bytes; at most \
+                         {MAX_PAGE_BYTES} are read"
+                    ));
+                }
+                let next = (pos + page.header_len) as u64 + compressed;
+                if next > end as u64 {
+                    return Err("a page is longer than its column chunk".into());
+                }
+                pos = next as usize;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The fewest bytes one element of a thrift type takes on the wire.
 fn min_size(kind: u8) -> Result<u64, String> {
     match kind {
@@ -323,6 +439,28 @@ pub(crate) fn run_child_under_memory_limit(test: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_headers_answer_their_sizes_and_refuse_lies() {
+        // type 0, uncompressed 100, compressed 40, then stop.
+        let ok = [0x15, 0x00, 0x15, 0xc8, 0x01, 0x15, 0x50, 0x00];
+        assert_eq!(
+            page_header(&ok).unwrap(),
+            PageSizes {
+                uncompressed: 100,
+                compressed: 40,
+                header_len: ok.len(),
+            }
+        );
+        // No sizes at all.
+        assert!(page_header(&[0x15, 0x00, 0x00]).is_err());
+        // An unknown binary field claiming 1 GiB with nothing behind it.
+        let e =
+            page_header(&[0x15, 0x00, 0x08, 0xc6, 0x01, 0x80, 0x80, 0x80, 0x80, 0x04]).unwrap_err();
+        assert!(e.contains("1073741824-byte value"), "{e}");
+        // Cut off inside a size.
+        assert!(page_header(&[0x15, 0x00, 0x15, 0xc8]).is_err());
+    }
 
     #[test]
     fn a_list_longer_than_the_bytes_left_is_refused() {

@@ -190,7 +190,11 @@ pub async fn replay(
             // The reader decodes the footer at the lengths it claims: bound it first.
             crate::capture::validate::check_file_footer(&bytes)
                 .map_err(|e| corrupt(&location, format!("unreadable checkpoint: {e}")))?;
-            let reader = SerializedFileReader::new(bytes::Bytes::from(bytes))
+            let bytes = bytes::Bytes::from(bytes);
+            let reader = SerializedFileReader::new(bytes.clone())
+                .map_err(|e| corrupt(&location, format!("unreadable checkpoint: {e}")))?;
+            // The row reader reserves each page's stated size: bound the pages first.
+            crate::capture::footer_bounds::check_pages(&bytes, reader.metadata())
                 .map_err(|e| corrupt(&location, format!("unreadable checkpoint: {e}")))?;
             let rows = reader
                 .get_row_iter(None)
@@ -426,6 +430,152 @@ mod tests {
             tip(&files, &location).await,
             Err(ReadError::Corrupt { .. })
         ));
+    }
+
+    /// A checkpoint-shaped Parquet file: ten rows of one snappy-compressed int64 column in
+    /// one page, its page header carrying statistics (room to rewrite it at the same length).
+    fn one_page_file() -> Vec<u8> {
+        use parquet::basic::Compression;
+        use parquet::data_type::Int64Type;
+        use parquet::file::properties::{EnabledStatistics, WriterProperties};
+        use parquet::file::writer::SerializedFileWriter;
+        let schema = std::sync::Arc::new(
+            parquet::schema::parser::parse_message_type("message m { required int64 x; }").unwrap(),
+        );
+        let props = std::sync::Arc::new(
+            WriterProperties::builder()
+                .set_compression(Compression::SNAPPY)
+                .set_dictionary_enabled(false)
+                .set_statistics_enabled(EnabledStatistics::Page)
+                .set_write_page_header_statistics(true)
+                .build(),
+        );
+        let mut out = Vec::new();
+        let mut w = SerializedFileWriter::new(&mut out, schema, props).unwrap();
+        let mut rg = w.next_row_group().unwrap();
+        let mut col = rg.next_column().unwrap().unwrap();
+        col.typed::<Int64Type>()
+            .write_batch(&(1..=10).collect::<Vec<i64>>(), None, None)
+            .unwrap();
+        col.close().unwrap();
+        rg.close().unwrap();
+        w.close().unwrap();
+        out
+    }
+
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    fn i32_field(out: &mut Vec<u8>, value: i64) {
+        out.push(0x15); // the next field id, i32
+        varint(out, ((value << 1) ^ (value >> 63)) as u64);
+    }
+
+    /// `file` with its one page header rewritten, at the same length, to state `claim`
+    /// uncompressed bytes: type, sizes and a plain data page header, then an unknown binary
+    /// field (readers skip it) padding to the old length.
+    fn with_page_claim(file: &[u8], claim: i64) -> Vec<u8> {
+        use crate::capture::footer_bounds::page_header;
+        let reader = SerializedFileReader::new(bytes::Bytes::from(file.to_vec())).unwrap();
+        let start = reader.metadata().row_group(0).column(0).data_page_offset() as usize;
+        let old = page_header(&file[start..]).unwrap();
+        let mut header = Vec::new();
+        i32_field(&mut header, 0); // 1: DATA_PAGE
+        i32_field(&mut header, claim); // 2: uncompressed_page_size
+        i32_field(&mut header, old.compressed); // 3: compressed_page_size
+        header.push(0x2c); // 5: data_page_header, a struct
+        i32_field(&mut header, 10); // num_values
+        i32_field(&mut header, 0); // encoding PLAIN
+        i32_field(&mut header, 3); // definition levels RLE
+        i32_field(&mut header, 3); // repetition levels RLE
+        header.push(0x00);
+        // Field 99, binary, long form: type byte, zigzag id, length, bytes.
+        let pad = old.header_len - header.len() - 1 - 4;
+        header.extend([0x08, 0xc6, 0x01]);
+        assert!(pad < 0x80, "one-byte length");
+        header.push(pad as u8);
+        header.extend(std::iter::repeat_n(0u8, pad));
+        header.push(0x00);
+        assert_eq!(header.len(), old.header_len);
+        let mut out = file.to_vec();
+        out[start..start + old.header_len].copy_from_slice(&header);
+        out
+    }
+
+    async fn replay_checkpoint(file: Vec<u8>) -> (String, Result<LogSnapshot, ReadError>) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let location = url::Url::from_directory_path(&root).unwrap().to_string();
+        let log = root.join("_delta_log");
+        std::fs::create_dir_all(&log).unwrap();
+        std::fs::write(log.join(format!("{:020}.checkpoint.parquet", 0)), file).unwrap();
+        let files = UpstreamFiles::new(None, true).with_local_root(Some(std::env::temp_dir()));
+        let t = tip(&files, &location).await.unwrap();
+        assert!(t.checkpoint.is_some());
+        let out = replay(&files, &location, &t, 100).await;
+        (location, out)
+    }
+
+    /// A page header rewritten to state its true size reads as before (the rewrite is sound);
+    /// stating 100 MiB, past the bound, the checkpoint is refused naming the page claim.
+    #[tokio::test]
+    async fn a_checkpoint_page_stating_more_than_the_bound_is_refused() {
+        let file = one_page_file();
+        let reader = SerializedFileReader::new(bytes::Bytes::from(file.clone())).unwrap();
+        let start = reader.metadata().row_group(0).column(0).data_page_offset() as usize;
+        let real = crate::capture::footer_bounds::page_header(&file[start..]).unwrap();
+        // The file holds no protocol or metaData rows: the replay reads every row, then says so.
+        let (_, honest) = replay_checkpoint(with_page_claim(&file, real.uncompressed)).await;
+        match honest {
+            Err(ReadError::Corrupt { message, .. }) => {
+                assert!(message.contains("no protocol or no metaData"), "{message}");
+            }
+            other => panic!("the honest rewrite did not read: {:?}", other.err()),
+        }
+        let (_, refused) = replay_checkpoint(with_page_claim(&file, 100 << 20)).await;
+        match refused {
+            Err(ReadError::Corrupt { location, message }) => {
+                assert!(location.ends_with(".checkpoint.parquet"), "{location}");
+                assert!(
+                    message.contains("104857600 uncompressed bytes"),
+                    "{message}"
+                );
+            }
+            other => panic!("the page claim was not refused: {:?}", other.err()),
+        }
+    }
+
+    /// Replays a checkpoint whose one page states 2,000,000,000 uncompressed bytes; run only
+    /// as the child of the test below.
+    #[tokio::test]
+    async fn checkpoint_page_bomb_child() {
+        if std::env::var_os(crate::capture::footer_bounds::CHILD).is_none() {
+            return;
+        }
+        let (_, out) = replay_checkpoint(with_page_claim(&one_page_file(), 2_000_000_000)).await;
+        match out {
+            Err(ReadError::Corrupt { message, .. }) => {
+                assert!(
+                    message.contains("2000000000 uncompressed bytes"),
+                    "{message}"
+                );
+            }
+            other => panic!("the page bomb was not refused: {:?}", other.err()),
+        }
+    }
+
+    /// The row reader reserves a page's stated size before decompressing it: without the page
+    /// walk, this child dies of the 2 GB reservation under a 1 GiB address-space limit.
+    #[test]
+    fn a_checkpoint_page_claiming_two_gigabytes_is_refused_within_a_memory_limit() {
+        crate::capture::footer_bounds::run_child_under_memory_limit(
+            "capture::delta::log::tests::checkpoint_page_bomb_child",
+        );
     }
 
     /// Replays a Delta log whose checkpoint footer is the bomb; run only as the child of the
