@@ -500,7 +500,10 @@ async fn a_consumer_paging_while_eight_writers_commit_sees_no_gap_and_no_duplica
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_consumer_paging_while_eight_writers_commit_sees_no_gap_and_no_duplicate_dynamodb() {
-    consumer_sees_no_gap_and_no_duplicate(Harness::dynamo().await, 25).await;
+    // The single-threaded moto: the threaded server races on concurrent transactions of one
+    // table (its own `dictionary changed size during iteration`, answered as a 500), which
+    // DynamoDB does not; the writers then see 503 after their retries.
+    consumer_sees_no_gap_and_no_duplicate(Harness::dynamo_serial().await, 25).await;
 }
 
 const ANA: &str = "events-ana-token-01";
