@@ -38,6 +38,36 @@ pub fn check_endpoint(policy: &HttpPolicy, endpoint: &str) -> Result<Url, Addres
     Ok(url)
 }
 
+/// Why [`check_endpoint_resolved`] refused an endpoint.
+#[derive(Debug)]
+pub enum EndpointRefused {
+    /// The policy refuses its scheme, its literal address, or an address its name resolves to.
+    Policy(AddressRefused),
+    /// Its name does not resolve now.
+    Unresolved(String),
+}
+
+/// [`check_endpoint`], then, for a named host, every address it resolves to now, through the
+/// policy's resolver (its static hosts included): an early, precise answer for callers that
+/// hand the endpoint on or report on it. The store's connector checks again at every
+/// connection and redirect, which closes the rebinding window this check alone would leave.
+pub async fn check_endpoint_resolved(
+    policy: &HttpPolicy,
+    endpoint: &str,
+) -> Result<Url, EndpointRefused> {
+    let url = check_endpoint(policy, endpoint).map_err(EndpointRefused::Policy)?;
+    if let Some(url::Host::Domain(host)) = url.host() {
+        crate::http::PolicyResolver::new(policy.address, policy.static_hosts.clone())
+            .resolve_host(host)
+            .await
+            .map_err(|e| match e.downcast_ref::<AddressRefused>() {
+                Some(r) => EndpointRefused::Policy(r.clone()),
+                None => EndpointRefused::Unresolved(e.to_string()),
+            })?;
+    }
+    Ok(url)
+}
+
 /// Whether `region` can be an S3 region name: the default endpoint's host name is built from
 /// it (`s3.<region>.amazonaws.com`), so one carrying anything but letters, digits and `-`
 /// (a user part, a path, a dot) would move the host elsewhere.

@@ -11,7 +11,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use axum::http::HeaderMap;
-use flotilla_catalog_access::http::{AddressRefused, PolicyResolver};
 use flotilla_catalog_access::object_storage;
 use flotilla_catalog_access::spi::{StorageCredential, VendedCredentials};
 use flotilla_domain::model::{IntegrationRecord, RelationRecord};
@@ -236,16 +235,12 @@ async fn check_vended_storage(
         )
     };
     let policy = flotilla_services::access::http_policy(&ctx.state);
-    let url = object_storage::check_endpoint(&policy, endpoint).map_err(|r| refused(&r))?;
-    if let Some(url::Host::Domain(host)) = url.host() {
-        PolicyResolver::new(policy.address, policy.static_hosts.clone())
-            .resolve_host(host)
-            .await
-            .map_err(|e| match e.downcast_ref::<AddressRefused>() {
-                Some(r) => refused(r),
-                None => IcebergError::unavailable(e),
-            })?;
-    }
+    object_storage::check_endpoint_resolved(&policy, endpoint)
+        .await
+        .map_err(|e| match e {
+            object_storage::EndpointRefused::Policy(r) => refused(&r),
+            object_storage::EndpointRefused::Unresolved(e) => IcebergError::unavailable(e),
+        })?;
     Ok(())
 }
 

@@ -21,11 +21,9 @@
 //! are reduced to their kind because S3 error bodies echo the access key id.
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_catalog_access::http::AddressPolicy;
 use flotilla_catalog_access::{
     CatalogAccessError, CatalogCapabilities, CatalogClient, LoadTableOutcome, StorageCredential,
     TableFormat, TableMetadata, UpstreamNamespace, VendedCredentials, VendingErrorKind,
@@ -643,40 +641,19 @@ fn upstream_is_local(state: &AppState, record: &IntegrationRecord) -> bool {
 
 /// Applies the upstream address policy to an S3 endpoint (it comes from integration
 /// properties or from the catalog's answer, both untrusted): scheme and literal addresses,
-/// then every address the name resolves to now (an early, precise answer). The store's
-/// connector applies the policy again to the addresses it connects to and to every
-/// redirect, which closes the DNS-rebinding window this check alone would leave.
+/// then every address the name resolves to now
+/// (`flotilla_catalog_access::object_storage::check_endpoint_resolved`).
 async fn check_endpoint(state: &AppState, endpoint: &str) -> Result<(), String> {
-    let policy = if state.config.allow_insecure_upstreams {
-        AddressPolicy::insecure()
-    } else {
-        AddressPolicy::strict()
-    };
-    let url = Url::parse(endpoint).map_err(|_| "the S3 endpoint is not a URL".to_owned())?;
-    policy
-        .check_url(&url)
-        .map_err(|e| format!("the S3 endpoint was refused: {}", e.reason()))?;
-    let Some(host) = url.host_str() else {
-        return Err("the S3 endpoint has no host".into());
-    };
-    if host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<IpAddr>()
-        .is_ok()
-    {
-        return Ok(());
+    use flotilla_catalog_access::object_storage::{EndpointRefused, check_endpoint_resolved};
+    match check_endpoint_resolved(&super::http_policy(state), endpoint).await {
+        Ok(_) => Ok(()),
+        Err(EndpointRefused::Policy(e)) => {
+            Err(format!("the S3 endpoint was refused: {}", e.reason()))
+        }
+        Err(EndpointRefused::Unresolved(_)) => {
+            Err("the S3 endpoint host does not resolve".to_owned())
+        }
     }
-    let port = url.port_or_known_default().unwrap_or(443);
-    let addrs = tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|_| "the S3 endpoint host does not resolve".to_owned())?;
-    for a in addrs {
-        policy
-            .check_ip(a.ip())
-            .map_err(|e| format!("the S3 endpoint was refused: {}", e.reason()))?;
-    }
-    Ok(())
 }
 
 fn storage_error_summary(e: &object_store::Error, what: &str) -> String {

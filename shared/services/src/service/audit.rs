@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::events::{self, Event, Filter, Positions};
 use super::{decode, to_body};
-use crate::acl::Access;
+use crate::acl::{Access, Action, Securable};
 use crate::error::{Error, Result};
 pub use crate::refusal_limit::{
     MAX_REFUSALS_PER_MINUTE, MAX_TRACKED_PER_MINUTE, RefusalCounter, SUMMARY_EVERY, Verdict,
@@ -313,11 +313,8 @@ pub async fn list(
     page_size: usize,
     token: Option<&str>,
 ) -> Result<Value> {
-    if !access.is_admin() {
-        return Err(Error::permission_denied(
-            "the audit trail is for account admins (ACCOUNT_ADMIN on the account)",
-        ));
-    }
+    // Account admins only, by the one authorization rule.
+    access.authorize(Action::Administer, &Securable::Account)?;
     if let (Some(f), Some(t)) = (q.from_ms, q.to_ms)
         && f > t
     {
