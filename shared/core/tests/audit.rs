@@ -147,20 +147,40 @@ async fn an_admin_sees_a_commit_by_another_principal_with_its_principal_and_requ
     let rid = request_id(&r);
     let (items, _) = audit_all(&e, ACME, "", 100).await;
     let mutations: Vec<&Value> = items.iter().filter(|i| i["kind"] == "mutation").collect();
-    assert_eq!(mutations.len(), 1, "{items:?}");
-    let m = mutations[0];
+    // The setup's role, membership and grant (the account's log), then the namespace.
+    let actions: Vec<&str> = mutations
+        .iter()
+        .map(|m| m["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "x-flotilla-role-created",
+            "x-flotilla-role-member-added",
+            "x-flotilla-grant-created",
+            "create-namespace"
+        ],
+        "{items:?}"
+    );
+    assert_eq!(
+        mutations[2]["securable"]["resource"]["type"], "grant",
+        "{:?}",
+        mutations[2]
+    );
+    assert!(mutations[2]["securable"]["catalog_id"].is_null());
+    let m = mutations[3];
     assert_eq!(m["principal"], subject(&e, ANA));
     assert_eq!(m["request_id"], rid);
     assert_eq!(m["action"], "create-namespace");
     assert_eq!(
         m["securable"],
-        json!({"catalog_id": c, "namespace": ["sales"], "name": null})
+        json!({"catalog_id": c, "namespace": ["sales"], "name": null, "resource": null})
     );
     // The principal filter selects by who did it.
     let (mine, _) = audit_all(&e, ANA, &format!("&principal={}", subject(&e, BOB)), 100).await;
     assert!(mine.is_empty(), "{mine:?}");
     let (anas, _) = audit_all(&e, ANA, &format!("&principal={}", subject(&e, ANA)), 100).await;
-    assert_eq!(anas.len(), 1);
+    assert_eq!(anas.len(), 1, "{anas:?}");
 }
 
 #[tokio::test]
@@ -280,9 +300,10 @@ async fn paging_with_a_small_page_sees_every_record_exactly_once() {
     }
     e.clock.advance_ms(HORIZON_MS + 1);
     let (all, _) = audit_all(&e, ACME, "", 1000).await;
-    // 14 namespaces, 7 refusals, and the setup's changes (catalogs and grants are not events).
+    // 14 namespaces, 7 refusals, and the setup's role, membership and grant (catalogs are not
+    // events).
     assert_eq!(all.iter().filter(|i| i["kind"] == "refusal").count(), 7);
-    assert_eq!(all.iter().filter(|i| i["kind"] == "mutation").count(), 14);
+    assert_eq!(all.iter().filter(|i| i["kind"] == "mutation").count(), 17);
     let (paged, token) = audit_all(&e, ACME, "", 2).await;
     let ids: Vec<&str> = paged.iter().map(|i| i["id"].as_str().unwrap()).collect();
     let unique: HashSet<&str> = ids.iter().copied().collect();
@@ -348,7 +369,9 @@ async fn refusal_records_past_90_days_are_gone() {
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     e.clock.advance_ms(HORIZON_MS + 1);
     let (items, _) = audit_all(&e, ACME, "", 100).await;
-    assert_eq!(items.len(), 4, "within the retention: kept");
+    // Three refusals and the setup's three account changes, all at the start, and one more
+    // refusal.
+    assert_eq!(items.len(), 7, "within the retention: kept");
     e.clock.advance_ms(2 * 24 * 3600 * 1000);
     let (items, _) = audit_all(&e, ACME, "", 100).await;
     assert_eq!(items.len(), 1, "{items:?}");

@@ -413,21 +413,35 @@ pub fn validation_errors_prefix(relation_id: &str) -> String {
 }
 pub const VALIDATION_ERROR_PREFIX: &str = "VALERR#";
 
-/// A change event not yet given its place in the catalog's event log: written in the same
-/// transaction as the change it records (the outbox). Keyed by its write time and id, so the
-/// sealer ([`event_log`]) takes the oldest first and two writers never name the same item.
-pub fn event_pending(catalog_id: &str, timestamp_ms: i64, event_id: &str) -> Key {
+/// The partition of a catalog's or an account's event log (`CAT#{catalog}` or
+/// `ACCT#{account}`): each holds its own pending events, log and head under the same sort
+/// keys ([`event_pending`], [`event_log`], [`event_head`]). No other item of either
+/// partition has a sort key starting with `EVQ#`, `EVT#` or equal to `EVTHEAD`.
+pub fn catalog_of_pk(pk: &str) -> Option<&str> {
+    pk.strip_prefix("CAT#").filter(|c| !c.is_empty())
+}
+
+/// The account of an account partition key (`ACCT#{account}`).
+pub fn account_of_pk(pk: &str) -> Option<&str> {
+    pk.strip_prefix("ACCT#").filter(|a| !a.is_empty())
+}
+
+/// A change event not yet given its place in its log (the catalog's, or the account's for
+/// account-level changes), in the log's partition `log_pk`: written in the same transaction
+/// as the change it records (the outbox). Keyed by its write time and id, so the sealer
+/// ([`event_log`]) takes the oldest first and two writers never name the same item.
+pub fn event_pending(log_pk: &str, timestamp_ms: i64, event_id: &str) -> Key {
     Key::new(
-        catalog_pk(catalog_id),
+        log_pk,
         format!("EVQ#{:013}#{event_id}", timestamp_ms.max(0)),
     )
 }
 pub const EVENT_PENDING_PREFIX: &str = "EVQ#";
 
-/// One event of the catalog's log at its sequence number (dense, from 1). Only the sealer
-/// writes here, moving pending events in under the log head ([`event_head`]).
-pub fn event_log(catalog_id: &str, sequence: u64) -> Key {
-    Key::new(catalog_pk(catalog_id), format!("EVT#{sequence:020}"))
+/// One event of the log in partition `log_pk` at its sequence number (dense, from 1). Only
+/// the sealer writes here, moving pending events in under the log head ([`event_head`]).
+pub fn event_log(log_pk: &str, sequence: u64) -> Key {
+    Key::new(log_pk, format!("EVT#{sequence:020}"))
 }
 pub const EVENT_LOG_PREFIX: &str = "EVT#";
 
@@ -436,10 +450,11 @@ pub fn parse_event_log_sk(sk: &str) -> Option<u64> {
     sk.strip_prefix(EVENT_LOG_PREFIX)?.parse().ok()
 }
 
-/// The catalog's event log head: the next sequence number to assign. Replaced only by the
-/// sealer (never by the writers, so writes to different tables never meet on it).
-pub fn event_head(catalog_id: &str) -> Key {
-    Key::new(catalog_pk(catalog_id), "EVTHEAD")
+/// The head of the log in partition `log_pk`: the next sequence number to assign. Replaced
+/// only by the sealer (never by the writers, so writes to different objects never meet on
+/// it).
+pub fn event_head(log_pk: &str) -> Key {
+    Key::new(log_pk, "EVTHEAD")
 }
 
 /// The audit record of a refused request of the account, by its time and request id (so a

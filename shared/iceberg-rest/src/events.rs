@@ -107,6 +107,9 @@ fn iceberg_event(e: &Event) -> Value {
     if let Some(u) = &op.updates {
         operation.insert("updates".into(), json!(u));
     }
+    if let Some(d) = &op.details {
+        operation.insert("details".into(), d.clone());
+    }
     json!({
         "event-id": e.event_id,
         "sequence": e.sequence,

@@ -1586,3 +1586,66 @@ async fn local_files_outside_the_upstream_files_root_are_never_read() {
         "VALID"
     );
 }
+
+/// Issue 37's engine proof: a pyiceberg commit through `/iceberg` writes exactly one
+/// `update-table` event with the new metadata location (checked by the script on both
+/// doors); an overlay of this host's own catalog, whose reconciliation publishes the three
+/// tables pyiceberg created, writes three `create-table` events with the overlay as actor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pyiceberg_commit_and_a_reconciliation_write_their_events() {
+    let env = setup_with(None, true).await;
+    env.script("pyiceberg_events.py", "acme/lake", &[]).await;
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/catalogs",
+            Some(json!({"display_name": "mirror"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let mirror = v["id"].as_str().unwrap().to_owned();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/integrations",
+            Some(json!({"display_name": "self", "type": "ICEBERG_REST",
+                "uri": format!("{}/iceberg", env.endpoint),
+                "properties": {"warehouse": "acme/lake"},
+                "authentication": {"type": "BEARER"}, "credentials": {"token": ACME}})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let integration = v["id"].as_str().unwrap().to_owned();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/overlays",
+            Some(json!({"display_name": "mirror-ev", "integration_id": integration,
+                "catalog_id": mirror, "include_namespaces": [["ev"]]})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let overlay = v["id"].as_str().unwrap().to_owned();
+    env.run_queue(&overlay).await;
+    let (s, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/events?catalog_id={mirror}&page_size=100"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let tables: Vec<(&str, &Value)> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["operation"]["type"] == "create-table")
+        .map(|e| (e["operation"]["name"].as_str().unwrap(), &e["actor"]))
+        .collect();
+    let mut names: Vec<&str> = tables.iter().map(|(n, _)| *n).collect();
+    names.sort();
+    assert_eq!(names, ["t1", "t2", "t3"], "{v}");
+    for (_, actor) in &tables {
+        assert_eq!(**actor, json!({"type": "OVERLAY", "id": overlay}), "{v}");
+    }
+}

@@ -37,6 +37,7 @@ use super::{
     GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, backoff, check_if_match,
     guard_state, guarded_delete, read, to_body,
 };
+use super::events::{Operation, record_account};
 use super::{delete_items, strong_scan};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;

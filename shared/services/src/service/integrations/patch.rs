@@ -75,6 +75,27 @@ pub async fn patch(
             })
             .await?,
         );
+        let verb = match (cur.value.paused, next.paused) {
+            (false, true) => "paused",
+            (true, false) => "resumed",
+            _ => "updated",
+        };
+        let changed: Vec<&str> = [
+            ("display_name", next.display_name != cur.value.display_name),
+            ("uri", next.uri != cur.value.uri),
+            ("properties", next.properties != cur.value.properties),
+            ("paused", next.paused != cur.value.paused),
+        ]
+        .into_iter()
+        .filter_map(|(f, c)| c.then_some(f))
+        .collect();
+        record_account(
+            state,
+            &mut tx.ops,
+            account,
+            Operation::of_resource(verb, "integration", Some(id), Some(&next.display_name))
+                .with_details(serde_json::json!({ "changed": changed })),
+        )?;
         let name = crate::service::NameChange {
             key: keys::integration_name,
             what: "an integration",
@@ -163,6 +184,18 @@ pub async fn rotate(
             tx.ops
                 .extend(retiring_ops(state, account, id, &[old_generation])?);
         }
+        record_account(
+            state,
+            &mut tx.ops,
+            account,
+            Operation::of_resource(
+                "credentials-rotated",
+                "integration",
+                Some(id),
+                Some(&next.display_name),
+            )
+            .with_details(serde_json::json!({ "credential_generation": next.credential_generation })),
+        )?;
         match store.transact(tx).await {
             Ok(()) => {
                 if let (Some(g), Some(s)) = (new_generation, &secret) {
