@@ -735,5 +735,53 @@ mod tests {
             index_catalog::warehouse_claim("s3://b/p/"),
             k("IXWHCLAIM", "s3://b/p/")
         );
+        // Event logs: a catalog's and an account's, under the same sort keys.
+        assert_eq!(
+            event_pending("CAT#c1", 7, "e1"),
+            k("CAT#c1", "EVQ#0000000000007#e1")
+        );
+        assert_eq!(event_log("ACCT#acme", 3), k("ACCT#acme", "EVT#00000000000000000003"));
+        assert_eq!(event_head("ACCT#acme"), k("ACCT#acme", "EVTHEAD"));
+        assert_eq!(catalog_of_pk(&catalog_pk("c1")), Some("c1"));
+        assert_eq!(account_of_pk(&account_pk("acme")), Some("acme"));
+        assert_eq!(catalog_of_pk("ACCT#acme"), None);
+        assert_eq!(account_of_pk("CAT#c1"), None);
+        assert_eq!(account_of_pk("ACCT#"), None);
+    }
+
+    /// The account's event log shares the account partition: no other sort key of it may
+    /// start with the log's prefixes (a listing of one would read the other).
+    #[test]
+    fn the_account_log_clashes_with_no_other_account_item() {
+        let others = [
+            account("a").sk,
+            account_fence("a").sk,
+            catalog("a", "c").sk,
+            catalog_name("a", "n").sk,
+            integration("a", "i").sk,
+            integration_name("a", "n").sk,
+            integration_fence("a", "i").sk,
+            credential_generation("a", "i", 1).sk,
+            integration_dependency("a", "i", "o").sk,
+            overlay("a", "o").sk,
+            overlay_name("a", "n").sk,
+            overlay_status("a", "o").sk,
+            overlay_fence("a", "o").sk,
+            catalog_dependency("a", "c", "o").sk,
+            scheduler_state("a", "i").sk,
+            acl_generation("a").sk,
+            role("a", "r").sk,
+            grant("a", "g").sk,
+            service_principal("a", "p").sk,
+            account_receipt("a", "k").sk,
+            audit_refusal("a", 1, "r").sk,
+            index_catalog::index_catalog("a", "ix").sk,
+        ];
+        for sk in others {
+            for prefix in [EVENT_PENDING_PREFIX, EVENT_LOG_PREFIX] {
+                assert!(!sk.starts_with(prefix), "{sk} under {prefix}");
+            }
+            assert_ne!(sk, event_head("ACCT#a").sk);
+        }
     }
 }
