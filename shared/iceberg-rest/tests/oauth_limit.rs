@@ -260,7 +260,11 @@ async fn refusals_on_iceberg_routes_and_token_route_429s_are_audited_in_the_acco
     let (app, clock, state, id, secret) = env(TokenLimits::default()).await;
     let r = send(
         &app,
-        json_request(Method::POST, "/v1/accounts/acme/catalogs", json!({"name": "lake"})),
+        json_request(
+            Method::POST,
+            "/v1/accounts/acme/catalogs",
+            json!({"display_name": "lake", "properties": {"warehouse": "s3://bucket/acme/lake"}}),
+        ),
     )
     .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
@@ -360,7 +364,7 @@ async fn refusals_on_iceberg_routes_and_token_route_429s_are_audited_in_the_acco
                 "anonymous".to_owned()
             ),
             ("/iceberg/v1/config".to_owned(), 401, "anonymous".to_owned()),
-            ("/iceberg/v1/{prefix}/namespaces".to_owned(), 403, "ci".to_owned()),
+            ("/iceberg/v1/{prefix}/namespaces".to_owned(), 403, "service:ci".to_owned()),
             ("/v1/oauth/tokens".to_owned(), 429, id.clone()),
             ("/iceberg/v1/oauth/tokens".to_owned(), 429, id.clone()),
         ];

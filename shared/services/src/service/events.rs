@@ -98,6 +98,9 @@ pub const CAPTURE_TYPES: &[&str] = &[
     "x-flotilla-capture-quarantined",
 ];
 
+/// Object types of a catalog's log (what the Iceberg events endpoint answers about).
+pub const CATALOG_OBJECT_TYPES: &[&str] = &["namespace", "table", "view"];
+
 /// Object types a filter may name.
 pub const OBJECT_TYPES: &[&str] = &[
     "namespace",
@@ -801,6 +804,21 @@ impl Filter {
             }
         }
         Ok(())
+    }
+
+    /// [`Filter::validate`] for a reader of one catalog's log through the Iceberg endpoint:
+    /// object types are those of a catalog (namespace, table, view).
+    pub fn validate_for_catalog(&self) -> Result<()> {
+        if let Some(t) = self
+            .object_types
+            .iter()
+            .find(|t| !CATALOG_OBJECT_TYPES.contains(&t.as_str()))
+        {
+            return Err(Error::invalid(format!(
+                "unknown object type {t:?} (namespace, table or view)"
+            )));
+        }
+        self.validate()
     }
 
     fn wants(&self, e: &Event) -> bool {
