@@ -1648,4 +1648,43 @@ async fn a_pyiceberg_commit_and_a_reconciliation_write_their_events() {
     for (_, actor) in &tables {
         assert_eq!(**actor, json!({"type": "OVERLAY", "id": overlay}), "{v}");
     }
+    // The capture the reconciliation carried made each table visible: one capture event
+    // each, by the overlay; a second run changes nothing and writes no event.
+    let captures = |v: &Value| -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["operation"]["type"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("x-flotilla-capture-")
+            })
+            .map(|e| {
+                assert_eq!(e["actor"]["id"], overlay.as_str(), "{e}");
+                (
+                    e["operation"]["type"].as_str().unwrap().to_owned(),
+                    e["operation"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let visible: Vec<(String, String)> = ["t1", "t2", "t3"]
+        .iter()
+        .map(|t| ("x-flotilla-capture-visible".to_owned(), (*t).to_owned()))
+        .collect();
+    assert_eq!(captures(&v), visible, "{v}");
+    let count = v["items"].as_array().unwrap().len();
+    env.run_queue(&overlay).await;
+    let (_, again) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/events?catalog_id={mirror}&page_size=100"),
+            None,
+        )
+        .await;
+    assert_eq!(again["items"].as_array().unwrap().len(), count, "{again}");
 }
