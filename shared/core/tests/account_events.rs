@@ -116,8 +116,10 @@ async fn integration_overlay_role_member_and_grant_changes_write_one_account_eve
         .await);
     let grant_id = grant.body["id"].as_str().unwrap().to_owned();
     let integration = format!("{A}/integrations/{i}");
-    ok(h.patch(&integration, ACME, json!({"paused": true}), None).await);
-    ok(h.patch(&integration, ACME, json!({"paused": false}), None).await);
+    ok(h.patch(&integration, ACME, json!({"paused": true}), None)
+        .await);
+    ok(h.patch(&integration, ACME, json!({"paused": false}), None)
+        .await);
     ok(h.call(
         Method::PUT,
         &format!("{integration}/authentication"),
@@ -206,12 +208,15 @@ async fn integration_overlay_role_member_and_grant_changes_write_one_account_eve
             "x-flotilla-overlay-deleted",
         ]
     );
-    let r = h.get(&format!("{A}/events?object_types=spaceship"), ACME).await;
+    let r = h
+        .get(&format!("{A}/events?object_types=spaceship"), ACME)
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     // Resuming after the end sees only what came later, once.
     let r = h.get(&format!("{A}/events?page_size=100"), ACME).await;
     let t = r.body["next_page_token"].as_str().unwrap().to_owned();
-    ok(h.post(&format!("{A}/roles"), ACME, json!({"name": "late"})).await);
+    ok(h.post(&format!("{A}/roles"), ACME, json!({"name": "late"}))
+        .await);
     let r = h
         .get(&format!("{A}/events?page_size=100&page_token={t}"), ACME)
         .await;
@@ -234,7 +239,9 @@ async fn service_principal_changes_write_events_without_the_secret() {
     .with_token_signer(Arc::new(TokenSigner::new([7; 32])));
     let h = Harness::over(state);
     h.account("acme").await;
-    let r = ok(h.post(&format!("{A}/principals"), ACME, json!({"name": "etl"})).await);
+    let r = ok(h
+        .post(&format!("{A}/principals"), ACME, json!({"name": "etl"}))
+        .await);
     let id = r.body["id"].as_str().unwrap().to_owned();
     let first = r.body["client_secret"].as_str().unwrap().to_owned();
     let r = ok(h
@@ -274,7 +281,10 @@ async fn a_reader_sees_only_the_account_events_about_what_it_may_see() {
         ..env.h.state.clone()
     });
     let h = &host;
-    ok(h.post(&format!("{A}/roles"), ACME, json!({"name": "analysts"})).await);
+    ok(
+        h.post(&format!("{A}/roles"), ACME, json!({"name": "analysts"}))
+            .await,
+    );
     ok(h.call(
         Method::PUT,
         &format!("{A}/roles/analysts/members/group:analysts"),
@@ -422,7 +432,11 @@ impl Change {
         let acl = || async {
             query_all(
                 store,
-                Query::new(keys::account_pk("acme"), keys::ACL_PREFIX, Consistency::Strong),
+                Query::new(
+                    keys::account_pk("acme"),
+                    keys::ACL_PREFIX,
+                    Consistency::Strong,
+                ),
             )
             .await
             .unwrap()
@@ -480,7 +494,8 @@ async fn at_every_crash_point_an_account_change_has_its_event_exactly_when_it_ap
             let env = overlay_env::Env::new(overlay_env::fixture().await, json!([])).await;
             change.setup(&env).await;
             let base = env.faults().transacts();
-            env.faults().fail_transact(base + point.transact, point.fault);
+            env.faults()
+                .fail_transact(base + point.transact, point.fault);
             change.run(&env).await;
             let applied = change.applied(&env).await;
             let recorded = of_type(&env, change.event_type()).await;
@@ -497,7 +512,8 @@ async fn at_every_crash_point_an_account_change_has_its_event_exactly_when_it_ap
 async fn an_operator_and_an_account_admin_see_the_account_log_and_another_account_does_not() {
     let h = Harness::redb();
     h.account("acme").await;
-    ok(h.post(&format!("{A}/roles"), ACME, json!({"name": "ops"})).await);
+    ok(h.post(&format!("{A}/roles"), ACME, json!({"name": "ops"}))
+        .await);
     let mine = feed(&h, ACME, "").await;
     assert_eq!(types(&account_only(&mine)), ["x-flotilla-role-created"]);
     let operator = feed(&h, OPERATOR, "").await;

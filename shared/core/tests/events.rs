@@ -599,7 +599,11 @@ async fn events_leave_the_feed_after_7_days_and_the_store_after_the_audits_90() 
     // Pending and sealed, an event is kept for the longer retention (the audit's).
     let item = query_all(
         store.as_ref(),
-        Query::new(keys::catalog_pk(&c), keys::EVENT_LOG_PREFIX, Consistency::Strong),
+        Query::new(
+            keys::catalog_pk(&c),
+            keys::EVENT_LOG_PREFIX,
+            Consistency::Strong,
+        ),
     )
     .await
     .unwrap();
@@ -607,7 +611,11 @@ async fn events_leave_the_feed_after_7_days_and_the_store_after_the_audits_90() 
     h.namespace("acme", ACME, &c, &["pending"]).await;
     let pending = query_all(
         store.as_ref(),
-        Query::new(keys::catalog_pk(&c), keys::EVENT_PENDING_PREFIX, Consistency::Strong),
+        Query::new(
+            keys::catalog_pk(&c),
+            keys::EVENT_PENDING_PREFIX,
+            Consistency::Strong,
+        ),
     )
     .await
     .unwrap();

@@ -740,7 +740,10 @@ mod tests {
             event_pending("CAT#c1", 7, "e1"),
             k("CAT#c1", "EVQ#0000000000007#e1")
         );
-        assert_eq!(event_log("ACCT#acme", 3), k("ACCT#acme", "EVT#00000000000000000003"));
+        assert_eq!(
+            event_log("ACCT#acme", 3),
+            k("ACCT#acme", "EVT#00000000000000000003")
+        );
         assert_eq!(event_head("ACCT#acme"), k("ACCT#acme", "EVTHEAD"));
         assert_eq!(catalog_of_pk(&catalog_pk("c1")), Some("c1"));
         assert_eq!(account_of_pk(&account_pk("acme")), Some("acme"));

@@ -79,7 +79,9 @@ pub async fn scope(State(state): State<AppState>, req: Request, next: Next) -> R
     let (mut response, principal) = events::scope_observed(id.clone(), next.run(req)).await;
     let status = response.status();
     let refused = match (&account, response.extensions().get::<RefusedClient>()) {
-        (Some(account), _) if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+        (Some(account), _)
+            if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) =>
+        {
             Some((account.clone(), principal))
         }
         (_, Some(client)) if status == StatusCode::TOO_MANY_REQUESTS => client_account(&client.0),

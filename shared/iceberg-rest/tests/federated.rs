@@ -1620,8 +1620,10 @@ async fn a_pyiceberg_commit_and_a_reconciliation_write_their_events() {
         .call(
             reqwest::Method::POST,
             "/v1/accounts/acme/overlays",
-            Some(json!({"display_name": "mirror-ev", "integration_id": integration,
-                "catalog_id": mirror, "include_namespaces": [["ev"]]})),
+            Some(
+                json!({"display_name": "mirror-ev", "integration_id": integration,
+                "catalog_id": mirror, "include_namespaces": [["ev"]]}),
+            ),
         )
         .await;
     assert_eq!(s, 201, "{v}");

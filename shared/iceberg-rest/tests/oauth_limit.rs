@@ -241,7 +241,12 @@ async fn the_limiter_holds_a_bounded_number_of_keys_under_random_client_ids() {
 }
 
 /// A request to `uri` with `token` (none: unauthenticated).
-fn bearer_request(method: Method, uri: &str, token: Option<&str>, body: Option<Value>) -> Request<Body> {
+fn bearer_request(
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Request<Body> {
     let mut req = Request::builder().method(method).uri(uri);
     if let Some(t) = token {
         req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
@@ -283,11 +288,19 @@ async fn refusals_on_iceberg_routes_and_token_route_429s_are_audited_in_the_acco
     }
     let r = send(
         &app,
-        json_request(Method::PUT, "/v1/accounts/acme/roles/readers/members/ci", json!({})),
+        json_request(
+            Method::PUT,
+            "/v1/accounts/acme/roles/readers/members/ci",
+            json!({}),
+        ),
     )
     .await;
     assert!(r.status.is_success(), "{}", r.body);
-    let r = send(&app, token_request("", CLIENT_HOST, &form(&id, &secret), None)).await;
+    let r = send(
+        &app,
+        token_request("", CLIENT_HOST, &form(&id, &secret), None),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let token = r.body["access_token"].as_str().unwrap().to_owned();
     // Refused on the Iceberg routes: unauthenticated (a prefixed route and config), and a
@@ -297,7 +310,12 @@ async fn refusals_on_iceberg_routes_and_token_route_429s_are_audited_in_the_acco
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
     let r = send(
         &app,
-        bearer_request(Method::GET, "/iceberg/v1/config?warehouse=acme/lake", None, None),
+        bearer_request(
+            Method::GET,
+            "/iceberg/v1/config?warehouse=acme/lake",
+            None,
+            None,
+        ),
     )
     .await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
@@ -358,16 +376,20 @@ async fn refusals_on_iceberg_routes_and_token_route_429s_are_audited_in_the_acco
         .collect();
     refusals.sort();
     let mut expected = vec![
-            (
-                "/iceberg/v1/{prefix}/namespaces".to_owned(),
-                401,
-                "anonymous".to_owned()
-            ),
-            ("/iceberg/v1/config".to_owned(), 401, "anonymous".to_owned()),
-            ("/iceberg/v1/{prefix}/namespaces".to_owned(), 403, "service:ci".to_owned()),
-            ("/v1/oauth/tokens".to_owned(), 429, id.clone()),
-            ("/iceberg/v1/oauth/tokens".to_owned(), 429, id.clone()),
-        ];
+        (
+            "/iceberg/v1/{prefix}/namespaces".to_owned(),
+            401,
+            "anonymous".to_owned(),
+        ),
+        ("/iceberg/v1/config".to_owned(), 401, "anonymous".to_owned()),
+        (
+            "/iceberg/v1/{prefix}/namespaces".to_owned(),
+            403,
+            "service:ci".to_owned(),
+        ),
+        ("/v1/oauth/tokens".to_owned(), 429, id.clone()),
+        ("/iceberg/v1/oauth/tokens".to_owned(), 429, id.clone()),
+    ];
     expected.sort();
     assert_eq!(refusals, expected, "{}", r.body);
 }

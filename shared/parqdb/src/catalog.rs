@@ -531,7 +531,17 @@ impl IndexCatalogService {
                     Condition::Exists,
                 ));
             }
-            match self.transact(account, ops, IndexChange::NamespaceCreated { catalog, path: &req.path }).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::NamespaceCreated {
+                        catalog,
+                        path: &req.path,
+                    },
+                )
+                .await?
+            {
                 Applied::Yes => {
                     return Ok(Namespace {
                         path: req.path.clone(),
@@ -610,7 +620,14 @@ impl IndexCatalogService {
                     body(&parent)?,
                 ));
             }
-            match self.transact(account, ops, IndexChange::NamespaceDropped { catalog, path }).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::NamespaceDropped { catalog, path },
+                )
+                .await?
+            {
                 Applied::Yes => return Ok(()),
                 Applied::Conflict => continue,
                 Applied::Unknown(e) => return Err(e),
@@ -688,7 +705,18 @@ impl IndexCatalogService {
                 // Published again: no longer a garbage collection candidate.
                 Op::delete(keys::unreachable(account, catalog, &req.metadata_location)),
             ];
-            match self.transact(account, ops, IndexChange::Registered { catalog, index: &id, metadata_location: &req.metadata_location }).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::Registered {
+                        catalog,
+                        index: &id,
+                        metadata_location: &req.metadata_location,
+                    },
+                )
+                .await?
+            {
                 Applied::Yes => return Ok(entry(record)),
                 Applied::Conflict => continue,
                 Applied::Unknown(e) => {
@@ -756,7 +784,18 @@ impl IndexCatalogService {
                 Op::put(keys::unreachable(account, catalog, &req.base), body(&lost)?),
                 Op::delete(keys::unreachable(account, catalog, &req.new)),
             ];
-            match self.transact(account, ops, IndexChange::Committed { catalog, index: id, metadata_location: &req.new }).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::Committed {
+                        catalog,
+                        index: id,
+                        metadata_location: &req.new,
+                    },
+                )
+                .await?
+            {
                 Applied::Yes => return Ok(entry(record)),
                 // Lost the race on the mapping: the re-read above decides (usually a conflict).
                 Applied::Conflict => continue,
@@ -827,7 +866,10 @@ impl IndexCatalogService {
                     body(&lost)?,
                 ),
             ];
-            match self.transact(account, ops, IndexChange::Dropped { catalog, index: id }).await? {
+            match self
+                .transact(account, ops, IndexChange::Dropped { catalog, index: id })
+                .await?
+            {
                 Applied::Yes => return Ok(()),
                 Applied::Conflict => continue,
                 Applied::Unknown(e) => return Err(e),
@@ -897,7 +939,18 @@ impl IndexCatalogService {
                     body(&dst_ns)?,
                 ));
             }
-            match self.transact(account, ops, IndexChange::Renamed { catalog, index: src, destination: dst }).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::Renamed {
+                        catalog,
+                        index: src,
+                        destination: dst,
+                    },
+                )
+                .await?
+            {
                 Applied::Yes => return Ok(()),
                 Applied::Conflict => continue,
                 Applied::Unknown(e) => return Err(e),

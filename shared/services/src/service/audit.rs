@@ -340,8 +340,8 @@ pub async fn list(
     for _ in 0..MAX_ROUNDS {
         let want = page_size - items.len();
         let before = (pos.e.clone(), pos.r.clone());
-        let mut heads = events::read_account(state, access, &filter, want, &mut pos.e, Window::Audit)
-                .await?;
+        let mut heads =
+            events::read_account(state, access, &filter, want, &mut pos.e, Window::Audit).await?;
         for h in &mut heads {
             h.retain(|e| q.wants(&e.actor.id, e.timestamp_ms));
         }

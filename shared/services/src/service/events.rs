@@ -328,8 +328,7 @@ impl Operation {
         }
         if self.kind.starts_with("x-flotilla-capture-") {
             "table"
-        } else if self.kind.ends_with("namespace") || self.kind.ends_with("namespace-properties")
-        {
+        } else if self.kind.ends_with("namespace") || self.kind.ends_with("namespace-properties") {
             "namespace"
         } else if self.kind.ends_with("view") {
             "view"
@@ -1126,8 +1125,15 @@ pub async fn list_account(
         }
         None => Default::default(),
     };
-    let mut heads =
-        read_account(state, access, filter, page_size, &mut positions, Window::Feed).await?;
+    let mut heads = read_account(
+        state,
+        access,
+        filter,
+        page_size,
+        &mut positions,
+        Window::Feed,
+    )
+    .await?;
     let items = take_merged(&mut heads, page_size, |_| true);
     resume_positions(&heads, &mut positions);
     let raw = serde_json::to_string(&positions).map_err(|e| Error::internal(e.to_string()))?;

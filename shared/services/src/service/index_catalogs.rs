@@ -104,16 +104,17 @@ fn index_event(change: &IndexChange<'_>) -> super::events::Operation {
             Some(Resource::new("index-catalog", None, Some(catalog))),
         )
     };
-    let index = |kind: &str, catalog: &str, id: &flotilla_parqdb::types::IndexIdentifier| {
-        Operation {
+    let index =
+        |kind: &str, catalog: &str, id: &flotilla_parqdb::types::IndexIdentifier| Operation {
             namespace: id.namespace.clone(),
             name: Some(id.name.clone()),
             ..about(kind, catalog)
-        }
-    };
+        };
     match *change {
-        IndexChange::CatalogCreated { catalog, warehouse } => about("index-catalog-created", catalog)
-            .with_details(serde_json::json!({ "warehouse": warehouse })),
+        IndexChange::CatalogCreated { catalog, warehouse } => {
+            about("index-catalog-created", catalog)
+                .with_details(serde_json::json!({ "warehouse": warehouse }))
+        }
         IndexChange::NamespaceCreated { catalog, path } => Operation {
             namespace: path.to_vec(),
             ..about("index-namespace-created", catalog)
@@ -126,14 +127,12 @@ fn index_event(change: &IndexChange<'_>) -> super::events::Operation {
             catalog,
             index: id,
             metadata_location,
-        } => index("index-registered", catalog, id)
-            .with_metadata_location(Some(metadata_location)),
+        } => index("index-registered", catalog, id).with_metadata_location(Some(metadata_location)),
         IndexChange::Committed {
             catalog,
             index: id,
             metadata_location,
-        } => index("index-committed", catalog, id)
-            .with_metadata_location(Some(metadata_location)),
+        } => index("index-committed", catalog, id).with_metadata_location(Some(metadata_location)),
         IndexChange::Renamed {
             catalog,
             index: id,

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
-    MAX_GRANTS_PER_ROLE, MAX_MEMBERS_PER_ROLE, MAX_ROLES, MAX_ROLES_PER_MEMBER, Operation, Step, record_account,
-    write,
+    MAX_GRANTS_PER_ROLE, MAX_MEMBERS_PER_ROLE, MAX_ROLES, MAX_ROLES_PER_MEMBER, Operation, Step,
+    record_account, write,
 };
 use crate::acl::AclView;
 use crate::acl::model::{Member, MemberRecord, RoleRecord, validate_role_name};
@@ -207,7 +207,12 @@ pub async fn add_member(state: &AppState, account: &str, role: &str, member: &st
             keys::role_member(account, role, &member),
             crate::service::to_body(&rec)?,
         ));
-        record_account(state, &mut ops, account, member_event("added", role, &member))?;
+        record_account(
+            state,
+            &mut ops,
+            account,
+            member_event("added", role, &member),
+        )?;
         Ok(Step::Commit(ops, true))
     })
     .await
@@ -228,7 +233,12 @@ pub async fn remove_member(
             return super::gone(after_unknown, Error::not_found("member"));
         }
         let mut ops = vec![Op::delete(keys::role_member(account, role, &member))];
-        record_account(state, &mut ops, account, member_event("removed", role, &member))?;
+        record_account(
+            state,
+            &mut ops,
+            account,
+            member_event("removed", role, &member),
+        )?;
         Ok(Step::Commit(ops, ()))
     })
     .await
@@ -238,7 +248,11 @@ pub async fn remove_member(
 fn member_event(verb: &str, role: &str, member: &str) -> Operation {
     Operation::account(
         &format!("x-flotilla-role-member-{verb}"),
-        Some(crate::service::events::Resource::new("role", None, Some(role))),
+        Some(crate::service::events::Resource::new(
+            "role",
+            None,
+            Some(role),
+        )),
     )
     .with_details(json!({ "member": member }))
 }

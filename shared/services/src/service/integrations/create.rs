@@ -234,8 +234,13 @@ pub async fn create(
                 state,
                 &mut ops,
                 account,
-                Operation::of_resource("created", "integration", Some(&id), Some(&rec.display_name))
-                    .with_details(serde_json::json!({ "type": rec.kind })),
+                Operation::of_resource(
+                    "created",
+                    "integration",
+                    Some(&id),
+                    Some(&rec.display_name),
+                )
+                .with_details(serde_json::json!({ "type": rec.kind })),
             )?;
             Ok(Plan::Publish {
                 ops,

@@ -33,11 +33,11 @@ use flotilla_secrets::SecretRef;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::events::{Operation, record_account};
 use super::{
     GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, backoff, check_if_match,
     guard_state, guarded_delete, read, to_body,
 };
-use super::events::{Operation, record_account};
 use super::{delete_items, strong_scan};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::AppState;

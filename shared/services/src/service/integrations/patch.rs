@@ -194,7 +194,9 @@ pub async fn rotate(
                 Some(id),
                 Some(&next.display_name),
             )
-            .with_details(serde_json::json!({ "credential_generation": next.credential_generation })),
+            .with_details(
+                serde_json::json!({ "credential_generation": next.credential_generation }),
+            ),
         )?;
         match store.transact(tx).await {
             Ok(()) => {
