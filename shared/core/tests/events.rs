@@ -663,12 +663,12 @@ async fn a_fresh_reader_starts_at_the_feeds_window_not_at_the_audits() {
             "operation": {"type": "create-namespace", "catalog_id": c,
                 "namespace": [format!("old{seq}")]}});
         ops.push(flotilla_metastore::Op::create(
-            keys::event_log(&pk, seq),
+            keys::log_event(&pk, seq),
             serde_json::to_vec(&event).unwrap(),
         ));
     }
     ops.push(flotilla_metastore::Op::create(
-        keys::event_head(&pk),
+        keys::log_head(&pk),
         serde_json::to_vec(&json!({"next": 1501, "first": 1})).unwrap(),
     ));
     for chunk in ops.chunks(100) {

@@ -415,7 +415,7 @@ pub const VALIDATION_ERROR_PREFIX: &str = "VALERR#";
 
 /// The partition of a catalog's or an account's event log (`CAT#{catalog}` or
 /// `ACCT#{account}`): each holds its own pending events, log and head under the same sort
-/// keys ([`event_pending`], [`event_log`], [`event_head`]). No other item of either
+/// keys ([`log_event_pending`], [`log_event`], [`log_head`]). No other item of either
 /// partition has a sort key starting with `EVQ#`, `EVT#` or equal to `EVTHEAD`.
 pub fn catalog_of_pk(pk: &str) -> Option<&str> {
     pk.strip_prefix("CAT#").filter(|c| !c.is_empty())
@@ -429,8 +429,8 @@ pub fn account_of_pk(pk: &str) -> Option<&str> {
 /// A change event not yet given its place in its log (the catalog's, or the account's for
 /// account-level changes), in the log's partition `log_pk`: written in the same transaction
 /// as the change it records (the outbox). Keyed by its write time and id, so the sealer
-/// ([`event_log`]) takes the oldest first and two writers never name the same item.
-pub fn event_pending(log_pk: &str, timestamp_ms: i64, event_id: &str) -> Key {
+/// ([`log_event`]) takes the oldest first and two writers never name the same item.
+pub fn log_event_pending(log_pk: &str, timestamp_ms: i64, event_id: &str) -> Key {
     Key::new(
         log_pk,
         format!("EVQ#{:013}#{event_id}", timestamp_ms.max(0)),
@@ -439,8 +439,8 @@ pub fn event_pending(log_pk: &str, timestamp_ms: i64, event_id: &str) -> Key {
 pub const EVENT_PENDING_PREFIX: &str = "EVQ#";
 
 /// One event of the log in partition `log_pk` at its sequence number (dense, from 1). Only
-/// the sealer writes here, moving pending events in under the log head ([`event_head`]).
-pub fn event_log(log_pk: &str, sequence: u64) -> Key {
+/// the sealer writes here, moving pending events in under the log head ([`log_head`]).
+pub fn log_event(log_pk: &str, sequence: u64) -> Key {
     Key::new(log_pk, format!("EVT#{sequence:020}"))
 }
 pub const EVENT_LOG_PREFIX: &str = "EVT#";
@@ -453,7 +453,7 @@ pub fn parse_event_log_sk(sk: &str) -> Option<u64> {
 /// The head of the log in partition `log_pk`: the next sequence number to assign. Replaced
 /// only by the sealer (never by the writers, so writes to different objects never meet on
 /// it).
-pub fn event_head(log_pk: &str) -> Key {
+pub fn log_head(log_pk: &str) -> Key {
     Key::new(log_pk, "EVTHEAD")
 }
 
@@ -737,14 +737,14 @@ mod tests {
         );
         // Event logs: a catalog's and an account's, under the same sort keys.
         assert_eq!(
-            event_pending("CAT#c1", 7, "e1"),
+            log_event_pending("CAT#c1", 7, "e1"),
             k("CAT#c1", "EVQ#0000000000007#e1")
         );
         assert_eq!(
-            event_log("ACCT#acme", 3),
+            log_event("ACCT#acme", 3),
             k("ACCT#acme", "EVT#00000000000000000003")
         );
-        assert_eq!(event_head("ACCT#acme"), k("ACCT#acme", "EVTHEAD"));
+        assert_eq!(log_head("ACCT#acme"), k("ACCT#acme", "EVTHEAD"));
         assert_eq!(catalog_of_pk(&catalog_pk("c1")), Some("c1"));
         assert_eq!(account_of_pk(&account_pk("acme")), Some("acme"));
         assert_eq!(catalog_of_pk("ACCT#acme"), None);
@@ -784,7 +784,7 @@ mod tests {
             for prefix in [EVENT_PENDING_PREFIX, EVENT_LOG_PREFIX] {
                 assert!(!sk.starts_with(prefix), "{sk} under {prefix}");
             }
-            assert_ne!(sk, event_head("ACCT#a").sk);
+            assert_ne!(sk, log_head("ACCT#a").sk);
         }
     }
 }

@@ -517,7 +517,7 @@ fn pending_op(
         operation,
         object_version,
     };
-    let key = keys::event_pending(&log.partition(), now, &event.event_id);
+    let key = keys::log_event_pending(&log.partition(), now, &event.event_id);
     let expires = now.div_euclid(1000) + kept_secs(state);
     Ok(Some(
         Op::create(key, to_body(&event)?).with_expiry(Some(expires)),
@@ -615,7 +615,7 @@ fn one() -> u64 {
 
 async fn read_head(store: &dyn Metastore, log: &Log) -> Result<Option<(Head, u64)>> {
     match store
-        .get(&keys::event_head(&log.partition()), Consistency::Strong)
+        .get(&keys::log_head(&log.partition()), Consistency::Strong)
         .await?
     {
         Some(item) => Ok(Some((decode::<Head>(&item)?, item.version))),
@@ -660,7 +660,7 @@ fn batch_order(events: &mut [Event]) {
 /// one another.
 pub async fn seal(store: &dyn Metastore, log: &Log) -> Result<()> {
     let pk = log.partition();
-    let head_key = keys::event_head(&pk);
+    let head_key = keys::log_head(&pk);
     // Rounds: seals that committed, this reader's or a concurrent one's.
     let mut rounds = 0;
     let mut failures = 0;
@@ -691,7 +691,7 @@ pub async fn seal(store: &dyn Metastore, log: &Log) -> Result<()> {
             event.sequence = seq;
             // No TTL in the log: readers remove expired entries themselves, moving the
             // head's `first` with them, so that no entry ever vanishes unannounced.
-            tx.push(Op::create(keys::event_log(&pk, seq), to_body(&event)?));
+            tx.push(Op::create(keys::log_event(&pk, seq), to_body(&event)?));
             seq += 1;
         }
         tx.push(Op::Put {
@@ -752,7 +752,7 @@ async fn sweep(store: &dyn Metastore, log: &Log, cutoff_ms: i64) -> Result<()> {
         return Ok(());
     }
     ops.push(Op::replace(
-        keys::event_head(&pk),
+        keys::log_head(&pk),
         version,
         to_body(&Head {
             next: head.next,
@@ -931,7 +931,7 @@ const WINDOW_SLACK_MS: i64 = 3_600_000;
 /// The entry of `log` at `seq`: its event, or `None` (swept, or not visible yet).
 async fn entry(store: &dyn Metastore, pk: &str, seq: u64) -> Result<Option<Event>> {
     match store
-        .get(&keys::event_log(pk, seq), Consistency::Strong)
+        .get(&keys::log_event(pk, seq), Consistency::Strong)
         .await?
     {
         Some(item) => Ok(Some(decode(&item)?)),
@@ -1003,7 +1003,7 @@ pub async fn read_log(
     let mut events = Vec::new();
     let mut scanned = 0;
     let mut token = (position > 0)
-        .then(|| flotilla_metastore::PageToken::after_sort_key(&keys::event_log(&pk, position).sk));
+        .then(|| flotilla_metastore::PageToken::after_sort_key(&keys::log_event(&pk, position).sk));
     'pages: loop {
         let want = (MAX_SCAN_PER_READ - scanned).min(flotilla_metastore::MAX_PAGE_SIZE);
         let page = store
@@ -1047,7 +1047,7 @@ pub async fn read_log(
 pub fn encode_position(catalog_id: &str, position: u64) -> String {
     super::encode_page_token(
         &token_scope(catalog_id),
-        &keys::event_log(&keys::catalog_pk(catalog_id), position).sk,
+        &keys::log_event(&keys::catalog_pk(catalog_id), position).sk,
     )
 }
 
