@@ -281,27 +281,16 @@ async fn a_reader_sees_only_the_account_events_about_what_it_may_see() {
         ..env.h.state.clone()
     });
     let h = &host;
-    ok(
-        h.post(&format!("{A}/roles"), ACME, json!({"name": "analysts"}))
-            .await,
-    );
-    ok(h.call(
-        Method::PUT,
-        &format!("{A}/roles/analysts/members/group:analysts"),
-        Some(ACME),
-        None,
-        &[],
-    )
-    .await);
     // Ana may use the integration: she sees its events, not the overlay's, not the role's,
     // and not the grant (she may not manage the integration).
-    ok(h.post(
-        &format!("{A}/grants"),
+    h.group_grant(
+        "acme",
         ACME,
-        json!({"role": "analysts", "privilege": "USE",
-            "securable": {"type": "INTEGRATION", "integration_id": env.integration}}),
+        "analysts",
+        "USE",
+        json!({"type": "INTEGRATION", "integration_id": env.integration}),
     )
-    .await);
+    .await;
     ok(h.patch(
         &format!("{A}/integrations/{}", env.integration),
         ACME,

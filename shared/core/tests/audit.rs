@@ -50,25 +50,14 @@ async fn env_over(wrap: impl FnOnce(DynMetastore) -> DynMetastore) -> (Env, Stri
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     let c = h.catalog("acme", ACME, "lake").await;
-    let ok = |r: support::Resp| assert!(r.status.is_success(), "{:?}", r.body);
-    ok(
-        h.post(&format!("{A}/roles"), ACME, json!({"name": "admins"}))
-            .await,
-    );
-    ok(h.call(
-        Method::PUT,
-        &format!("{A}/roles/admins/members/group:admins"),
-        Some(ACME),
-        None,
-        &[],
-    )
-    .await);
-    ok(h.post(
-        &format!("{A}/grants"),
+    h.group_grant(
+        "acme",
         ACME,
-        json!({"role": "admins", "privilege": "ACCOUNT_ADMIN", "securable": {"type": "ACCOUNT"}}),
+        "admins",
+        "ACCOUNT_ADMIN",
+        json!({"type": "ACCOUNT"}),
     )
-    .await);
+    .await;
     (
         Env {
             h,

@@ -542,26 +542,14 @@ async fn a_reader_sees_only_events_about_objects_it_may_read() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let ok = |r: support::Resp| assert!(r.status.is_success(), "{:?}", r.body);
-    ok(
-        h.post(&format!("{A}/roles"), ACME, json!({"name": "analysts"}))
-            .await,
-    );
-    ok(h.call(
-        Method::PUT,
-        &format!("{A}/roles/analysts/members/group:analysts"),
-        Some(ACME),
-        None,
-        &[],
-    )
-    .await);
-    ok(h.post(
-        &format!("{A}/grants"),
+    h.group_grant(
+        "acme",
         ACME,
-        json!({"role": "analysts", "privilege": "READ",
-            "securable": {"type": "NAMESPACE", "catalog_id": c, "path": ["sales"]}}),
+        "analysts",
+        "READ",
+        json!({"type": "NAMESPACE", "catalog_id": c, "path": ["sales"]}),
     )
-    .await);
+    .await;
     let everything = all_events(&h, &c, ACME).await;
     assert_eq!(everything.len(), 5);
     let seen = all_events(&h, &c, ANA).await;

@@ -297,6 +297,26 @@ impl Operation {
         )
     }
 
+    /// The update of a pausable resource (an integration, an overlay): `paused` or
+    /// `resumed` when the update moved `paused` (`was` to `now`), else `updated`; `details`
+    /// names the fields that changed (each with whether it did).
+    pub fn resource_update(
+        resource: &str,
+        id: &str,
+        name: &str,
+        (was, now): (bool, bool),
+        fields: &[(&str, bool)],
+    ) -> Self {
+        let verb = match (was, now) {
+            (false, true) => "paused",
+            (true, false) => "resumed",
+            _ => "updated",
+        };
+        let changed: Vec<&str> = fields.iter().filter_map(|(f, c)| c.then_some(*f)).collect();
+        Operation::of_resource(verb, resource, Some(id), Some(name))
+            .with_details(json!({ "changed": changed }))
+    }
+
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
         self

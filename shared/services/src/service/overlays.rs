@@ -468,12 +468,7 @@ pub async fn patch(
             )
             .await?,
         );
-        let verb = match (cur.value.paused, next.paused) {
-            (false, true) => "paused",
-            (true, false) => "resumed",
-            _ => "updated",
-        };
-        let changed: Vec<&str> = [
+        let fields = [
             ("display_name", next.display_name != cur.value.display_name),
             ("namespaces", selection_changed),
             (
@@ -481,16 +476,18 @@ pub async fn patch(
                 next.refresh_interval_secs != cur.value.refresh_interval_secs,
             ),
             ("paused", next.paused != cur.value.paused),
-        ]
-        .into_iter()
-        .filter_map(|(f, c)| c.then_some(f))
-        .collect();
+        ];
         record_account(
             state,
             &mut tx.ops,
             account,
-            Operation::of_resource(verb, "overlay", Some(id), Some(&next.display_name))
-                .with_details(serde_json::json!({ "changed": changed })),
+            Operation::resource_update(
+                "overlay",
+                id,
+                &next.display_name,
+                (cur.value.paused, next.paused),
+                &fields,
+            ),
         )?;
         let name = super::NameChange {
             key: keys::overlay_name,

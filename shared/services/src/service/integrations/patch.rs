@@ -75,26 +75,23 @@ pub async fn patch(
             })
             .await?,
         );
-        let verb = match (cur.value.paused, next.paused) {
-            (false, true) => "paused",
-            (true, false) => "resumed",
-            _ => "updated",
-        };
-        let changed: Vec<&str> = [
+        let fields = [
             ("display_name", next.display_name != cur.value.display_name),
             ("uri", next.uri != cur.value.uri),
             ("properties", next.properties != cur.value.properties),
             ("paused", next.paused != cur.value.paused),
-        ]
-        .into_iter()
-        .filter_map(|(f, c)| c.then_some(f))
-        .collect();
+        ];
         record_account(
             state,
             &mut tx.ops,
             account,
-            Operation::of_resource(verb, "integration", Some(id), Some(&next.display_name))
-                .with_details(serde_json::json!({ "changed": changed })),
+            Operation::resource_update(
+                "integration",
+                id,
+                &next.display_name,
+                (cur.value.paused, next.paused),
+                &fields,
+            ),
         )?;
         let name = crate::service::NameChange {
             key: keys::integration_name,
