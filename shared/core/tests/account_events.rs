@@ -156,6 +156,7 @@ async fn integration_overlay_role_member_and_grant_changes_write_one_account_eve
     assert_eq!(
         types(&account),
         [
+            "x-flotilla-catalog-created",
             "x-flotilla-integration-created",
             "x-flotilla-overlay-created",
             "x-flotilla-role-created",
@@ -177,8 +178,8 @@ async fn integration_overlay_role_member_and_grant_changes_write_one_account_eve
         .iter()
         .map(|e| e["sequence"].as_u64().unwrap())
         .collect();
-    assert_eq!(sequences, (1..=14).collect::<Vec<_>>());
-    let created = account[0];
+    assert_eq!(sequences, (1..=15).collect::<Vec<_>>());
+    let created = account[1];
     assert_eq!(
         created["operation"]["resource"],
         json!({"type": "integration", "id": i, "name": "upstream"})
@@ -186,12 +187,12 @@ async fn integration_overlay_role_member_and_grant_changes_write_one_account_eve
     assert_eq!(created["actor"]["type"], "PRINCIPAL");
     assert!(created["operation"].get("namespace").is_none());
     assert_eq!(
-        account[4]["operation"]["details"]["securable"],
+        account[5]["operation"]["details"]["securable"],
         json!({"type": "INTEGRATION", "integration_id": i})
     );
-    assert_eq!(account[3]["operation"]["details"]["member"], "group:ops");
+    assert_eq!(account[4]["operation"]["details"]["member"], "group:ops");
     assert_eq!(
-        account[8]["operation"]["details"]["changed"],
+        account[9]["operation"]["details"]["changed"],
         json!(["refresh_interval_secs"])
     );
     // Nothing secret in any event.
@@ -299,7 +300,7 @@ async fn a_reader_sees_only_the_account_events_about_what_it_may_see() {
     )
     .await);
     let all = feed(h, ACME, "").await;
-    assert_eq!(account_only(&all).len(), 6, "{all:?}");
+    assert_eq!(account_only(&all).len(), 7, "{all:?}");
     let seen = feed(h, ANA, "").await;
     assert_eq!(
         types(&account_only(&seen)),
@@ -339,6 +340,7 @@ enum Change {
     PauseIntegration,
     UpdateOverlay,
     DeleteOverlay,
+    UpdateCatalog,
 }
 
 impl Change {
@@ -351,6 +353,7 @@ impl Change {
             Change::PauseIntegration => "x-flotilla-integration-paused",
             Change::UpdateOverlay => "x-flotilla-overlay-updated",
             Change::DeleteOverlay => "x-flotilla-overlay-deleted",
+            Change::UpdateCatalog => "x-flotilla-catalog-updated",
         }
     }
 
@@ -412,6 +415,15 @@ impl Change {
                 .await
             }
             Change::DeleteOverlay => h.delete(&overlay_env::ovl_path(&env.overlay), ACME).await,
+            Change::UpdateCatalog => {
+                h.patch(
+                    &format!("{A}/catalogs/{}", env.catalog),
+                    ACME,
+                    json!({"description": "changed"}),
+                    None,
+                )
+                .await
+            }
         };
     }
 
@@ -447,6 +459,9 @@ impl Change {
                 .await
                 .is_some_and(|i| i.json::<Value>().unwrap()["refresh_interval_secs"] == 900),
             Change::DeleteOverlay => get(keys::overlay("acme", &env.overlay)).await.is_none(),
+            Change::UpdateCatalog => get(keys::catalog("acme", &env.catalog))
+                .await
+                .is_some_and(|i| i.json::<Value>().unwrap()["description"] == "changed"),
         }
     }
 }
@@ -469,6 +484,7 @@ async fn at_every_crash_point_an_account_change_has_its_event_exactly_when_it_ap
         Change::PauseIntegration,
         Change::UpdateOverlay,
         Change::DeleteOverlay,
+        Change::UpdateCatalog,
     ] {
         // How many transactions the change runs when nothing fails.
         let env = overlay_env::Env::new(overlay_env::fixture().await, json!([])).await;
@@ -498,15 +514,40 @@ async fn at_every_crash_point_an_account_change_has_its_event_exactly_when_it_ap
 }
 
 #[tokio::test]
-async fn an_operator_and_an_account_admin_see_the_account_log_and_another_account_does_not() {
+async fn catalog_changes_are_account_events_seen_by_admins_and_not_by_another_account() {
     let h = Harness::redb();
     h.account("acme").await;
     ok(h.post(&format!("{A}/roles"), ACME, json!({"name": "ops"}))
         .await);
+    // A catalog's life: created, updated, deleted (its own log goes with it; these stay).
+    let c = h.catalog("acme", ACME, "pond").await;
+    let catalog = format!("{A}/catalogs/{c}");
+    ok(
+        h.patch(&catalog, ACME, json!({"description": "fish"}), None)
+            .await,
+    );
+    ok(h.delete(&catalog, ACME).await);
     let mine = feed(&h, ACME, "").await;
-    assert_eq!(types(&account_only(&mine)), ["x-flotilla-role-created"]);
+    let account = account_only(&mine);
+    assert_eq!(
+        types(&account),
+        [
+            "x-flotilla-role-created",
+            "x-flotilla-catalog-created",
+            "x-flotilla-catalog-updated",
+            "x-flotilla-catalog-deleted",
+        ]
+    );
+    assert_eq!(
+        account[2]["operation"]["resource"],
+        json!({"type": "catalog", "id": c, "name": "pond"})
+    );
+    assert_eq!(
+        account[2]["operation"]["details"]["changed"],
+        json!(["description"])
+    );
     let operator = feed(&h, OPERATOR, "").await;
-    assert_eq!(operator.len(), 1);
+    assert_eq!(operator.len(), 4);
     let r = h.get(&format!("{A}/events"), support::BETA).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
 }

@@ -146,6 +146,7 @@ async fn an_admin_sees_a_commit_by_another_principal_with_its_principal_and_requ
         actions,
         [
             "create-namespace",
+            "x-flotilla-catalog-created",
             "x-flotilla-role-created",
             "x-flotilla-role-member-added",
             "x-flotilla-grant-created",
@@ -153,11 +154,11 @@ async fn an_admin_sees_a_commit_by_another_principal_with_its_principal_and_requ
         "{items:?}"
     );
     assert_eq!(
-        mutations[3]["securable"]["resource"]["type"], "grant",
+        mutations[4]["securable"]["resource"]["type"], "grant",
         "{:?}",
-        mutations[3]
+        mutations[4]
     );
-    assert!(mutations[3]["securable"]["catalog_id"].is_null());
+    assert!(mutations[4]["securable"]["catalog_id"].is_null());
     let m = mutations[0];
     assert_eq!(m["principal"], subject(&e, ANA));
     assert_eq!(m["request_id"], rid);
@@ -291,10 +292,10 @@ async fn paging_with_a_small_page_sees_every_record_exactly_once() {
     }
     e.clock.advance_ms(HORIZON_MS + 1);
     let (all, _) = audit_all(&e, ACME, "", 1000).await;
-    // 14 namespaces, 7 refusals, and the setup's role, membership and grant (catalogs are not
-    // events).
+    // 14 namespaces, 7 refusals, the two catalogs' creation and the setup's role, membership
+    // and grant.
     assert_eq!(all.iter().filter(|i| i["kind"] == "refusal").count(), 7);
-    assert_eq!(all.iter().filter(|i| i["kind"] == "mutation").count(), 17);
+    assert_eq!(all.iter().filter(|i| i["kind"] == "mutation").count(), 19);
     let (paged, token) = audit_all(&e, ACME, "", 2).await;
     let ids: Vec<&str> = paged.iter().map(|i| i["id"].as_str().unwrap()).collect();
     let unique: HashSet<&str> = ids.iter().copied().collect();
@@ -360,9 +361,9 @@ async fn refusal_records_past_90_days_are_gone() {
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     e.clock.advance_ms(HORIZON_MS + 1);
     let (items, _) = audit_all(&e, ACME, "", 100).await;
-    // Three refusals and the setup's three account changes, all at the start, and one more
+    // Three refusals and the setup's four account changes, all at the start, and one more
     // refusal.
-    assert_eq!(items.len(), 7, "within the retention: kept");
+    assert_eq!(items.len(), 8, "within the retention: kept");
     e.clock.advance_ms(2 * 24 * 3600 * 1000);
     let (items, _) = audit_all(&e, ACME, "", 100).await;
     assert_eq!(items.len(), 1, "{items:?}");

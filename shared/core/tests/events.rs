@@ -625,7 +625,8 @@ async fn events_leave_the_feed_after_7_days_and_the_store_after_the_audits_90() 
     );
     let r = h.get(&format!("{A}/audit?page_size=100"), ACME).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    assert_eq!(r.body["items"].as_array().unwrap().len(), 3, "{:?}", r.body);
+    // The three namespaces and the catalog's creation.
+    assert_eq!(r.body["items"].as_array().unwrap().len(), 4, "{:?}", r.body);
     // Past 90 days the first two are swept.
     clock.advance_ms(83 * 24 * 3600 * 1000);
     assert!(all_events(&h, &c, ACME).await.is_empty());
@@ -775,7 +776,13 @@ async fn without_a_catalog_the_listing_merges_the_catalogs_each_in_its_order() {
         }
         seen.extend(items);
     }
-    assert_eq!(seen.len(), 10);
+    // The ten namespaces, and the two catalogs' creation in the account's log.
+    assert_eq!(seen.len(), 12);
+    let created: Vec<&Value> = seen
+        .iter()
+        .filter(|e| e["operation"]["type"] == "x-flotilla-catalog-created")
+        .collect();
+    assert_eq!(created.len(), 2, "{seen:?}");
     for c in [&lake, &pond] {
         let sequences: Vec<u64> = seen
             .iter()
@@ -813,10 +820,13 @@ async fn without_a_catalog_the_listing_merges_the_catalogs_each_in_its_order() {
     assert!(r.status.is_success(), "{:?}", r.body);
     let (items, _) = page(None, ANA).await;
     assert!(!items.is_empty());
+    // Its events, and its own creation from the account's log.
     assert!(
         items
             .iter()
-            .all(|e| e["operation"]["catalog_id"] == lake.as_str())
+            .all(|e| e["operation"]["catalog_id"] == lake.as_str()
+                || e["operation"]["resource"]["id"] == lake.as_str()),
+        "{items:?}"
     );
 }
 

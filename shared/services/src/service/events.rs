@@ -61,6 +61,9 @@ pub const OPERATION_TYPES: &[&str] = &[
 /// tense): account-level changes, which go to the account's log, and capture results, which
 /// go to the table's catalog log.
 pub const ACCOUNT_TYPES: &[&str] = &[
+    "x-flotilla-catalog-created",
+    "x-flotilla-catalog-updated",
+    "x-flotilla-catalog-deleted",
     "x-flotilla-integration-created",
     "x-flotilla-integration-updated",
     "x-flotilla-integration-paused",
@@ -103,6 +106,7 @@ pub const CATALOG_OBJECT_TYPES: &[&str] = &["namespace", "table", "view"];
 
 /// Object types a filter may name.
 pub const OBJECT_TYPES: &[&str] = &[
+    "catalog",
     "namespace",
     "table",
     "view",
@@ -864,7 +868,7 @@ impl Filter {
 
 /// Whether the reader may see an event: no event reveals an object the reader may not
 /// see. A catalog's event needs `READ` on the object it is about (both ends of a rename);
-/// an account event needs `DESCRIBE` on its integration, overlay or index catalog, what
+/// an account event needs `DESCRIBE` on its catalog, integration, overlay or index catalog, what
 /// shows a grant for a grant's ([`Action::Manage`] on its securable), and account
 /// administration for principals, roles and members.
 fn readable(access: &Access, e: &Event) -> bool {
@@ -875,6 +879,7 @@ fn readable(access: &Access, e: &Event) -> bool {
         };
         let id = r.id.clone().unwrap_or_default();
         let on = match r.kind.as_str() {
+            "catalog" => Securable::Catalog { catalog_id: id },
             "integration" => Securable::Integration { integration_id: id },
             "overlay" => Securable::Overlay { overlay_id: id },
             "index-catalog" => Securable::IndexCatalog {
