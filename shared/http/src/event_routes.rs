@@ -26,6 +26,7 @@ pub fn routes() -> Router<AppState> {
 struct EventParams {
     catalog_id: Option<String>,
     types: Option<String>,
+    object_types: Option<String>,
     page_size: Option<usize>,
     page_token: Option<String>,
 }
@@ -37,6 +38,7 @@ async fn list_events(
 ) -> HttpResult<Response> {
     let filter = Filter {
         types: events::parse_types(q.types.as_deref()),
+        object_types: events::parse_types(q.object_types.as_deref()),
         ..Filter::default()
     };
     let size = page_size(q.page_size)?;

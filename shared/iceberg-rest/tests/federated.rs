@@ -1586,3 +1586,107 @@ async fn local_files_outside_the_upstream_files_root_are_never_read() {
         "VALID"
     );
 }
+
+/// Issue 37's engine proof: a pyiceberg commit through `/iceberg` writes exactly one
+/// `update-table` event with the new metadata location (checked by the script on both
+/// doors); an overlay of this host's own catalog, whose reconciliation publishes the three
+/// tables pyiceberg created, writes three `create-table` events with the overlay as actor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pyiceberg_commit_and_a_reconciliation_write_their_events() {
+    let env = setup_with(None, true).await;
+    env.script("pyiceberg_events.py", "acme/lake", &[]).await;
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/catalogs",
+            Some(json!({"display_name": "mirror"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let mirror = v["id"].as_str().unwrap().to_owned();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/integrations",
+            Some(json!({"display_name": "self", "type": "ICEBERG_REST",
+                "uri": format!("{}/iceberg", env.endpoint),
+                "properties": {"warehouse": "acme/lake"},
+                "authentication": {"type": "BEARER"}, "credentials": {"token": ACME}})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let integration = v["id"].as_str().unwrap().to_owned();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/overlays",
+            Some(
+                json!({"display_name": "mirror-ev", "integration_id": integration,
+                "catalog_id": mirror, "include_namespaces": [["ev"]]}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let overlay = v["id"].as_str().unwrap().to_owned();
+    env.run_queue(&overlay).await;
+    let (s, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/events?catalog_id={mirror}&page_size=100"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let tables: Vec<(&str, &Value)> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["operation"]["type"] == "create-table")
+        .map(|e| (e["operation"]["name"].as_str().unwrap(), &e["actor"]))
+        .collect();
+    let mut names: Vec<&str> = tables.iter().map(|(n, _)| *n).collect();
+    names.sort();
+    assert_eq!(names, ["t1", "t2", "t3"], "{v}");
+    for (_, actor) in &tables {
+        assert_eq!(**actor, json!({"type": "OVERLAY", "id": overlay}), "{v}");
+    }
+    // The capture the reconciliation carried made each table visible: one capture event
+    // each, by the overlay; a second run changes nothing and writes no event.
+    let captures = |v: &Value| -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["operation"]["type"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("x-flotilla-capture-")
+            })
+            .map(|e| {
+                assert_eq!(e["actor"]["id"], overlay.as_str(), "{e}");
+                (
+                    e["operation"]["type"].as_str().unwrap().to_owned(),
+                    e["operation"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let visible: Vec<(String, String)> = ["t1", "t2", "t3"]
+        .iter()
+        .map(|t| ("x-flotilla-capture-visible".to_owned(), (*t).to_owned()))
+        .collect();
+    assert_eq!(captures(&v), visible, "{v}");
+    let count = v["items"].as_array().unwrap().len();
+    env.run_queue(&overlay).await;
+    let (_, again) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/events?catalog_id={mirror}&page_size=100"),
+            None,
+        )
+        .await;
+    assert_eq!(again["items"].as_array().unwrap().len(), count, "{again}");
+}

@@ -33,6 +33,7 @@ use flotilla_secrets::SecretRef;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::events::{Operation, record_account};
 use super::{
     GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, backoff, check_if_match,
     guard_state, guarded_delete, read, to_body,
