@@ -59,13 +59,21 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> Result<S
             Err(e) if crate::service::is_condition_failure(&e) => continue,
             Err(e) => return Err(e.into()),
         }
-        let current = read::<IntegrationRecord>(
-            store,
-            keys::integration(account, &rec.integration_id),
-            Consistency::Strong,
-        )
-        .await?;
-        if !referenced(current.as_ref(), rec.generation) {
+        let in_use = match sink_secret_referenced(state, account, &rec.integration_id, rec.generation)
+            .await?
+        {
+            Some(in_use) => in_use,
+            None => {
+                let current = read::<IntegrationRecord>(
+                    store,
+                    keys::integration(account, &rec.integration_id),
+                    Consistency::Strong,
+                )
+                .await?;
+                referenced(current.as_ref(), rec.generation)
+            }
+        };
+        if !in_use {
             state
                 .credentials
                 .delete(&secret_ref(account, &rec.integration_id, rec.generation)?)
@@ -95,16 +103,49 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> Result<S
         if recorded {
             continue;
         }
-        let current = read::<IntegrationRecord>(
-            store,
-            keys::integration(account, &r.integration_id),
-            Consistency::Strong,
+        let in_use = match sink_secret_referenced(
+            state,
+            account,
+            &r.integration_id,
+            r.credential_generation,
         )
-        .await?;
-        if !referenced(current.as_ref(), r.credential_generation) {
+        .await?
+        {
+            Some(in_use) => in_use,
+            None => {
+                let current = read::<IntegrationRecord>(
+                    store,
+                    keys::integration(account, &r.integration_id),
+                    Consistency::Strong,
+                )
+                .await?;
+                referenced(current.as_ref(), r.credential_generation)
+            }
+        };
+        if !in_use {
             state.credentials.delete(&r).await.map_err(Error::from)?;
             report.orphans_deleted += 1;
         }
     }
     Ok(report)
+}
+
+/// Whether a credential-store owner id is an event sink's (`service::event_sinks` keeps each
+/// sink's signing secret as generation 1 of `evsink-{id}`), and if so whether that sink still
+/// exists and so references it. `None`: an integration's secret.
+pub(crate) async fn sink_secret_referenced(
+    state: &AppState,
+    account: &str,
+    owner: &str,
+    generation: u64,
+) -> Result<Option<bool>> {
+    let Some(sink_id) = owner.strip_prefix(keys::EVENT_SINK_SECRET_PREFIX) else {
+        return Ok(None);
+    };
+    let exists = state
+        .store
+        .get(&keys::event_sink(account, sink_id), Consistency::Strong)
+        .await?
+        .is_some();
+    Ok(Some(exists && generation == 1))
 }
