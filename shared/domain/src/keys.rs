@@ -685,6 +685,14 @@ mod tests {
         assert_eq!(account_fence("acme"), k("ACCT#acme", "FENCE#DELETE"));
         assert_eq!(account_listing("acme"), k("SYSTEM", "ACCOUNT#acme"));
         assert_eq!(credential_sweep_cursor(), k("SYSTEM", "SWEEPCURSOR"));
+        assert_eq!(event_sink("acme", "s1"), k("ACCT#acme", "EVSINK#s1"));
+        assert_eq!(event_sink_count("acme"), k("ACCT#acme", "EVSINKCOUNT"));
+        assert_eq!(event_sink_index("acme", "s1"), k("SYSTEM", "EVSINK#acme#s1"));
+        assert_eq!(
+            parse_event_sink_index_sk("EVSINK#acme#s1"),
+            Some(("acme".into(), "s1".into()))
+        );
+        assert_eq!(event_sink_secret_owner("s1"), "evsink-s1");
         assert_eq!(due_backfill_cursor(), k("SYSTEM", "DUEBACKFILL"));
         assert_eq!(scheduler_state("acme", "i1"), k("ACCT#acme", "SCHED#i1"));
         let shard = due_shard("acme", "i1");
