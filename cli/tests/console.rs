@@ -652,7 +652,8 @@ async fn console_end_to_end_in_headless_chromium() {
     // The catalog's events: the directly created table and its drop (by a principal), then
     // the overlay's publications (its actor shown as an overlay).
     ui.click("button[data-tab=activity]").await;
-    ui.css("[data-panel=activity] tr[data-type=drop-table]").await;
+    ui.css("[data-panel=activity] tr[data-type=drop-table]")
+        .await;
     ui.css("[data-panel=activity] tr[data-type=create-namespace]")
         .await;
     ui.with_text("div[@data-panel='activity']//td", "overlay")
@@ -668,8 +669,11 @@ async fn console_end_to_end_in_headless_chromium() {
         "the hostile name's event is listed as text"
     );
     assert_eq!(
-        ui.js("return document.querySelectorAll('[onerror]').length", vec![])
-            .await,
+        ui.js(
+            "return document.querySelectorAll('[onerror]').length",
+            vec![]
+        )
+        .await,
         json!(0)
     );
     ui.shot("activity").await.expect("shot");
@@ -680,7 +684,8 @@ async fn console_end_to_end_in_headless_chromium() {
     ui.shot("audit").await.expect("shot");
     ui.fill("input[name=principal]", "nobody-at-all").await;
     ui.click("form.inline button[type=submit]").await;
-    ui.with_text("p[@class='empty']", "Nothing audited yet").await;
+    ui.with_text("p[@class='empty']", "Nothing audited yet")
+        .await;
 
     // ---- pause: the API's refusal is shown as its message -----------------------------------
     ui.go("#/a/acme/overlays").await;

@@ -81,8 +81,10 @@ fn api(r: &Recorded) -> (u16, Value) {
         ),
         ("GET", "/v1/accounts/acme/event-sinks") => (
             200,
-            list(vec![json!({"id": "s1", "url": "https://hooks.example.com/x",
-                "state": "FAILING", "delivered_count": 7, "consecutive_failures": 5})]),
+            list(vec![
+                json!({"id": "s1", "url": "https://hooks.example.com/x",
+                "state": "FAILING", "delivered_count": 7, "consecutive_failures": 5}),
+            ]),
         ),
         ("DELETE", "/v1/accounts/acme/event-sinks/s1") => (204, Value::Null),
         ("GET", "/v1/accounts/acme/catalogs") => (
@@ -939,7 +941,13 @@ async fn event_sink_create_sends_the_secret_once_in_the_body_and_never_prints_it
     // Anything but one `secret=` line is refused before a request is sent.
     stub.cli()
         .env("HOOK_SECRET", "token=x")
-        .run(&["event-sink", "create", "https://h.example.com", "--cred-env", "HOOK_SECRET"])
+        .run(&[
+            "event-sink",
+            "create",
+            "https://h.example.com",
+            "--cred-env",
+            "HOOK_SECRET",
+        ])
         .await
         .fails(2);
     let listed = stub.cli().run(&["event-sink", "list"]).await.ok();

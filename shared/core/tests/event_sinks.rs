@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use axum::http::{HeaderMap, Method, StatusCode};
-use flotilla_core::clock::ManualClock;
+use flotilla_core::clock::{Clock, ManualClock};
 use flotilla_core::{AppState, Config};
 use flotilla_domain::keys;
 use flotilla_metastore::fault::{Fault, FaultInjectingMetastore};
@@ -185,7 +185,10 @@ impl Env {
 
     /// The events `GET {A}/events` answers, in the merged order.
     async fn events(&self) -> Vec<Value> {
-        let r = self.h.get(&format!("{A}/events?page_size=1000"), ACME).await;
+        let r = self
+            .h
+            .get(&format!("{A}/events?page_size=1000"), ACME)
+            .await;
         assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
         r.body["items"].as_array().unwrap().clone()
     }
@@ -221,7 +224,10 @@ fn dedup(ids: &[String]) -> Vec<String> {
 }
 
 fn assert_no_secret(v: &Value) {
-    assert!(!v.to_string().contains(SECRET), "the secret was answered: {v}");
+    assert!(
+        !v.to_string().contains(SECRET),
+        "the secret was answered: {v}"
+    );
 }
 
 #[tokio::test]
@@ -252,7 +258,11 @@ async fn events_arrive_in_order_signed_with_their_ids_and_the_sink_shows_its_pos
             &d.body,
             sig
         ));
-        assert!(!event_sinks::verify_signature(b"another-secret-000", &d.body, sig));
+        assert!(!event_sinks::verify_signature(
+            b"another-secret-000",
+            &d.body,
+            sig
+        ));
         assert!(d.header("x-flotilla-timestamp").parse::<i64>().is_ok());
     }
     // Per catalog, sequences increase.
@@ -282,7 +292,10 @@ async fn events_arrive_in_order_signed_with_their_ids_and_the_sink_shows_its_pos
     e.h.namespace("acme", ACME, &c1, &["later"]).await;
     e.deliverer().step().await.unwrap();
     assert_eq!(rx.deliveries().len(), 6);
-    assert_eq!(rx.deliveries()[5].event()["operation"]["namespace"], json!(["later"]));
+    assert_eq!(
+        rx.deliveries()[5].event()["operation"]["namespace"],
+        json!(["later"])
+    );
 }
 
 #[tokio::test]
@@ -294,10 +307,9 @@ async fn the_types_filter_sends_only_those_types_and_moves_past_the_rest() {
         .unwrap()
         .to_owned();
     let c = e.changes("lake", 2).await;
-    let r = e
-        .h
-        .delete(&format!("{A}/catalogs/{c}/namespaces/ns1"), ACME)
-        .await;
+    let r =
+        e.h.delete(&format!("{A}/catalogs/{c}/namespaces/ns1"), ACME)
+            .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);
     e.deliverer().step().await.unwrap();
     let got = rx.deliveries();
@@ -305,9 +317,8 @@ async fn the_types_filter_sends_only_those_types_and_moves_past_the_rest() {
     assert_eq!(got[0].event()["operation"]["type"], "drop-namespace");
     // The position is past the creates the filter skipped.
     assert_eq!(e.show(&id).await["delivered"][&c], 3);
-    let bad = e
-        .h
-        .post(
+    let bad =
+        e.h.post(
             &format!("{A}/event-sinks"),
             ACME,
             json!({"url": url, "secret": SECRET, "types": ["no-such-type"]}),
@@ -330,7 +341,8 @@ async fn a_receiver_failing_then_recovering_gets_every_event_in_order() {
     assert_eq!(rx.deliveries().len(), 1);
     d.step().await.unwrap();
     assert_eq!(rx.deliveries().len(), 1, "retried before its backoff");
-    e.drive(&d, 20, || rx.ids().len() >= expected.len() + 3).await;
+    e.drive(&d, 20, || rx.ids().len() >= expected.len() + 3)
+        .await;
     let ids = rx.ids();
     // The first event was tried four times, then every event once, in order.
     assert_eq!(ids.len(), expected.len() + 3, "{ids:?}");
@@ -391,7 +403,11 @@ async fn repeated_failures_mark_the_sink_failing_until_a_success_clears_it() {
         assert_eq!(s["consecutive_failures"], n);
         assert_eq!(
             s["state"],
-            if n < FAILING_AFTER { "ACTIVE" } else { "FAILING" },
+            if n < FAILING_AFTER {
+                "ACTIVE"
+            } else {
+                "FAILING"
+            },
             "{s}"
         );
         e.clock.advance_ms(MAX_BACKOFF_MS);
@@ -456,7 +472,10 @@ async fn two_deliverers_never_both_advance_a_sink() {
     assert_eq!(report.delivered, 0);
     // B sent all three; A sent the first again (at least once, same id) and did not move
     // the position back.
-    assert_eq!(rx.ids(), [expected.clone(), vec![expected[0].clone()]].concat());
+    assert_eq!(
+        rx.ids(),
+        [expected.clone(), vec![expected[0].clone()]].concat()
+    );
     let s = e.show(&id).await;
     assert_eq!(s["delivered_count"], 3);
     assert_eq!(s["last_delivered_event_id"], expected[2]);
@@ -480,9 +499,8 @@ async fn urls_the_address_policy_refuses_answer_400_and_create_nothing() {
         (&local, "not a url"),
     ];
     for (e, url) in cases {
-        let r = e
-            .h
-            .post(
+        let r =
+            e.h.post(
                 &format!("{A}/event-sinks"),
                 ACME,
                 json!({"url": url, "secret": SECRET}),
@@ -502,10 +520,14 @@ async fn urls_the_address_policy_refuses_answer_400_and_create_nothing() {
 async fn bad_secrets_are_refused_without_being_echoed() {
     let e = env().await;
     let (_rx, url) = Receiver::start().await;
-    for secret in [json!("short"), json!(12345678901234567890u64), json!(null), json!(format!("{SECRET}\n"))] {
-        let r = e
-            .h
-            .post(
+    for secret in [
+        json!("short"),
+        json!(12345678901234567890u64),
+        json!(null),
+        json!(format!("{SECRET}\n")),
+    ] {
+        let r =
+            e.h.post(
                 &format!("{A}/event-sinks"),
                 ACME,
                 json!({"url": url, "secret": secret}),
@@ -516,9 +538,8 @@ async fn bad_secrets_are_refused_without_being_echoed() {
         assert_no_secret(&r.body);
     }
     let long = "x".repeat(event_sinks::MAX_SECRET_LEN + 1);
-    let r = e
-        .h
-        .post(
+    let r =
+        e.h.post(
             &format!("{A}/event-sinks"),
             ACME,
             json!({"url": url, "secret": long}),
@@ -541,7 +562,12 @@ async fn only_admins_manage_sinks() {
         (Method::DELETE, format!("{A}/event-sinks/{id}"), None),
     ] {
         let r = e.h.call(method.clone(), &path, Some(BOB), body, &[]).await;
-        assert_eq!(r.status, StatusCode::FORBIDDEN, "{method} {path}: {:?}", r.body);
+        assert_eq!(
+            r.status,
+            StatusCode::FORBIDDEN,
+            "{method} {path}: {:?}",
+            r.body
+        );
     }
     let listed = e.h.get(&format!("{A}/event-sinks"), ACME).await;
     assert_eq!(listed.body["items"].as_array().unwrap().len(), 1);
@@ -551,9 +577,8 @@ async fn only_admins_manage_sinks() {
 async fn a_host_without_delivery_refuses_to_create_a_sink() {
     let e = env_with(false, false).await;
     let (_rx, url) = Receiver::start().await;
-    let r = e
-        .h
-        .post(
+    let r =
+        e.h.post(
             &format!("{A}/event-sinks"),
             ACME,
             json!({"url": url, "secret": SECRET}),
@@ -572,9 +597,8 @@ async fn an_account_has_a_bounded_number_of_sinks_and_delete_frees_a_place() {
     for _ in 0..MAX_SINKS_PER_ACCOUNT {
         ids.push(e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned());
     }
-    let over = e
-        .h
-        .post(
+    let over =
+        e.h.post(
             &format!("{A}/event-sinks"),
             ACME,
             json!({"url": url, "secret": SECRET}),
@@ -582,13 +606,21 @@ async fn an_account_has_a_bounded_number_of_sinks_and_delete_frees_a_place() {
         .await;
     assert_eq!(over.status, StatusCode::CONFLICT, "{:?}", over.body);
     assert_eq!(e.creds.all("acme").await.len(), ids.len());
-    let r = e.h.delete(&format!("{A}/event-sinks/{}", ids[0]), ACME).await;
+    let r =
+        e.h.delete(&format!("{A}/event-sinks/{}", ids[0]), ACME)
+            .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     assert_eq!(
-        e.h.get(&format!("{A}/event-sinks/{}", ids[0]), ACME).await.status,
+        e.h.get(&format!("{A}/event-sinks/{}", ids[0]), ACME)
+            .await
+            .status,
         StatusCode::NOT_FOUND
     );
-    assert_eq!(e.creds.all("acme").await.len(), ids.len() - 1, "its secret went");
+    assert_eq!(
+        e.creds.all("acme").await.len(),
+        ids.len() - 1,
+        "its secret went"
+    );
     e.sink(&url, &[]).await;
 }
 
@@ -602,7 +634,16 @@ async fn a_deleted_sink_gets_nothing_more() {
     assert_eq!(rx.deliveries().len(), 1);
     let r = e.h.delete(&format!("{A}/event-sinks/{id}"), ACME).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    e.h.namespace("acme", ACME, &e.events().await[0]["operation"]["catalog_id"].as_str().unwrap().to_owned(), &["more"]).await;
+    e.h.namespace(
+        "acme",
+        ACME,
+        &e.events().await[0]["operation"]["catalog_id"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+        &["more"],
+    )
+    .await;
     let report = e.deliverer().step().await.unwrap();
     assert_eq!(report.sinks, 0);
     assert_eq!(rx.deliveries().len(), 1);
@@ -613,10 +654,11 @@ async fn an_idempotent_create_answers_the_same_sink_and_stores_one_secret() {
     let e = env().await;
     let (_rx, url) = Receiver::start().await;
     let body = json!({"url": url, "secret": SECRET});
+    let route = format!("{A}/event-sinks");
     let send = || {
         e.h.call(
             Method::POST,
-            &format!("{A}/event-sinks"),
+            &route,
             Some(ACME),
             Some(body.clone()),
             &[("idempotency-key", "sink-create-1")],
@@ -639,17 +681,22 @@ async fn the_credential_sweep_keeps_a_sinks_secret_and_reclaims_an_orphan() {
     let (rx, url) = Receiver::start().await;
     let id = e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned();
     // An orphan: a sink secret whose sink is gone (a crash before publication).
-    let orphan = flotilla_secrets::SecretRef::new("acme", keys::event_sink_secret_owner("gone"), 1)
-        .unwrap();
+    let orphan =
+        flotilla_secrets::SecretRef::new("acme", keys::event_sink_secret_owner("gone"), 1).unwrap();
     {
         use flotilla_secrets::CredentialStore;
-        let bytes = flotilla_secrets::SecretBytes::new(br#"{"secret": "orphan-orphan-orphan"}"#.to_vec())
+        let bytes =
+            flotilla_secrets::SecretBytes::new(br#"{"secret": "orphan-orphan-orphan"}"#.to_vec())
+                .unwrap();
+        e.creds
+            .store
+            .inner()
+            .put_if_absent(&orphan, &bytes)
+            .await
             .unwrap();
-        e.creds.store.inner().put_if_absent(&orphan, &bytes).await.unwrap();
     }
-    let r = e
-        .h
-        .post(
+    let r =
+        e.h.post(
             "/v1/admin/sweep-credentials",
             OPERATOR,
             json!({"account_id": "acme", "min_age_secs": 0}),

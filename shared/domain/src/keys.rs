@@ -687,7 +687,10 @@ mod tests {
         assert_eq!(credential_sweep_cursor(), k("SYSTEM", "SWEEPCURSOR"));
         assert_eq!(event_sink("acme", "s1"), k("ACCT#acme", "EVSINK#s1"));
         assert_eq!(event_sink_count("acme"), k("ACCT#acme", "EVSINKCOUNT"));
-        assert_eq!(event_sink_index("acme", "s1"), k("SYSTEM", "EVSINK#acme#s1"));
+        assert_eq!(
+            event_sink_index("acme", "s1"),
+            k("SYSTEM", "EVSINK#acme#s1")
+        );
         assert_eq!(
             parse_event_sink_index_sk("EVSINK#acme#s1"),
             Some(("acme".into(), "s1".into()))

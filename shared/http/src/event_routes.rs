@@ -13,10 +13,10 @@ use serde::Deserialize;
 use super::extract::{IdempotencyKey, JsonBody, P, Q, Scope, account_idempotency};
 use super::{no_content, ok, recorded};
 use crate::error::HttpResult;
+use flotilla_services::service::OnConflict;
 use flotilla_services::service::audit::{self, AuditQuery};
 use flotilla_services::service::event_sinks;
 use flotilla_services::service::events::{self, Filter};
-use flotilla_services::service::OnConflict;
 use flotilla_services::service::page_size;
 use flotilla_services::state::AppState;
 

@@ -371,14 +371,14 @@ pub async fn create(
 }
 
 async fn load(state: &AppState, account: &str, id: &str) -> Result<Versioned<SinkRecord>> {
-    validate_resource_id(id).map_err(|_| Error::not_found("event sink not found"))?;
+    validate_resource_id(id).map_err(|_| Error::not_found("event sink"))?;
     read::<SinkRecord>(
         state.store.as_ref(),
         keys::event_sink(account, id),
         Consistency::Strong,
     )
     .await?
-    .ok_or_else(|| Error::not_found("event sink not found"))
+    .ok_or_else(|| Error::not_found("event sink"))
 }
 
 /// `GET {A}/event-sinks/{id}`.
@@ -527,7 +527,7 @@ impl SinkTransport for HttpTransport {
         headers: &[(&'static str, String)],
         body: Vec<u8>,
     ) -> std::result::Result<u16, PostFailure> {
-        use flotilla_catalog_access::error::CatalogAccessError as E;
+        use flotilla_catalog_access::CatalogAccessError as E;
         use flotilla_catalog_access::http::RetryMode;
         let fail = |code: &'static str, message: String| PostFailure {
             code,
@@ -537,7 +537,7 @@ impl SinkTransport for HttpTransport {
         let url = url::Url::parse(url).map_err(|_| fail("refused_by_policy", "bad url".into()))?;
         let mut req = self
             .client
-            .request(reqwest_post(), url)
+            .request(reqwest::Method::POST, url)
             .header("content-type", "application/json");
         for (k, v) in headers {
             req = req.header(*k, v);
@@ -555,10 +555,6 @@ impl SinkTransport for HttpTransport {
             Err(e) => Err(fail("connection", e.to_string())),
         }
     }
-}
-
-fn reqwest_post() -> reqwest::Method {
-    reqwest::Method::POST
 }
 
 /// What one step did (for tests and logs).
@@ -637,14 +633,22 @@ impl Deliverer {
         Ok(report)
     }
 
-    async fn deliver(&self, mut sink: Versioned<SinkRecord>, report: &mut StepReport) -> Result<()> {
+    async fn deliver(
+        &self,
+        mut sink: Versioned<SinkRecord>,
+        report: &mut StepReport,
+    ) -> Result<()> {
         let state = &self.state;
         let now = state.clock.now_ms();
         if sink.value.next_attempt_ms > now {
             return Ok(());
         }
         let account = sink.value.account_id.clone();
-        let secret = match state.credentials.get(&secret_ref(&account, &sink.value.id)?).await {
+        let secret = match state
+            .credentials
+            .get(&secret_ref(&account, &sink.value.id)?)
+            .await
+        {
             Ok(Some(s)) => s,
             Ok(None) | Err(_) => {
                 report.failed += 1;
@@ -672,16 +676,15 @@ impl Deliverer {
             ..Filter::default()
         };
         let mut positions = sink.value.positions.clone();
-        let mut heads = events::read_account(state, &access, &filter, BATCH, &mut positions).await?;
+        let mut heads =
+            events::read_account(state, &access, &filter, BATCH, &mut positions).await?;
         let batch = events::take_merged(&mut heads, BATCH, |_| true);
         for event in &batch {
             match self.post(&sink.value, &key, event).await {
                 Ok(()) => {
                     let mut next = sink.value.clone();
-                    next.positions.insert(
-                        event.operation.catalog_id.clone(),
-                        event.sequence,
-                    );
+                    next.positions
+                        .insert(event.operation.catalog_id.clone(), event.sequence);
                     next.delivered_count += 1;
                     next.last_delivered_event_id = Some(event.event_id.clone());
                     next.last_delivered_ms = Some(state.clock.now_ms());
@@ -701,7 +704,7 @@ impl Deliverer {
         // Every event read made it: move past what the filter skipped too (positions of
         // catalogs gone are dropped), so the next read does not examine them again.
         let mut settled = sink.value.positions.clone();
-        settled.retain(|c, _| positions.contains_key(c));
+        settled.retain(|c, _| heads.iter().any(|h| &h.catalog_id == c));
         events::resume_positions(&heads, &mut settled);
         if settled != sink.value.positions {
             let mut next = sink.value.clone();
@@ -711,7 +714,12 @@ impl Deliverer {
         Ok(())
     }
 
-    async fn post(&self, sink: &SinkRecord, key: &[u8], event: &Event) -> std::result::Result<(), PostFailure> {
+    async fn post(
+        &self,
+        sink: &SinkRecord,
+        key: &[u8],
+        event: &Event,
+    ) -> std::result::Result<(), PostFailure> {
         let body = serde_json::to_vec(event).map_err(|_| PostFailure {
             code: "encoding",
             status: None,

@@ -59,20 +59,21 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> Result<S
             Err(e) if crate::service::is_condition_failure(&e) => continue,
             Err(e) => return Err(e.into()),
         }
-        let in_use = match sink_secret_referenced(state, account, &rec.integration_id, rec.generation)
-            .await?
-        {
-            Some(in_use) => in_use,
-            None => {
-                let current = read::<IntegrationRecord>(
-                    store,
-                    keys::integration(account, &rec.integration_id),
-                    Consistency::Strong,
-                )
-                .await?;
-                referenced(current.as_ref(), rec.generation)
-            }
-        };
+        let in_use =
+            match sink_secret_referenced(state, account, &rec.integration_id, rec.generation)
+                .await?
+            {
+                Some(in_use) => in_use,
+                None => {
+                    let current = read::<IntegrationRecord>(
+                        store,
+                        keys::integration(account, &rec.integration_id),
+                        Consistency::Strong,
+                    )
+                    .await?;
+                    referenced(current.as_ref(), rec.generation)
+                }
+            };
         if !in_use {
             state
                 .credentials
