@@ -629,21 +629,12 @@ async fn a_deleted_sink_gets_nothing_more() {
     let e = env().await;
     let (rx, url) = Receiver::start().await;
     let id = e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned();
-    e.changes("lake", 1).await;
+    let c = e.changes("lake", 1).await;
     e.deliverer().step().await.unwrap();
     assert_eq!(rx.deliveries().len(), 1);
     let r = e.h.delete(&format!("{A}/event-sinks/{id}"), ACME).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    e.h.namespace(
-        "acme",
-        ACME,
-        &e.events().await[0]["operation"]["catalog_id"]
-            .as_str()
-            .unwrap()
-            .to_owned(),
-        &["more"],
-    )
-    .await;
+    e.h.namespace("acme", ACME, &c, &["more"]).await;
     let report = e.deliverer().step().await.unwrap();
     assert_eq!(report.sinks, 0);
     assert_eq!(rx.deliveries().len(), 1);
