@@ -153,14 +153,14 @@ impl Env {
         Deliverer::new(self.h.state.clone(), Arc::new(transport))
     }
 
+    /// `POST {A}/event-sinks` as the admin, answered as is.
+    async fn create(&self, body: Value) -> support::Resp {
+        self.h.post(&format!("{A}/event-sinks"), ACME, body).await
+    }
+
     async fn sink(&self, url: &str, types: &[&str]) -> Value {
         let r = self
-            .h
-            .post(
-                &format!("{A}/event-sinks"),
-                ACME,
-                json!({"url": url, "secret": SECRET, "types": types}),
-            )
+            .create(json!({"url": url, "secret": SECRET, "types": types}))
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
         r.body
@@ -317,12 +317,8 @@ async fn the_types_filter_sends_only_those_types_and_moves_past_the_rest() {
     assert_eq!(got[0].event()["operation"]["type"], "drop-namespace");
     // The position is past the creates the filter skipped.
     assert_eq!(e.show(&id).await["delivered"][&c], 3);
-    let bad =
-        e.h.post(
-            &format!("{A}/event-sinks"),
-            ACME,
-            json!({"url": url, "secret": SECRET, "types": ["no-such-type"]}),
-        )
+    let bad = e
+        .create(json!({"url": url, "secret": SECRET, "types": ["no-such-type"]}))
         .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{:?}", bad.body);
 }
@@ -499,13 +495,7 @@ async fn urls_the_address_policy_refuses_answer_400_and_create_nothing() {
         (&local, "not a url"),
     ];
     for (e, url) in cases {
-        let r =
-            e.h.post(
-                &format!("{A}/event-sinks"),
-                ACME,
-                json!({"url": url, "secret": SECRET}),
-            )
-            .await;
+        let r = e.create(json!({"url": url, "secret": SECRET})).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{url}: {:?}", r.body);
         assert_no_secret(&r.body);
     }
@@ -526,25 +516,13 @@ async fn bad_secrets_are_refused_without_being_echoed() {
         json!(null),
         json!(format!("{SECRET}\n")),
     ] {
-        let r =
-            e.h.post(
-                &format!("{A}/event-sinks"),
-                ACME,
-                json!({"url": url, "secret": secret}),
-            )
-            .await;
+        let r = e.create(json!({"url": url, "secret": secret})).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{secret}: {:?}", r.body);
         assert!(!r.body.to_string().contains("short"), "{:?}", r.body);
         assert_no_secret(&r.body);
     }
     let long = "x".repeat(event_sinks::MAX_SECRET_LEN + 1);
-    let r =
-        e.h.post(
-            &format!("{A}/event-sinks"),
-            ACME,
-            json!({"url": url, "secret": long}),
-        )
-        .await;
+    let r = e.create(json!({"url": url, "secret": long})).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(e.creds.all("acme").await.is_empty());
 }
@@ -577,13 +555,7 @@ async fn only_admins_manage_sinks() {
 async fn a_host_without_delivery_refuses_to_create_a_sink() {
     let e = env_with(false, false).await;
     let (_rx, url) = Receiver::start().await;
-    let r =
-        e.h.post(
-            &format!("{A}/event-sinks"),
-            ACME,
-            json!({"url": url, "secret": SECRET}),
-        )
-        .await;
+    let r = e.create(json!({"url": url, "secret": SECRET})).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
     assert_eq!(r.body["error"]["code"], "FAILED_PRECONDITION");
     assert!(e.creds.all("acme").await.is_empty());
@@ -597,13 +569,7 @@ async fn an_account_has_a_bounded_number_of_sinks_and_delete_frees_a_place() {
     for _ in 0..MAX_SINKS_PER_ACCOUNT {
         ids.push(e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned());
     }
-    let over =
-        e.h.post(
-            &format!("{A}/event-sinks"),
-            ACME,
-            json!({"url": url, "secret": SECRET}),
-        )
-        .await;
+    let over = e.create(json!({"url": url, "secret": SECRET})).await;
     assert_eq!(over.status, StatusCode::CONFLICT, "{:?}", over.body);
     assert_eq!(e.creds.all("acme").await.len(), ids.len());
     let r =
