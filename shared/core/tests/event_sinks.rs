@@ -673,3 +673,26 @@ async fn the_credential_sweep_keeps_a_sinks_secret_and_reclaims_an_orphan() {
         d.header("x-flotilla-signature")
     ));
 }
+
+#[tokio::test]
+async fn a_sink_that_cannot_read_its_events_shows_why() {
+    let e = env().await;
+    let (rx, url) = Receiver::start().await;
+    let id = e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned();
+    // One catalog more than the account-wide merge reads.
+    for i in 0..=flotilla_services::service::events::MAX_MERGED_CATALOGS {
+        e.h.catalog("acme", ACME, &format!("c{i}")).await;
+    }
+    e.deliverer().step().await.unwrap();
+    let s = e.show(&id).await;
+    assert_eq!(s["last_error"]["code"], "events_unreadable", "{s}");
+    assert!(
+        s["last_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("catalogs"),
+        "{s}"
+    );
+    assert_eq!(s["consecutive_failures"], 1);
+    assert!(rx.deliveries().is_empty());
+}

@@ -86,8 +86,8 @@ pub enum SinkState {
 }
 
 /// Why the last delivery failed: a code (`http_status`, `timeout`, `connection`,
-/// `refused_by_policy`, `secret_unavailable`), the sink's status if it answered, a bounded
-/// message of ours (never the sink's body).
+/// `refused_by_policy`, `secret_unavailable`, `events_unreadable`), the sink's status if it
+/// answered, a bounded message of ours (never the sink's body).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeliveryError {
     pub code: String,
@@ -677,7 +677,25 @@ impl Deliverer {
         };
         let mut positions = sink.value.positions.clone();
         let mut heads =
-            events::read_account(state, &access, &filter, BATCH, &mut positions).await?;
+            match events::read_account(state, &access, &filter, BATCH, &mut positions).await {
+                Ok(heads) => heads,
+                // Shown on the sink (e.g. an account past the merge's catalog bound), not only
+                // logged: the sink is stuck until it is fixed.
+                Err(e) => {
+                    report.failed += 1;
+                    let message = match e.kind {
+                        crate::error::ErrorKind::InvalidArgument => e.message,
+                        _ => "the account's events could not be read".to_owned(),
+                    };
+                    let failure = PostFailure {
+                        code: "events_unreadable",
+                        status: None,
+                        message,
+                    };
+                    self.record_failure(&mut sink, failure, report).await?;
+                    return Ok(());
+                }
+            };
         let batch = events::take_merged(&mut heads, BATCH, |_| true);
         for event in &batch {
             match self.post(&sink.value, &key, event).await {
