@@ -488,6 +488,42 @@ pub fn parse_audit_sk(sk: &str) -> Option<i64> {
     sk.strip_prefix(AUDIT_PREFIX)?.get(..13)?.parse().ok()
 }
 
+/// A webhook sink of the account's change events (`flotilla serve`): its URL, types filter,
+/// per-catalog delivered positions and delivery state, all in one item, so the delivery
+/// loop advances the position with one conditional write on its version.
+pub fn event_sink(account: &str, sink_id: &str) -> Key {
+    Key::new(account_pk(account), format!("EVSINK#{sink_id}"))
+}
+pub const EVENT_SINK_PREFIX: &str = "EVSINK#";
+
+/// How many event sinks the account has: replaced at its version by every sink create and
+/// delete, so the per-account bound holds under concurrent creates.
+pub fn event_sink_count(account: &str) -> Key {
+    Key::new(account_pk(account), "EVSINKCOUNT")
+}
+
+/// The deployment-wide index of event sinks (`SYSTEM` / `EVSINK#{account}#{sink}`): the
+/// delivery loop lists every sink with one query. Created and deleted in the same transaction
+/// as the sink itself.
+pub fn event_sink_index(account: &str, sink_id: &str) -> Key {
+    Key::new(SYSTEM_PK, format!("EVSINK#{account}#{sink_id}"))
+}
+pub const EVENT_SINK_INDEX_PREFIX: &str = "EVSINK#";
+
+/// The account and sink id of an event sink index sort key.
+pub fn parse_event_sink_index_sk(sk: &str) -> Option<(String, String)> {
+    let (account, sink) = sk.strip_prefix(EVENT_SINK_INDEX_PREFIX)?.split_once('#')?;
+    Some((account.to_owned(), sink.to_owned()))
+}
+
+/// The credential-store owner id under which a sink's signing secret is kept (the secret
+/// store's `integration_id` slot, generation 1): integration ids are bare hex uuids, so the
+/// `evsink-` prefix can never name an integration.
+pub fn event_sink_secret_owner(sink_id: &str) -> String {
+    format!("{EVENT_SINK_SECRET_PREFIX}{sink_id}")
+}
+pub const EVENT_SINK_SECRET_PREFIX: &str = "evsink-";
+
 /// Decodes the namespace and name of a relation sort key.
 pub fn parse_relation_sk(sk: &str) -> Option<(Vec<String>, String)> {
     let rest = sk.strip_prefix(RELATION_PREFIX)?;
@@ -664,6 +700,17 @@ mod tests {
         assert_eq!(account_fence("acme"), k("ACCT#acme", "FENCE#DELETE"));
         assert_eq!(account_listing("acme"), k("SYSTEM", "ACCOUNT#acme"));
         assert_eq!(credential_sweep_cursor(), k("SYSTEM", "SWEEPCURSOR"));
+        assert_eq!(event_sink("acme", "s1"), k("ACCT#acme", "EVSINK#s1"));
+        assert_eq!(event_sink_count("acme"), k("ACCT#acme", "EVSINKCOUNT"));
+        assert_eq!(
+            event_sink_index("acme", "s1"),
+            k("SYSTEM", "EVSINK#acme#s1")
+        );
+        assert_eq!(
+            parse_event_sink_index_sk("EVSINK#acme#s1"),
+            Some(("acme".into(), "s1".into()))
+        );
+        assert_eq!(event_sink_secret_owner("s1"), "evsink-s1");
         assert_eq!(due_backfill_cursor(), k("SYSTEM", "DUEBACKFILL"));
         assert_eq!(scheduler_state("acme", "i1"), k("ACCT#acme", "SCHED#i1"));
         let shard = due_shard("acme", "i1");

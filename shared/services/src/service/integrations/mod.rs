@@ -76,6 +76,12 @@ pub use create::*;
 pub use delete::*;
 #[cfg(feature = "upstream")]
 use generations::*;
+// Event sinks keep their signing secret through the same generation protocol.
+#[cfg(feature = "upstream")]
+pub(crate) use generations::{
+    discard_prepared as discard_secret, prepare_generation as prepare_secret,
+    publish_record_op as publish_secret_op,
+};
 #[cfg(feature = "upstream")]
 pub use patch::*;
 pub use reads::*;
