@@ -495,6 +495,9 @@ mod tests {
 
     /// Holds the commit lock while `n` transactions queue up behind it, so that releasing it
     /// commits them as one group.
+    // Holding the (blocking) commit lock across the awaits is the point: the writers' blocking
+    // threads wait on it while the test waits for their pushes.
+    #[allow(clippy::await_holding_lock)]
     async fn queue_behind_lock(
         store: &RedbMetastore,
         txs: Vec<Transaction>,

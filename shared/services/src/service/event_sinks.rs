@@ -676,33 +676,41 @@ impl Deliverer {
             ..Filter::default()
         };
         let mut positions = sink.value.positions.clone();
-        let mut heads =
-            match events::read_account(state, &access, &filter, BATCH, &mut positions).await {
-                Ok(heads) => heads,
-                // Shown on the sink (e.g. an account past the merge's catalog bound), not only
-                // logged: the sink is stuck until it is fixed.
-                Err(e) => {
-                    report.failed += 1;
-                    let message = match e.kind {
-                        crate::error::ErrorKind::InvalidArgument => e.message,
-                        _ => "the account's events could not be read".to_owned(),
-                    };
-                    let failure = PostFailure {
-                        code: "events_unreadable",
-                        status: None,
-                        message,
-                    };
-                    self.record_failure(&mut sink, failure, report).await?;
-                    return Ok(());
-                }
-            };
+        let mut heads = match events::read_account(
+            state,
+            &access,
+            &filter,
+            BATCH,
+            &mut positions,
+            events::Window::Feed,
+        )
+        .await
+        {
+            Ok(heads) => heads,
+            // Shown on the sink (e.g. an account past the merge's catalog bound), not only
+            // logged: the sink is stuck until it is fixed.
+            Err(e) => {
+                report.failed += 1;
+                let message = match e.kind {
+                    crate::error::ErrorKind::InvalidArgument => e.message,
+                    _ => "the account's events could not be read".to_owned(),
+                };
+                let failure = PostFailure {
+                    code: "events_unreadable",
+                    status: None,
+                    message,
+                };
+                self.record_failure(&mut sink, failure, report).await?;
+                return Ok(());
+            }
+        };
         let batch = events::take_merged(&mut heads, BATCH, |_| true);
         for event in &batch {
             match self.post(&sink.value, &key, event).await {
                 Ok(()) => {
                     let mut next = sink.value.clone();
                     next.positions
-                        .insert(event.operation.catalog_id.clone(), event.sequence);
+                        .insert(events::position_key(event).to_owned(), event.sequence);
                     next.delivered_count += 1;
                     next.last_delivered_event_id = Some(event.event_id.clone());
                     next.last_delivered_ms = Some(state.clock.now_ms());
@@ -722,7 +730,7 @@ impl Deliverer {
         // Every event read made it: move past what the filter skipped too (positions of
         // catalogs gone are dropped), so the next read does not examine them again.
         let mut settled = sink.value.positions.clone();
-        settled.retain(|c, _| heads.iter().any(|h| &h.catalog_id == c));
+        settled.retain(|c, _| heads.iter().any(|h| h.log.position_key() == c));
         events::resume_positions(&heads, &mut settled);
         if settled != sink.value.positions {
             let mut next = sink.value.clone();

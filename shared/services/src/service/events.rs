@@ -461,11 +461,20 @@ impl Log {
     }
 
     /// The key of this log in a merged reader's positions.
-    fn position_key(&self) -> &str {
+    pub fn position_key(&self) -> &str {
         match self {
             Log::Catalog(c) => c,
             Log::Account(_) => ACCOUNT_LOG_POSITION,
         }
+    }
+}
+
+/// The key, in a merged reader's positions, of the log `event` was placed in: account-level
+/// types are in the account's log, every other event in its catalog's.
+pub fn position_key(event: &Event) -> &str {
+    match &event.operation.catalog_id {
+        Some(c) if !ACCOUNT_TYPES.contains(&event.operation.kind.as_str()) => c,
+        _ => ACCOUNT_LOG_POSITION,
     }
 }
 
