@@ -481,6 +481,11 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(v["state"], "INVALID", "{v}");
     assert_eq!(v["visible"], false);
+    // The capture that made the table invisible wrote its event, by the overlay.
+    assert_eq!(
+        capture_events(&env, &lake).await,
+        ["x-flotilla-capture-visible", "x-flotilla-capture-invalid"]
+    );
     assert_eq!(
         v["validation_errors"][0]["file_path"],
         json!(data_file),
@@ -577,6 +582,14 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(v["state"], "VALID", "{v}");
     assert_eq!(v["validation_errors"], json!([]));
+    assert_eq!(
+        capture_events(&env, &lake).await,
+        [
+            "x-flotilla-capture-visible",
+            "x-flotilla-capture-invalid",
+            "x-flotilla-capture-visible"
+        ]
+    );
     let (_, v) = env
         .call(
             reqwest::Method::GET,
@@ -587,6 +600,33 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     assert_eq!(v["items"], json!([]), "{v}");
     env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"])
         .await;
+}
+
+/// The capture events of catalog `catalog` (types, in sequence order), each by an overlay.
+async fn capture_events(env: &Env, catalog: &str) -> Vec<String> {
+    let (s, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/events?catalog_id={catalog}&page_size=1000"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["operation"]["type"]
+                .as_str()
+                .unwrap()
+                .starts_with("x-flotilla-capture-")
+        })
+        .map(|e| {
+            assert_eq!(e["actor"]["type"], "OVERLAY", "{e}");
+            e["operation"]["type"].as_str().unwrap().to_owned()
+        })
+        .collect()
 }
 
 /// The lake catalog's id and Iceberg prefix, and a new integration and overlay of `sales`.
