@@ -481,6 +481,13 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(v["state"], "INVALID", "{v}");
     assert_eq!(v["visible"], false);
+    // The capture that made the table invisible wrote its event, by the overlay.
+    let captures = capture_events(&catalog_events(&env, &lake).await, &overlay);
+    let kinds: Vec<&str> = captures.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["x-flotilla-capture-visible", "x-flotilla-capture-invalid"]
+    );
     assert_eq!(
         v["validation_errors"][0]["file_path"],
         json!(data_file),
@@ -577,6 +584,16 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(v["state"], "VALID", "{v}");
     assert_eq!(v["validation_errors"], json!([]));
+    let captures = capture_events(&catalog_events(&env, &lake).await, &overlay);
+    let kinds: Vec<&str> = captures.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "x-flotilla-capture-visible",
+            "x-flotilla-capture-invalid",
+            "x-flotilla-capture-visible"
+        ]
+    );
     let (_, v) = env
         .call(
             reqwest::Method::GET,
@@ -587,6 +604,40 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     assert_eq!(v["items"], json!([]), "{v}");
     env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"])
         .await;
+}
+
+/// The events of catalog `catalog` (up to 1,000).
+async fn catalog_events(env: &Env, catalog: &str) -> Vec<Value> {
+    let (s, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/events?catalog_id={catalog}&page_size=1000"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    v["items"].as_array().unwrap().clone()
+}
+
+/// The capture events among `events` in sequence order: type and table, each checked to be
+/// by `overlay`.
+fn capture_events(events: &[Value], overlay: &str) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter(|e| {
+            e["operation"]["type"]
+                .as_str()
+                .unwrap()
+                .starts_with("x-flotilla-capture-")
+        })
+        .map(|e| {
+            assert_eq!(e["actor"], json!({"type": "OVERLAY", "id": overlay}), "{e}");
+            (
+                e["operation"]["type"].as_str().unwrap().to_owned(),
+                e["operation"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// The lake catalog's id and Iceberg prefix, and a new integration and overlay of `sales`.
@@ -1629,64 +1680,27 @@ async fn a_pyiceberg_commit_and_a_reconciliation_write_their_events() {
     assert_eq!(s, 201, "{v}");
     let overlay = v["id"].as_str().unwrap().to_owned();
     env.run_queue(&overlay).await;
-    let (s, v) = env
-        .call(
-            reqwest::Method::GET,
-            &format!("/v1/accounts/acme/events?catalog_id={mirror}&page_size=100"),
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{v}");
-    let tables: Vec<(&str, &Value)> = v["items"]
-        .as_array()
-        .unwrap()
+    let events = catalog_events(&env, &mirror).await;
+    let mut created: Vec<&str> = events
         .iter()
         .filter(|e| e["operation"]["type"] == "create-table")
-        .map(|e| (e["operation"]["name"].as_str().unwrap(), &e["actor"]))
+        .map(|e| {
+            assert_eq!(e["actor"], json!({"type": "OVERLAY", "id": overlay}), "{e}");
+            e["operation"]["name"].as_str().unwrap()
+        })
         .collect();
-    let mut names: Vec<&str> = tables.iter().map(|(n, _)| *n).collect();
-    names.sort();
-    assert_eq!(names, ["t1", "t2", "t3"], "{v}");
-    for (_, actor) in &tables {
-        assert_eq!(**actor, json!({"type": "OVERLAY", "id": overlay}), "{v}");
-    }
+    created.sort();
+    assert_eq!(created, ["t1", "t2", "t3"], "{events:?}");
     // The capture the reconciliation carried made each table visible: one capture event
     // each, by the overlay; a second run changes nothing and writes no event.
-    let captures = |v: &Value| -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| {
-                e["operation"]["type"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("x-flotilla-capture-")
-            })
-            .map(|e| {
-                assert_eq!(e["actor"]["id"], overlay.as_str(), "{e}");
-                (
-                    e["operation"]["type"].as_str().unwrap().to_owned(),
-                    e["operation"]["name"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect();
-        out.sort();
-        out
-    };
+    let mut captures = capture_events(&events, &overlay);
+    captures.sort();
     let visible: Vec<(String, String)> = ["t1", "t2", "t3"]
         .iter()
         .map(|t| ("x-flotilla-capture-visible".to_owned(), (*t).to_owned()))
         .collect();
-    assert_eq!(captures(&v), visible, "{v}");
-    let count = v["items"].as_array().unwrap().len();
+    assert_eq!(captures, visible, "{events:?}");
     env.run_queue(&overlay).await;
-    let (_, again) = env
-        .call(
-            reqwest::Method::GET,
-            &format!("/v1/accounts/acme/events?catalog_id={mirror}&page_size=100"),
-            None,
-        )
-        .await;
-    assert_eq!(again["items"].as_array().unwrap().len(), count, "{again}");
+    let again = catalog_events(&env, &mirror).await;
+    assert_eq!(again.len(), events.len(), "{again:?}");
 }
