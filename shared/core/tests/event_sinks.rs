@@ -696,3 +696,36 @@ async fn a_sink_that_cannot_read_its_events_shows_why() {
     assert_eq!(s["consecutive_failures"], 1);
     assert!(rx.deliveries().is_empty());
 }
+
+#[tokio::test]
+async fn an_account_delete_takes_its_sinks_and_their_secrets() {
+    let e = env().await;
+    let (rx, url) = Receiver::start().await;
+    e.sink(&url, &[]).await;
+    e.changes("lake", 1).await;
+    let r = e.h.delete("/v1/accounts/acme", OPERATOR).await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    assert!(
+        e.creds.all("acme").await.is_empty(),
+        "the sink's secret went"
+    );
+    // The deployment-wide index entry outlived the partition; the deliverer drops it.
+    let index = || async {
+        flotilla_metastore::query_all(
+            &*e.faults,
+            flotilla_metastore::Query::new(
+                keys::SYSTEM_PK,
+                keys::EVENT_SINK_INDEX_PREFIX,
+                flotilla_metastore::Consistency::Strong,
+            ),
+        )
+        .await
+        .unwrap()
+        .len()
+    };
+    assert_eq!(index().await, 1);
+    let report = e.deliverer().step().await.unwrap();
+    assert_eq!(report.sinks, 0);
+    assert_eq!(index().await, 0);
+    assert!(rx.deliveries().is_empty());
+}
