@@ -729,3 +729,63 @@ async fn an_account_delete_takes_its_sinks_and_their_secrets() {
     assert_eq!(index().await, 0);
     assert!(rx.deliveries().is_empty());
 }
+
+#[tokio::test]
+async fn a_create_retried_after_its_publication_failed_publishes_a_fresh_secret_generation() {
+    let e = env().await;
+    let (rx, url) = Receiver::start().await;
+    // Every publication attempt of the first request fails before applying: it gives up
+    // (`503`) with its secret prepared as generation 1, which it keeps (it cannot know).
+    e.faults.fail_when(
+        Fault::FailBeforeApply,
+        flotilla_services::service::MAX_ATTEMPTS,
+        |tx| {
+            tx.ops.iter().any(|op| {
+                op.key().pk == keys::account_pk("acme")
+                    && op.key().sk.starts_with(keys::EVENT_SINK_PREFIX)
+            })
+        },
+    );
+    let route = format!("{A}/event-sinks");
+    let send = || {
+        e.h.call(
+            Method::POST,
+            &route,
+            Some(ACME),
+            Some(json!({"url": url, "secret": SECRET})),
+            &[("idempotency-key", "sink-retry-1")],
+        )
+    };
+    let first = send().await;
+    assert_eq!(
+        first.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        first.body
+    );
+    assert_eq!(e.creds.all("acme").await.len(), 1);
+    // The retry resumes the same sink id and publishes a generation of its own.
+    let again = send().await;
+    assert_eq!(again.status, StatusCode::CREATED, "{:?}", again.body);
+    let owner = keys::event_sink_secret_owner(again.body["id"].as_str().unwrap());
+    let gens: Vec<u64> = e.creds.generations("acme", &owner).await;
+    assert_eq!(gens, vec![1, 2]);
+    // The sweep reclaims the abandoned generation and keeps the published one.
+    let r =
+        e.h.post(
+            "/v1/admin/sweep-credentials",
+            OPERATOR,
+            json!({"account_id": "acme", "min_age_secs": 0}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    assert_eq!(e.creds.generations("acme", &owner).await, vec![2]);
+    e.changes("lake", 1).await;
+    e.deliverer().step().await.unwrap();
+    let d = &rx.deliveries()[0];
+    assert!(event_sinks::verify_signature(
+        SECRET.as_bytes(),
+        &d.body,
+        d.header("x-flotilla-signature")
+    ));
+}
