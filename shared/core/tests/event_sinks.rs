@@ -147,10 +147,47 @@ async fn env() -> Env {
     env_with(false, true).await
 }
 
+/// [`env`] with a sink to a fresh receiver and `n` changes in catalog `lake`: the receiver,
+/// the sink id and the ids of the events, in order.
+async fn with_changes(n: usize) -> (Env, Receiver, String, Vec<String>) {
+    let e = env().await;
+    let (rx, url) = Receiver::start().await;
+    let id = e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned();
+    e.changes("lake", n).await;
+    let expected = ids_of(&e.events().await);
+    (e, rx, id, expected)
+}
+
 impl Env {
     fn deliverer(&self) -> Deliverer {
         let transport = HttpTransport::new(&self.h.state).unwrap();
         Deliverer::new(self.h.state.clone(), Arc::new(transport))
+    }
+
+    /// `POST /v1/admin/sweep-credentials` for acme, reclaiming at any age.
+    async fn sweep(&self) {
+        let r = self
+            .h
+            .post(
+                "/v1/admin/sweep-credentials",
+                OPERATOR,
+                json!({"account_id": "acme", "min_age_secs": 0}),
+            )
+            .await;
+        assert!(r.status.is_success(), "{:?}", r.body);
+    }
+
+    /// [`Env::create`] with an `Idempotency-Key`.
+    async fn create_with_key(&self, body: Value, key: &str) -> support::Resp {
+        self.h
+            .call(
+                Method::POST,
+                &format!("{A}/event-sinks"),
+                Some(ACME),
+                Some(body),
+                &[("idempotency-key", key)],
+            )
+            .await
     }
 
     /// `POST {A}/event-sinks` as the admin, answered as is.
@@ -221,6 +258,15 @@ fn dedup(ids: &[String]) -> Vec<String> {
         }
     }
     out
+}
+
+/// The delivery's signature is the body's HMAC under the sink's secret.
+fn assert_signed(d: &Delivery) {
+    assert!(event_sinks::verify_signature(
+        SECRET.as_bytes(),
+        &d.body,
+        d.header("x-flotilla-signature")
+    ));
 }
 
 fn assert_no_secret(v: &Value) {
@@ -325,11 +371,7 @@ async fn the_types_filter_sends_only_those_types_and_moves_past_the_rest() {
 
 #[tokio::test]
 async fn a_receiver_failing_then_recovering_gets_every_event_in_order() {
-    let e = env().await;
-    let (rx, url) = Receiver::start().await;
-    e.sink(&url, &[]).await;
-    e.changes("lake", 4).await;
-    let expected = ids_of(&e.events().await);
+    let (e, rx, _, expected) = with_changes(4).await;
     rx.fail_next.store(3, Ordering::SeqCst);
     let d = e.deliverer();
     // A failed delivery waits out its backoff: a step before it sends nothing.
@@ -348,11 +390,7 @@ async fn a_receiver_failing_then_recovering_gets_every_event_in_order() {
 
 #[tokio::test]
 async fn a_crash_between_the_post_and_the_position_write_delivers_again() {
-    let e = env().await;
-    let (rx, url) = Receiver::start().await;
-    let id = e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned();
-    e.changes("lake", 3).await;
-    let expected = ids_of(&e.events().await);
+    let (e, rx, id, expected) = with_changes(3).await;
     // The write that records the second delivery fails (nothing written).
     let sink_key = keys::event_sink("acme", &id);
     let seen = Arc::new(AtomicUsize::new(0));
@@ -385,11 +423,7 @@ async fn a_crash_between_the_post_and_the_position_write_delivers_again() {
 
 #[tokio::test]
 async fn repeated_failures_mark_the_sink_failing_until_a_success_clears_it() {
-    let e = env().await;
-    let (rx, url) = Receiver::start().await;
-    let id = e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned();
-    e.changes("lake", 2).await;
-    let expected = ids_of(&e.events().await);
+    let (e, rx, id, expected) = with_changes(2).await;
     *rx.status.lock().unwrap() = Some(503);
     let d = e.deliverer();
     let started = e.clock.now_ms();
@@ -451,11 +485,7 @@ impl SinkTransport for Racing {
 
 #[tokio::test]
 async fn two_deliverers_never_both_advance_a_sink() {
-    let e = env().await;
-    let (rx, url) = Receiver::start().await;
-    let id = e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned();
-    e.changes("lake", 3).await;
-    let expected = ids_of(&e.events().await);
+    let (e, rx, id, expected) = with_changes(3).await;
     let a = Deliverer::new(
         e.h.state.clone(),
         Arc::new(Racing {
@@ -611,16 +641,7 @@ async fn an_idempotent_create_answers_the_same_sink_and_stores_one_secret() {
     let e = env().await;
     let (_rx, url) = Receiver::start().await;
     let body = json!({"url": url, "secret": SECRET});
-    let route = format!("{A}/event-sinks");
-    let send = || {
-        e.h.call(
-            Method::POST,
-            &route,
-            Some(ACME),
-            Some(body.clone()),
-            &[("idempotency-key", "sink-create-1")],
-        )
-    };
+    let send = || e.create_with_key(body.clone(), "sink-create-1");
     let first = send().await;
     assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
     let again = send().await;
@@ -652,26 +673,14 @@ async fn the_credential_sweep_keeps_a_sinks_secret_and_reclaims_an_orphan() {
             .await
             .unwrap();
     }
-    let r =
-        e.h.post(
-            "/v1/admin/sweep-credentials",
-            OPERATOR,
-            json!({"account_id": "acme", "min_age_secs": 0}),
-        )
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
+    e.sweep().await;
     let left = e.creds.all("acme").await;
     assert_eq!(left.len(), 1, "{left:?}");
     assert_eq!(left[0].integration_id, keys::event_sink_secret_owner(&id));
     // Still signs deliveries.
     e.changes("lake", 1).await;
     e.deliverer().step().await.unwrap();
-    let d = &rx.deliveries()[0];
-    assert!(event_sinks::verify_signature(
-        SECRET.as_bytes(),
-        &d.body,
-        d.header("x-flotilla-signature")
-    ));
+    assert_signed(&rx.deliveries()[0]);
 }
 
 #[tokio::test]
@@ -695,4 +704,73 @@ async fn a_sink_that_cannot_read_its_events_shows_why() {
     );
     assert_eq!(s["consecutive_failures"], 1);
     assert!(rx.deliveries().is_empty());
+}
+
+#[tokio::test]
+async fn an_account_delete_takes_its_sinks_and_their_secrets() {
+    let (e, rx, _, _) = with_changes(1).await;
+    let r = e.h.delete("/v1/accounts/acme", OPERATOR).await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    assert!(
+        e.creds.all("acme").await.is_empty(),
+        "the sink's secret went"
+    );
+    // The deployment-wide index entry outlived the partition; the deliverer drops it.
+    let index = || async {
+        flotilla_metastore::query_all(
+            &*e.faults,
+            flotilla_metastore::Query::new(
+                keys::SYSTEM_PK,
+                keys::EVENT_SINK_INDEX_PREFIX,
+                flotilla_metastore::Consistency::Strong,
+            ),
+        )
+        .await
+        .unwrap()
+        .len()
+    };
+    assert_eq!(index().await, 1);
+    let report = e.deliverer().step().await.unwrap();
+    assert_eq!(report.sinks, 0);
+    assert_eq!(index().await, 0);
+    assert!(rx.deliveries().is_empty());
+}
+
+#[tokio::test]
+async fn a_create_retried_after_its_publication_failed_publishes_a_fresh_secret_generation() {
+    let e = env().await;
+    let (rx, url) = Receiver::start().await;
+    // Every publication attempt of the first request fails before applying: it gives up
+    // (`503`) with its secret prepared as generation 1, which it keeps (it cannot know).
+    e.faults.fail_when(
+        Fault::FailBeforeApply,
+        flotilla_services::service::MAX_ATTEMPTS,
+        |tx| {
+            tx.ops.iter().any(|op| {
+                op.key().pk == keys::account_pk("acme")
+                    && op.key().sk.starts_with(keys::EVENT_SINK_PREFIX)
+            })
+        },
+    );
+    let send = || e.create_with_key(json!({"url": url, "secret": SECRET}), "sink-retry-1");
+    let first = send().await;
+    assert_eq!(
+        first.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        first.body
+    );
+    assert_eq!(e.creds.all("acme").await.len(), 1);
+    // The retry resumes the same sink id and publishes a generation of its own.
+    let again = send().await;
+    assert_eq!(again.status, StatusCode::CREATED, "{:?}", again.body);
+    let owner = keys::event_sink_secret_owner(again.body["id"].as_str().unwrap());
+    let gens: Vec<u64> = e.creds.generations("acme", &owner).await;
+    assert_eq!(gens, vec![1, 2]);
+    // The sweep reclaims the abandoned generation and keeps the published one.
+    e.sweep().await;
+    assert_eq!(e.creds.generations("acme", &owner).await, vec![2]);
+    e.changes("lake", 1).await;
+    e.deliverer().step().await.unwrap();
+    assert_signed(&rx.deliveries()[0]);
 }

@@ -517,8 +517,8 @@ pub fn parse_event_sink_index_sk(sk: &str) -> Option<(String, String)> {
 }
 
 /// The credential-store owner id under which a sink's signing secret is kept (the secret
-/// store's `integration_id` slot, generation 1): integration ids are bare hex uuids, so the
-/// `evsink-` prefix can never name an integration.
+/// store's `integration_id` slot, at the generation the sink records): integration ids are
+/// bare hex uuids, so the `evsink-` prefix can never name an integration.
 pub fn event_sink_secret_owner(sink_id: &str) -> String {
     format!("{EVENT_SINK_SECRET_PREFIX}{sink_id}")
 }

@@ -57,9 +57,10 @@ pub const MAX_BACKOFF_MS: i64 = 5 * 60_000;
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Events one step reads per sink (and catalog) at most.
 pub const BATCH: usize = 50;
-/// The credential generation a sink's secret is stored under (a sink's secret never rotates:
-/// a new secret is a new sink).
-pub const SECRET_GENERATION: u64 = 1;
+/// The credential generation a create tries first for a sink's secret. A retried create (an
+/// idempotent replay after a crash) may take a later one; the sink records which it published
+/// (a sink's secret never rotates: a new secret is a new sink).
+pub const FIRST_SECRET_GENERATION: u64 = 1;
 
 /// The headers of a delivery.
 pub const SIGNATURE_HEADER: &str = "X-Flotilla-Signature";
@@ -127,6 +128,13 @@ pub struct SinkRecord {
     /// No delivery is attempted before this time (the backoff after a failure).
     #[serde(default)]
     pub next_attempt_ms: i64,
+    /// The credential generation holding the signing secret (owner `evsink-{id}`).
+    #[serde(default = "first_generation")]
+    pub secret_generation: u64,
+}
+
+fn first_generation() -> u64 {
+    FIRST_SECRET_GENERATION
 }
 
 impl SinkRecord {
@@ -243,13 +251,9 @@ pub fn fingerprint_body(canonical: &[u8]) -> Vec<u8> {
     }
 }
 
-fn secret_ref(account: &str, sink_id: &str) -> Result<SecretRef> {
-    SecretRef::new(
-        account,
-        keys::event_sink_secret_owner(sink_id),
-        SECRET_GENERATION,
-    )
-    .map_err(|e| Error::internal(e.to_string()))
+fn secret_ref(account: &str, sink_id: &str, generation: u64) -> Result<SecretRef> {
+    SecretRef::new(account, keys::event_sink_secret_owner(sink_id), generation)
+        .map_err(|e| Error::internal(e.to_string()))
 }
 
 // ---- the resource -------------------------------------------------------------------------
@@ -270,7 +274,9 @@ pub async fn create(
     let types = validate_types(&req.types)?;
     let url = validate_url(state, &req.url).await?;
     let store = state.store.as_ref();
-    let prepared = std::sync::Mutex::new(None::<String>);
+    // The (sink id, generation) this request prepared, reused when `run_create` re-runs the
+    // plan for the same id.
+    let prepared = std::sync::Mutex::new(None::<(String, u64)>);
     let result = run_create(state, idem, |id| {
         let (secret, types, url, prepared) = (&secret, &types, &url, &prepared);
         async move {
@@ -288,22 +294,19 @@ pub async fn create(
             let owner = keys::event_sink_secret_owner(&id);
             let reuse = prepared.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let generation = match reuse {
-                Some(pid) if pid == id => SECRET_GENERATION,
+                Some((pid, g)) if pid == id => g,
                 _ => {
+                    // A generation left by an attempt that crashed (a replay resumes its id)
+                    // is skipped: only bytes this request wrote are published.
                     let g = super::integrations::prepare_secret(
                         state,
                         account,
                         &owner,
-                        SECRET_GENERATION,
+                        FIRST_SECRET_GENERATION,
                         secret,
                     )
                     .await?;
-                    if g != SECRET_GENERATION {
-                        // Someone else holds this sink's generation: never publish bytes this
-                        // request did not write.
-                        return Err(Error::unavailable("the sink's secret slot is taken; retry"));
-                    }
-                    *prepared.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.clone());
+                    *prepared.lock().unwrap_or_else(|p| p.into_inner()) = Some((id.clone(), g));
                     g
                 }
             };
@@ -323,6 +326,7 @@ pub async fn create(
                 failing_since_ms: None,
                 last_error: None,
                 next_attempt_ms: now,
+                secret_generation: generation,
             };
             let mut ops = account_guards(account);
             ops.push(super::integrations::publish_secret_op(
@@ -347,7 +351,7 @@ pub async fn create(
     })
     .await;
     let pid = prepared.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    if let Some(pid) = pid {
+    if let Some((pid, generation)) = pid {
         let published = result
             .as_ref()
             .is_ok_and(|r| r.body.get("id").and_then(Value::as_str) == Some(pid.as_str()));
@@ -361,7 +365,7 @@ pub async fn create(
                     state,
                     account,
                     &keys::event_sink_secret_owner(&pid),
-                    SECRET_GENERATION,
+                    generation,
                 )
                 .await
             }
@@ -431,7 +435,7 @@ pub async fn delete(state: &AppState, access: &Access, id: &str) -> Result<()> {
         }
         match store.transact(tx).await {
             Ok(()) => {
-                if let Ok(r) = secret_ref(account, id) {
+                if let Ok(r) = secret_ref(account, id, sink.value.secret_generation) {
                     // Best effort: the credential sweep removes a secret no sink references.
                     if let Err(e) = state.credentials.delete(&r).await {
                         tracing::warn!(account, sink = id, error = %e, "event sink secret not deleted");
@@ -646,7 +650,11 @@ impl Deliverer {
         let account = sink.value.account_id.clone();
         let secret = match state
             .credentials
-            .get(&secret_ref(&account, &sink.value.id)?)
+            .get(&secret_ref(
+                &account,
+                &sink.value.id,
+                sink.value.secret_generation,
+            )?)
             .await
         {
             Ok(Some(s)) => s,

@@ -35,8 +35,8 @@ use serde_json::Value;
 
 use super::events::{Operation, record_account};
 use super::{
-    GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, backoff, check_if_match,
-    guard_state, guarded_delete, read, to_body,
+    GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, backoff, check_if_match, guard_state,
+    guarded_delete, read, to_body,
 };
 use super::{delete_items, strong_scan};
 use crate::error::{Error, ErrorKind, Result};
@@ -45,7 +45,7 @@ use crate::state::AppState;
 #[cfg(feature = "upstream")]
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 #[cfg(feature = "upstream")]
-use super::{OnConflict, account_guard_error, account_guards};
+use super::{OnConflict, Versioned, account_guard_error, account_guards};
 #[cfg(feature = "upstream")]
 use flotilla_domain::model::NameIndexRecord;
 #[cfg(feature = "upstream")]

@@ -94,15 +94,25 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> Result<S
 
 /// Whether the generation `generation` of `owner` is published (strong reads): an
 /// integration's when its record references it, an event sink's (`service::event_sinks` keeps
-/// each sink's signing secret as generation 1 of `evsink-{id}`) while that sink exists.
+/// each sink's signing secret under the owner `evsink-{id}`) while that sink names it.
 async fn referenced(state: &AppState, account: &str, owner: &str, generation: u64) -> Result<bool> {
     let store = state.store.as_ref();
     if let Some(sink_id) = owner.strip_prefix(keys::EVENT_SINK_SECRET_PREFIX) {
-        let exists = store
-            .get(&keys::event_sink(account, sink_id), Consistency::Strong)
-            .await?
-            .is_some();
-        return Ok(exists && generation == 1);
+        #[derive(serde::Deserialize)]
+        struct SinkSecret {
+            #[serde(default = "first")]
+            secret_generation: u64,
+        }
+        fn first() -> u64 {
+            1
+        }
+        let sink = read::<SinkSecret>(
+            store,
+            keys::event_sink(account, sink_id),
+            Consistency::Strong,
+        )
+        .await?;
+        return Ok(sink.is_some_and(|s| s.value.secret_generation == generation));
     }
     let current = read::<IntegrationRecord>(
         store,
