@@ -161,6 +161,16 @@ pub struct Ctx<'a> {
     pub now: String,
 }
 
+/// The upstream version of a table as its record states it: the metadata location and, for
+/// a Delta Sharing table, the shared version.
+fn upstream_version(r: &RelationRecord) -> (Option<&String>, Option<&String>) {
+    (
+        r.metadata_location.as_ref(),
+        r.properties
+            .get(crate::capture::select::SHARING_VERSION_PROPERTY),
+    )
+}
+
 fn managed_by(d: &DesiredRelation, ctx: &Ctx<'_>, fingerprint: Option<String>) -> ManagedBy {
     ManagedBy {
         integration_id: ctx.integration.id.clone(),
@@ -170,6 +180,7 @@ fn managed_by(d: &DesiredRelation, ctx: &Ctx<'_>, fingerprint: Option<String>) -
         upstream_namespace: d.namespace.segments().to_vec(),
         upstream_name: d.name.clone(),
         upstream_fingerprint: fingerprint,
+        upstream_changed_at: None,
     }
 }
 
@@ -214,7 +225,16 @@ pub(crate) fn build(
             rec.location = metadata.location.clone();
             rec.metadata_location = metadata.metadata_location.clone();
             rec.properties = metadata.properties.clone();
-            rec.managed_by = Some(managed_by(d, ctx, fingerprint.clone()));
+            let mut m = managed_by(d, ctx, fingerprint.clone());
+            // First seen now, unless the base already states this upstream version.
+            m.upstream_changed_at = match base {
+                Some(b) if upstream_version(b) == upstream_version(&rec) => b
+                    .managed_by
+                    .as_ref()
+                    .and_then(|m| m.upstream_changed_at.clone()),
+                _ => Some(ctx.now.clone()),
+            };
+            rec.managed_by = Some(m);
         }
         Content::View(m) => {
             rec.schema = m.schema.clone();

@@ -180,6 +180,7 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         allow_insecure_upstreams: opts.allow_insecure_upstreams,
         upstream_files_root,
         reconcile: flotilla_base::limits::Limits::from_env(),
+        capture_wait_ms: flotilla_services::state::capture_wait_ms_from_env(),
         ..Config::default()
     };
     let state = AppState::new(

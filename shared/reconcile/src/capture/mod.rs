@@ -600,6 +600,9 @@ impl Job<'_> {
             captured_at: self.state.clock.now_rfc3339(),
             overlay_generation: self.plan.observed.overlay.generation,
             integration_generation: self.plan.observed.integration.generation,
+            visible_at: None,
+            failing_since: None,
+            failed_attempts: 0,
         };
         self.publish(table, files, pointer, vec![(version.to_owned(), reason)], 0)
             .await
@@ -654,6 +657,9 @@ impl Job<'_> {
             captured_at: now.clone(),
             overlay_generation: self.plan.observed.overlay.generation,
             integration_generation: self.plan.observed.integration.generation,
+            visible_at: None,
+            failing_since: None,
+            failed_attempts: 0,
         };
         let mut errors: Vec<(String, String)> = Vec::new();
         let mut validated = 0;
@@ -810,6 +816,8 @@ impl Job<'_> {
             }
         }
         // The pointer: atomically the new validation generation, its error count and state.
+        let now = self.state.clock.now_rfc3339();
+        pointer.settle_times(table.pointer.as_ref().map(|p| &p.value), &now);
         let key = keys::capture_pointer(self.catalog_id(), &rel.id);
         let body = to_body(&pointer)?;
         let op = match &table.pointer {

@@ -83,9 +83,11 @@ pub struct Delivery {
     pub receives: u32,
 }
 
-/// The in-process queue of `flotilla serve`. Messages already queued (same overlay and
-/// generation) are not queued twice, so a scheduler tick that comes round while a long run
-/// is still waiting does not pile up duplicates.
+/// The in-process queue of `flotilla serve`. A message still waiting in the queue (same
+/// overlay and generation) is not queued twice, so a scheduler tick that comes round while a
+/// long run is still waiting does not pile up duplicates. One that a worker has taken no
+/// longer counts: the same message sent while it runs is queued (it may carry work the
+/// running one planned too early to see).
 #[derive(Clone)]
 pub struct ChannelQueue {
     tx: mpsc::UnboundedSender<Delivery>,
@@ -225,8 +227,16 @@ pub async fn handle_delivery_outcome(
     opts: &WorkerOptions,
 ) -> (DeliveryResult, MessageOutcome) {
     d.receives += 1;
+    // Taken: no longer waiting, so the same message sent while this one runs (a capture job
+    // queued by a run that changed more, while the previous job of the overlay is capturing)
+    // is queued again rather than dropped as a duplicate of one that already planned.
+    queue.queued().remove(&ident(&d.message));
     let outcome = handle_work(state, connector, &d.message).await;
     if outcome.redeliver() && d.receives < opts.max_receives {
+        if !queue.queued().insert(ident(&d.message)) {
+            // An identical message was queued while this one ran: it is the redelivery.
+            return (DeliveryResult::Redelivering, outcome);
+        }
         let q = queue.clone();
         let delay = opts.retry_delay;
         tokio::spawn(async move {
@@ -235,7 +245,6 @@ pub async fn handle_delivery_outcome(
         });
         return (DeliveryResult::Redelivering, outcome);
     }
-    queue.queued().remove(&ident(&d.message));
     if let flotilla_reconcile::work::MessageOutcome::Continued { next } = &outcome
         && let Err(e) = queue.send(std::slice::from_ref(next.as_ref())).await
     {
