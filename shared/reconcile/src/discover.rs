@@ -33,8 +33,9 @@ const PAGE_SIZE: u32 = 1000;
 
 /// The ETag to keep from a full answer to a load sent with `If-None-Match: sent`. A full
 /// answer that carries the very tag that was sent says that tag is no validator (an upstream
-/// whose ETag does not change when the table does): it is dropped, so the content fingerprint
-/// is stored instead and later loads of the table are unconditional.
+/// whose ETag does not change when the table does): it is dropped, and the table's
+/// fingerprint becomes an untrusted-tag content fingerprint from then on
+/// (`plan::untrusted_fingerprint`), so later loads of the table are unconditional.
 pub(crate) fn validator(sent: Option<&str>, answered: Option<String>) -> Option<String> {
     match (sent, answered) {
         (Some(s), Some(a)) if weak_eq(s, &a) => None,
@@ -63,6 +64,9 @@ pub enum TableLoad {
     Loaded {
         metadata: Box<TableMetadata>,
         etag: Option<String>,
+        /// The upstream answered in full with the very tag that was sent: its ETag is no
+        /// validator ([`validator`]).
+        etag_untrusted: bool,
     },
 }
 
@@ -586,9 +590,11 @@ async fn load_tables(
                     etag: answered,
                 }) => {
                     budget.charge(1, table_weight(&metadata))?;
+                    let kept = validator(etag.as_deref(), answered.clone());
                     TableLoad::Loaded {
                         metadata,
-                        etag: validator(etag.as_deref(), answered),
+                        etag_untrusted: kept.is_none() && answered.is_some(),
+                        etag: kept,
                     }
                 }
                 Err(ReconcileError::Upstream {

@@ -17,7 +17,7 @@ use flotilla_domain::names::NamespacePath;
 use serde_json::Value;
 
 use super::Conflict;
-use super::target::{CONTENT_FINGERPRINT_PREFIX, Slot, Stored};
+use super::target::{CONTENT_FINGERPRINT_PREFIX, Slot, Stored, UNTRUSTED_ETAG_PREFIX};
 
 /// The normalized full upstream path: the explicitly unstable identity of an object whose
 /// provider has no stable id. JSON keeps segment boundaries (`["a.b"]` is not `["a","b"]`).
@@ -94,6 +94,16 @@ pub fn namespace_record(
 
 /// A fingerprint of a table's content for upstreams that send no ETag (never sent upstream).
 pub fn content_fingerprint(m: &TableMetadata) -> String {
+    format!("{CONTENT_FINGERPRINT_PREFIX}{}", content_hash(m))
+}
+
+/// The content fingerprint of a table whose upstream ETag proved no validator (never sent
+/// upstream, and kept whatever tags later answers carry).
+pub fn untrusted_fingerprint(m: &TableMetadata) -> String {
+    format!("{UNTRUSTED_ETAG_PREFIX}{}", content_hash(m))
+}
+
+fn content_hash(m: &TableMetadata) -> String {
     use sha2::{Digest, Sha256};
     let v = serde_json::json!([
         m.format.as_str(),
@@ -103,10 +113,7 @@ pub fn content_fingerprint(m: &TableMetadata) -> String {
         m.properties,
         m.stable_id
     ]);
-    format!(
-        "{CONTENT_FINGERPRINT_PREFIX}{}",
-        hex::encode(&Sha256::digest(v.to_string().as_bytes())[..16])
-    )
+    hex::encode(&Sha256::digest(v.to_string().as_bytes())[..16])
 }
 
 /// What publishing one desired relation takes.
