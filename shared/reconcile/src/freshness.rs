@@ -150,7 +150,8 @@ pub async fn wait_for(
 /// After a successful synchronous run of `overlay_id`: plans its capture job from stored
 /// state and queues it when it has work (as a queued run does), then, when `wait`, waits at
 /// most [`Config::capture_wait_ms`](flotilla_services::state::Config) for the capture of the
-/// tables whose new upstream version no pointer records. Answers the `capture` part of the
+/// tables whose new upstream version no pointer records (the bound counts from the run's
+/// start). Answers the `capture` part of the
 /// RPC's answer: `state` is `NONE` (nothing to capture), `QUEUED` (not waited for),
 /// `CAPTURED` (every awaited table captured), `PENDING` (the bound passed first; `pending`
 /// lists what is not captured yet) or `NOT_QUEUED` (the host has no queue).
@@ -182,7 +183,14 @@ pub async fn capture_after_run(
         return Ok(json!({"state": "QUEUED", "tables": tables}));
     }
     let started = Instant::now();
-    let bound = Duration::from_millis(state.config.capture_wait_ms);
+    // Counted from the run's start: the whole request stays within the bound (API Gateway's
+    // 29 s on AWS) however long the run took.
+    let bound = Duration::from_millis(
+        state
+            .config
+            .capture_wait_ms
+            .saturating_sub(summary.duration_ms),
+    );
     let pending = wait_for(state, &plan.observed.overlay.catalog_id, awaited, bound).await?;
     let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     if pending.is_empty() {
@@ -195,10 +203,11 @@ pub async fn capture_after_run(
         "pending_total": pending.len(),
         "pending": pending.iter().take(MAX_PENDING_LISTED).map(Awaited::describe).collect::<Vec<_>>(),
         "message": format!(
-            "the capture of {} of {tables} changed tables did not complete within {} ms; it goes \
-             on in the background (each table's GET .../validation shows its state)",
+            "the capture of {} of {tables} changed tables did not complete within {} ms of the \
+             run's start; it goes on in the background (each table's GET .../validation shows \
+             its state)",
             pending.len(),
-            bound.as_millis()
+            state.config.capture_wait_ms
         ),
     }))
 }
@@ -569,7 +578,10 @@ pub struct Notify {
 
 /// What a targeted refresh names, checked: namespaces and tables Flotilla can hold, within
 /// the bounds, none twice.
-fn checked(req: &Notify) -> Result<(Vec<NamespacePath>, Vec<(NamespacePath, String)>), Error> {
+/// Upstream namespaces and tables a targeted refresh names.
+type Named = (Vec<NamespacePath>, Vec<(NamespacePath, String)>);
+
+fn checked(req: &Notify) -> Result<Named, Error> {
     if req.tables.is_empty() && req.namespaces.is_empty() {
         return Err(Error::invalid(
             "name at least one upstream table (`tables`) or namespace (`namespaces`)",
