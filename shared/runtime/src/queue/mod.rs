@@ -116,6 +116,12 @@ impl ChannelQueue {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// A worker took `d`: it no longer counts as waiting, so the same message sent from now
+    /// on is queued again.
+    pub fn taken(&self, d: &Delivery) {
+        self.queued().remove(&ident(&d.message));
+    }
+
     fn redeliver(&self, d: Delivery) -> Result<(), QueueError> {
         self.tx
             .send(d)
@@ -230,7 +236,7 @@ pub async fn handle_delivery_outcome(
     // Taken: no longer waiting, so the same message sent while this one runs (a capture job
     // queued by a run that changed more, while the previous job of the overlay is capturing)
     // is queued again rather than dropped as a duplicate of one that already planned.
-    queue.queued().remove(&ident(&d.message));
+    queue.taken(&d);
     let outcome = handle_work(state, connector, &d.message).await;
     if outcome.redeliver() && d.receives < opts.max_receives {
         if !queue.queued().insert(ident(&d.message)) {
@@ -653,5 +659,31 @@ mod tests {
         })
         .await;
         assert_eq!(*seen.lock().unwrap(), ["a/CAPTURE#next"]);
+    }
+}
+
+#[cfg(test)]
+mod waiting_tests {
+    use super::*;
+
+    /// A message still waiting is not queued twice; once a worker took it, the same message
+    /// is queued again (a capture job sent while the overlay's previous one runs).
+    #[tokio::test]
+    async fn a_message_taken_by_a_worker_no_longer_blocks_its_twin() {
+        let (queue, mut rx) = ChannelQueue::new();
+        let m: WorkMessage = flotilla_reconcile::work::CaptureMessage {
+            account_id: "acme".into(),
+            overlay_id: "o1".into(),
+            observed_generation: 1,
+            revalidate: false,
+        }
+        .into();
+        queue.send(std::slice::from_ref(&m)).await.unwrap();
+        queue.send(std::slice::from_ref(&m)).await.unwrap();
+        let d = rx.recv().await.unwrap();
+        assert!(rx.try_recv().is_err(), "waiting: not queued twice");
+        queue.taken(&d);
+        queue.send(std::slice::from_ref(&m)).await.unwrap();
+        assert_eq!(rx.try_recv().unwrap().message, m, "taken: queued again");
     }
 }
