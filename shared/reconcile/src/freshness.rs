@@ -312,6 +312,14 @@ fn upstream_times(
     .to_json()
 }
 
+/// The relation id and overlay id of an overlay table's `/v1` rendering (`None` for views
+/// and directly managed tables).
+fn overlay_table(r: &Value) -> Option<(&str, &str)> {
+    (r["kind"].as_str() == Some("TABLE"))
+        .then(|| Some((r["id"].as_str()?, r["managed_by"]["overlay_id"].as_str()?)))
+        .flatten()
+}
+
 /// Adds `upstream` ([`upstream_times`]) to every overlay table among `relations` (their
 /// `/v1` renderings, of catalog `catalog_id` in `account`): one batched read of their
 /// capture pointers and their overlays' status items. Other relations are left as they are.
@@ -325,11 +333,7 @@ pub async fn annotate(
     let mut wanted: Vec<Key> = Vec::new();
     let mut status_keys: BTreeMap<Key, String> = BTreeMap::new();
     for r in relations.iter() {
-        let (Some(id), Some(overlay), Some("TABLE")) = (
-            r["id"].as_str(),
-            r["managed_by"]["overlay_id"].as_str(),
-            r["kind"].as_str(),
-        ) else {
+        let Some((id, overlay)) = overlay_table(r) else {
             continue;
         };
         wanted.push(keys::capture_pointer(catalog_id, id));
@@ -352,11 +356,7 @@ pub async fn annotate(
         }
     }
     for r in relations.iter_mut() {
-        let (Some(id), Some(overlay), Some("TABLE")) = (
-            r["id"].as_str(),
-            r["managed_by"]["overlay_id"].as_str(),
-            r["kind"].as_str(),
-        ) else {
+        let Some((id, overlay)) = overlay_table(r) else {
             continue;
         };
         let times = upstream_times(r, pointers.get(id), statuses.get(overlay));

@@ -171,34 +171,57 @@ pub async fn record(
             },
         };
         let body = to_body(&status)?;
-        let put = match version {
-            Some(v) => Op::replace(status_key.clone(), v, body.clone()),
-            None => Op::create(status_key.clone(), body.clone()),
-        };
-        let tx = Transaction::new()
-            .with(put)
-            .with(Op::check(
-                keys::overlay(account, overlay_id),
-                Condition::Exists,
-            ))
-            .with(Op::check(
-                keys::overlay_fence(account, overlay_id),
-                Condition::Absent,
-            ));
-        written = Some(body);
-        match state.store.transact(tx).await {
-            Ok(()) => return Ok(()),
-            Err(MetastoreError::ConditionFailed { reasons }) => {
-                if reasons.iter().skip(1).any(|r| !matches!(r, OpOutcome::Ok)) {
-                    return Err(ReconcileError::FenceLost);
-                }
-                // Another run recorded meanwhile: read it and decide again.
-            }
-            Err(e) if e.is_retryable() || e.is_outcome_unknown() => backoff(attempt).await,
-            Err(e) => return Err(e.into()),
+        written = Some(body.clone());
+        // Not applied: another run recorded meanwhile; read it and decide again.
+        if write(state, account, overlay_id, version, body, attempt).await? {
+            return Ok(());
         }
     }
     Err(Error::unavailable("status write did not converge").into())
+}
+
+/// Writes the overlay's status item `body` at `version` (`None`: creates it), asserting that
+/// the overlay exists and is not being deleted (no orphan status item). `Ok(false)` when it
+/// was not applied and the caller reads again and retries (the item moved, or a transient
+/// failure, after a backoff); [`ReconcileError::FenceLost`] when the overlay is gone or
+/// being deleted.
+async fn write(
+    state: &AppState,
+    account: &str,
+    overlay_id: &str,
+    version: Option<u64>,
+    body: Vec<u8>,
+    attempt: usize,
+) -> Result<bool, ReconcileError> {
+    let status_key = keys::overlay_status(account, overlay_id);
+    let put = match version {
+        Some(v) => Op::replace(status_key, v, body),
+        None => Op::create(status_key, body),
+    };
+    let tx = Transaction::new()
+        .with(put)
+        .with(Op::check(
+            keys::overlay(account, overlay_id),
+            Condition::Exists,
+        ))
+        .with(Op::check(
+            keys::overlay_fence(account, overlay_id),
+            Condition::Absent,
+        ));
+    match state.store.transact(tx).await {
+        Ok(()) => Ok(true),
+        Err(MetastoreError::ConditionFailed { reasons }) => {
+            if reasons.iter().skip(1).any(|r| !matches!(r, OpOutcome::Ok)) {
+                return Err(ReconcileError::FenceLost);
+            }
+            Ok(false)
+        }
+        Err(e) if e.is_retryable() || e.is_outcome_unknown() => {
+            backoff(attempt).await;
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Targeted confirmations an overlay's status keeps, at most (the oldest are dropped: their
@@ -243,29 +266,8 @@ pub async fn confirm(
             status.confirmed.remove(&oldest);
         }
         let body = to_body(&status)?;
-        let put = match version {
-            Some(v) => Op::replace(status_key.clone(), v, body),
-            None => Op::create(status_key.clone(), body),
-        };
-        let tx = Transaction::new()
-            .with(put)
-            .with(Op::check(
-                keys::overlay(account, overlay_id),
-                Condition::Exists,
-            ))
-            .with(Op::check(
-                keys::overlay_fence(account, overlay_id),
-                Condition::Absent,
-            ));
-        match store.transact(tx).await {
-            Ok(()) => return Ok(()),
-            Err(MetastoreError::ConditionFailed { reasons }) => {
-                if reasons.iter().skip(1).any(|r| !matches!(r, OpOutcome::Ok)) {
-                    return Err(ReconcileError::FenceLost);
-                }
-            }
-            Err(e) if e.is_retryable() || e.is_outcome_unknown() => backoff(attempt).await,
-            Err(e) => return Err(e.into()),
+        if write(state, account, overlay_id, version, body, attempt).await? {
+            return Ok(());
         }
     }
     Err(Error::unavailable("status write did not converge").into())
