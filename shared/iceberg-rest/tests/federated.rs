@@ -1152,18 +1152,7 @@ async fn a_scheduled_plan_queues_the_capture_of_the_overlays_it_reconciled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_not_readable_is_tried_again_by_the_next_capture() {
     let env = setup_with(None, true).await;
-    let upstream = IcebergFixture::start().await;
-    upstream.add_namespace(&["sales"]);
-    upstream.add_table(&["sales"], "orders");
-    // Metadata in object storage the upstream vends no usable credentials for (it signs
-    // requests remotely, which the endpoint does not hand out).
-    upstream.set_vending(flotilla_testkit::iceberg_fixture::VendingMode::RemoteSigning);
-    upstream.register_table(
-        &["sales"],
-        "remote",
-        "s3://upstream-bucket/wh/sales/remote/metadata/00000-a.metadata.json",
-        remote_metadata(),
-    );
+    let upstream = with_unreadable_table().await;
     let (_, overlay, lake, _) = overlay_of(&env, &upstream).await;
     env.run_queue(&overlay).await;
     let p = pointer(&env, &lake, &["sales"], "remote").await.unwrap();
@@ -1288,6 +1277,23 @@ async fn a_vended_s3_endpoint_at_a_forbidden_address_is_never_contacted() {
         0,
         "capture connected to 0.0.0.0"
     );
+}
+
+/// An upstream with `sales.orders` (readable) and `sales.remote`, whose metadata lies in
+/// object storage the upstream vends no usable credentials for (it signs requests remotely,
+/// which the endpoint does not hand out): captured `NOT_READABLE`.
+async fn with_unreadable_table() -> IcebergFixture {
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.add_table(&["sales"], "orders");
+    upstream.set_vending(flotilla_testkit::iceberg_fixture::VendingMode::RemoteSigning);
+    upstream.register_table(
+        &["sales"],
+        "remote",
+        "s3://upstream-bucket/wh/sales/remote/metadata/00000-a.metadata.json",
+        remote_metadata(),
+    );
+    upstream
 }
 
 fn remote_metadata() -> Value {
@@ -1806,16 +1812,7 @@ async fn wait_for_capture_answers_once_what_the_run_changed_is_captured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overlay_status_shows_stuck_tables_failed_runs_and_staleness() {
     let env = setup_with(None, true).await;
-    let upstream = IcebergFixture::start().await;
-    upstream.add_namespace(&["sales"]);
-    upstream.add_table(&["sales"], "orders");
-    upstream.set_vending(flotilla_testkit::iceberg_fixture::VendingMode::RemoteSigning);
-    upstream.register_table(
-        &["sales"],
-        "remote",
-        "s3://upstream-bucket/wh/sales/remote/metadata/00000-a.metadata.json",
-        remote_metadata(),
-    );
+    let upstream = with_unreadable_table().await;
     let (_, overlay, lake, _) = overlay_of(&env, &upstream).await;
     let status_path = format!("/v1/accounts/acme/overlays/{overlay}/status");
     let status = || env.call(reqwest::Method::GET, &status_path, None);
