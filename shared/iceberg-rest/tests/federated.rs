@@ -1656,6 +1656,13 @@ async fn a_reconcile_makes_an_upstream_append_visible(mode: EtagMode) {
 
     publish_upstream_version(&upstream, &root, 2).await;
     upstream.log().clear();
+    let lags = || match flotilla_telemetry::global()
+        .value(&flotilla_telemetry::catalog::CAPTURE_VISIBLE_LAG, &[])
+    {
+        Some(flotilla_telemetry::Value::Timing { count, .. }) => count,
+        _ => 0,
+    };
+    let lags_before = lags();
     let (s, v) = env.call(reqwest::Method::POST, &reconcile, None).await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["tables"]["updated"], json!(1), "{v}");
@@ -1679,6 +1686,10 @@ async fn a_reconcile_makes_an_upstream_append_visible(mode: EtagMode) {
         served_snapshot(&env, &prefix).await,
         json!(1002),
         "the federated loadTable serves the appended snapshot"
+    );
+    assert!(
+        lags() > lags_before,
+        "the version's visible lag is measured"
     );
 
     // Nothing changed since: nothing is queued, and the load is conditional only where the

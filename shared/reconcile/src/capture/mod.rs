@@ -844,6 +844,17 @@ impl Job<'_> {
                 if closing {
                     self.open.store(false, std::sync::atomic::Ordering::SeqCst);
                 }
+                // A version that became visible now: its lag since Flotilla first saw it.
+                if pointer.visible_at.as_deref() == Some(now.as_str())
+                    && let Some(seen) = rel
+                        .managed_by
+                        .as_ref()
+                        .and_then(|m| m.upstream_changed_at.as_deref())
+                        .and_then(flotilla_domain::clock::ms_from_rfc3339)
+                {
+                    let lag = self.state.clock.now_ms().saturating_sub(seen).max(0);
+                    flotilla_telemetry::catalog::CAPTURE_VISIBLE_LAG.observe_ms(&[], lag as f64);
+                }
             }
             other => {
                 self.discard(&rel.id, &validation_id, pointer.object.as_deref(), files)
