@@ -95,6 +95,21 @@ pub enum VendingMode {
     Static,
 }
 
+/// How table loads answer `ETag` and `If-None-Match`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtagMode {
+    /// A strong `ETag` per table version; a matching `If-None-Match` is answered `304`.
+    Strong,
+    /// A weak `ETag` (`W/"..."`) per table version, compared weakly: a matching
+    /// `If-None-Match` (weak or strong) is answered `304`.
+    Weak,
+    /// No `ETag` at all, and `If-None-Match` ignored (some real servers).
+    None,
+    /// The same `ETag` for every version of a table (it describes nothing), and every load
+    /// answered in full whatever `If-None-Match` says.
+    Constant,
+}
+
 /// A fault injected into matching requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IcebergFault {
@@ -153,6 +168,7 @@ struct Settings {
     vended_static: BTreeMap<String, String>,
     vended_expires_at_ms: Option<i64>,
     camel_case_metadata_location: bool,
+    etag_mode: EtagMode,
     namespaces_as_objects: bool,
     /// Namespace listings answer every descendant of the parent, not only its children.
     list_all_depths: bool,
@@ -276,6 +292,7 @@ impl IcebergFixture {
                 vended_static: BTreeMap::new(),
                 vended_expires_at_ms: Some(now_ms() + 3_600_000),
                 camel_case_metadata_location: false,
+                etag_mode: EtagMode::Strong,
                 namespaces_as_objects: false,
                 list_all_depths: false,
                 endless_namespace_pages: None,
@@ -474,6 +491,11 @@ impl IcebergFixture {
     }
 
     /// Answer `metadataLocation` instead of `metadata-location` (non-conforming server).
+    /// How loads answer `ETag` and `If-None-Match` ([`EtagMode`]).
+    pub fn set_etag_mode(&self, mode: EtagMode) {
+        lock(&self.inner.settings).etag_mode = mode;
+    }
+
     pub fn set_camel_case_metadata_location(&self, on: bool) {
         lock(&self.inner.settings).camel_case_metadata_location = on;
     }
@@ -1441,13 +1463,23 @@ fn load_table(inner: &Inner, ns: &[String], name: &str, headers: &HeaderMap) -> 
     else {
         return error(404, "NoSuchTableException", "table does not exist");
     };
-    let etag = etag_of(&t);
-    if headers
+    let mode = lock(&inner.settings).etag_mode;
+    let etag = match mode {
+        EtagMode::Strong => Some(etag_of(&t)),
+        EtagMode::Weak => Some(format!("W/{}", etag_of(&t))),
+        EtagMode::None => None,
+        EtagMode::Constant => Some(format!("\"{}\"", t.uuid)),
+    };
+    let weak = |v: &str| v.trim().trim_start_matches("W/").to_owned();
+    let sent = headers
         .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        == Some(etag.as_str())
+        .and_then(|v| v.to_str().ok());
+    let honoured = matches!(mode, EtagMode::Strong | EtagMode::Weak);
+    if let (Some(tag), Some(sent), true) = (&etag, sent, honoured)
+        && weak(sent) == weak(tag)
+        && (mode == EtagMode::Weak || sent == tag)
     {
-        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, tag.clone())]).into_response();
     }
     let delegated = headers
         .get("x-iceberg-access-delegation")
@@ -1474,12 +1506,13 @@ fn load_table(inner: &Inner, ns: &[String], name: &str, headers: &HeaderMap) -> 
     } else {
         answer.insert("config".into(), json!({}));
     }
-    (
-        StatusCode::OK,
-        [(header::ETAG, etag)],
-        axum::Json(Value::Object(answer)),
-    )
-        .into_response()
+    let mut response = (StatusCode::OK, axum::Json(Value::Object(answer))).into_response();
+    if let Some(tag) = etag
+        && let Ok(v) = header::HeaderValue::from_str(&tag)
+    {
+        response.headers_mut().insert(header::ETAG, v);
+    }
+    response
 }
 
 fn load_credentials(inner: &Inner, ns: &[String], name: &str) -> Response {

@@ -83,7 +83,58 @@ pub enum OverlayCmd {
         etag: EtagOpt,
     },
     /// Reconcile now and print the summary; shows progress on stderr while it runs.
-    Reconcile { overlay: String },
+    Reconcile {
+        overlay: String,
+        /// Answer once the capture of what the run changed completed (the server waits at
+        /// most 20 s, then answers what is still pending).
+        #[arg(long)]
+        wait_for_capture: bool,
+    },
+    /// Show the overlay's health: state, failures, tables by state and staleness.
+    Status { overlay: String },
+}
+
+const FAILURE_COLUMNS: &[Column] = &[
+    col("OBJECT", |v| path(v, "object")),
+    col("KIND", |v| text(v, "kind")),
+    col("CODE", |v| text(v, "code")),
+    col("SINCE", |v| text(v, "since")),
+    col("ATTEMPTS", |v| text(v, "attempts")),
+    col("MESSAGE", |v| text(v, "message")),
+];
+
+/// `overlay status` for people: the state, table counts and staleness, the failures as a
+/// table, then the last run.
+pub fn render_status(v: &Value) -> String {
+    let t = &v["tables"];
+    let st = &v["staleness_ms"];
+    let ms = |x: &Value| {
+        x.as_i64()
+            .map_or_else(|| "-".to_owned(), |n| format!("{n} ms"))
+    };
+    let mut out = format!(
+        "state:      {}\ntables:     total {}, visible {}, pending {}, invalid {}, not readable {}\n\
+         staleness:  p50 {}, p99 {}, max {}\n",
+        text(v, "state"),
+        crate::output::scalar(&t["total"]),
+        crate::output::scalar(&t["visible"]),
+        crate::output::scalar(&t["pending"]),
+        crate::output::scalar(&t["invalid"]),
+        crate::output::scalar(&t["not_readable"]),
+        ms(&st["p50"]),
+        ms(&st["p99"]),
+        ms(&st["max"]),
+    );
+    let failures = v["failures"].as_array().cloned().unwrap_or_default();
+    out.push_str(&format!(
+        "failures:   {}\n",
+        crate::output::scalar(&v["failures_total"])
+    ));
+    if !failures.is_empty() {
+        out.push_str(&render_table(FAILURE_COLUMNS, &failures));
+    }
+    out.push_str(&render_last_run(&v["last_reconcile"]));
+    out
 }
 
 const COLUMNS: &[Column] = &[
@@ -386,11 +437,26 @@ pub async fn run(ctx: &Ctx, cmd: OverlayCmd) -> CliResult<()> {
                 &format!("overlay {id} deleted"),
             );
         }
-        OverlayCmd::Reconcile { overlay } => {
+        OverlayCmd::Status { overlay } => {
+            let id = resolve::id(api, Kind::Overlay, &overlay).await?;
+            let body = api
+                .send(Req::get(api.acct(&["overlays", &id, "status"])?))
+                .await?
+                .body;
+            match ctx.out.format {
+                Format::Json => ctx.out.json(&body),
+                Format::Table => crate::output::print_out(&render_status(&body)),
+            }
+        }
+        OverlayCmd::Reconcile {
+            overlay,
+            wait_for_capture,
+        } => {
             let id = resolve::id(api, Kind::Overlay, &overlay).await?;
             // An empty JSON object: the API answers 415 to a body-less POST on JSON routes.
-            let req =
-                Req::new(Method::POST, api.acct(&["overlays", &id, "reconcile"])?).body(json!({}));
+            let req = Req::new(Method::POST, api.acct(&["overlays", &id, "reconcile"])?)
+                .query_opt("wait_for_capture", wait_for_capture.then_some("true"))
+                .body(json!({}));
             let summary = match with_progress(&id, api.send(req)).await {
                 Ok(r) => r.body,
                 Err(CliError::Api(f)) => {
@@ -453,6 +519,36 @@ async fn with_progress<T>(id: &str, fut: impl std::future::Future<Output = T>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlay_status_shows_state_counts_staleness_and_failures() {
+        let v = json!({
+            "state": "DEGRADED",
+            "last_reconcile": null,
+            "failures": [{"object": ["sales", "orders"], "kind": "TABLE", "code": "NOT_READABLE",
+                          "message": "no credentials", "since": "2026-12-01T00:00:00Z", "attempts": 3}],
+            "failures_total": 1,
+            "tables": {"total": 4, "visible": 2, "pending": 1, "invalid": 0, "not_readable": 1},
+            "staleness_ms": {"p50": 1200, "p99": 5000, "max": 5000},
+        });
+        let out = render_status(&v);
+        assert!(out.contains("state:      DEGRADED"), "{out}");
+        assert!(
+            out.contains("total 4, visible 2, pending 1, invalid 0, not readable 1"),
+            "{out}"
+        );
+        assert!(
+            out.contains("p50 1200 ms, p99 5000 ms, max 5000 ms"),
+            "{out}"
+        );
+        assert!(
+            out.contains("NOT_READABLE") && out.contains("sales.orders"),
+            "{out}"
+        );
+        assert!(out.contains("last reconcile:  never"), "{out}");
+        let empty = render_status(&json!({"state": "HEALTHY", "tables": {}, "staleness_ms": {}}));
+        assert!(empty.contains("p50 -, p99 -, max -"), "{empty}");
+    }
 
     #[test]
     fn overlay_get_shows_the_last_failed_run() {

@@ -65,6 +65,8 @@ fn router_routes() -> Vec<(String, &'static [&'static str])> {
         ("/overlays", &["GET", "POST"]),
         ("/overlays/{overlay_id}", &["DELETE", "GET", "PATCH"]),
         ("/overlays/{overlay_id}/reconcile", &["POST"]),
+        ("/overlays/{overlay_id}/status", &["GET"]),
+        ("/overlays/{overlay_id}/notify", &["POST"]),
         ("/overlays/{overlay_id}/capture", &["POST"]),
         ("/catalogs/{catalog_id}/validation-errors", &["GET"]),
         (

@@ -155,6 +155,11 @@ pub struct ManagedBy {
     /// Change detector for the upstream object (ETag or a content fingerprint).
     #[serde(default)]
     pub upstream_fingerprint: Option<String>,
+    /// When Flotilla first saw the table's current upstream version (its metadata location,
+    /// or its Delta Sharing version), RFC 3339. `None` for views, and for tables last changed
+    /// before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_changed_at: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -476,6 +481,18 @@ pub struct OverlayStatus {
     /// When the last successful run finished (RFC 3339).
     #[serde(default)]
     pub last_success_time: Option<String>,
+    /// When the last successful run started (epoch ms): every table it kept was confirmed
+    /// upstream after this (a table's `upstream.checked_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_started_ms: Option<i64>,
+    /// When the first of the failed runs in a row started (RFC 3339; `None` after a
+    /// success).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<String>,
+    /// Tables a targeted refresh (`POST .../notify`) confirmed after the last successful
+    /// run started: relation id -> epoch ms. Bounded; a later successful run supersedes them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub confirmed: std::collections::BTreeMap<String, i64>,
 }
 
 /// One overlay's demand on its integration's effective plan.

@@ -405,7 +405,7 @@ async fn list_relations(
     }
     let path = ns_path(&ns)?;
     access.authorize(Action::Describe, &Securable::namespace(&c, &path))?;
-    Ok(ok(relations::list(
+    let mut page = relations::list(
         &state,
         &access,
         &c,
@@ -414,7 +414,13 @@ async fn list_relations(
         page_size(l.page_size)?,
         l.page_token.as_deref(),
     )
-    .await?))
+    .await?;
+    if kind == RelationKind::Table
+        && let Some(items) = page["items"].as_array_mut()
+    {
+        flotilla_reconcile::freshness::annotate(&state, &access.account, &c, items).await?;
+    }
+    Ok(ok(page))
 }
 
 async fn list_tables(
@@ -446,15 +452,15 @@ async fn get_relation(
     let (_, c, ns, name) = path;
     let ns = ns_path(&ns)?;
     access.authorize(Action::Read, &Securable::relation(&c, &ns, &name, kind))?;
-    Ok(ok(relations::get(
+    let mut rel = relations::get(&state, &access.account, &c, &ns, &name, kind).await?;
+    flotilla_reconcile::freshness::annotate(
         &state,
         &access.account,
         &c,
-        &ns,
-        &name,
-        kind,
+        std::slice::from_mut(&mut rel),
     )
-    .await?))
+    .await?;
+    Ok(ok(rel))
 }
 
 async fn get_table(

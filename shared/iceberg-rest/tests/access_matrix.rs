@@ -210,6 +210,10 @@ fn rows() -> Vec<Row> {
             .body(r#"{"paused": false}"#).stale(),
         row("DELETE", "/v1/accounts/{account_id}/overlays/{overlay_id}", "/v1/accounts/acme/overlays/{o}", INTEGRATION_MANAGE).stale(),
         row("POST", "/v1/accounts/{account_id}/overlays/{overlay_id}/reconcile", "/v1/accounts/acme/overlays/{o}/reconcile", INTEGRATION_MANAGE),
+        // Readable like the overlay itself.
+        row("GET", "/v1/accounts/{account_id}/overlays/{overlay_id}/status", "/v1/accounts/acme/overlays/{o}/status", INTEGRATION_MANAGE),
+        row("POST", "/v1/accounts/{account_id}/overlays/{overlay_id}/notify", "/v1/accounts/acme/overlays/{o}/notify", INTEGRATION_MANAGE)
+            .body(r#"{"tables": [{"namespace": ["sales"], "name": "orders"}]}"#),
         row("POST", "/v1/accounts/{account_id}/overlays/{overlay_id}/capture", "/v1/accounts/acme/overlays/{o}/capture", INTEGRATION_MANAGE),
         // ---- index catalogs
         row("POST", "/v1/accounts/{account_id}/index-catalogs", "/v1/accounts/acme/index-catalogs", ADMIN_ONLY)

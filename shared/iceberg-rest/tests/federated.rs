@@ -24,7 +24,7 @@ use flotilla_iceberg_rest::IcebergConfig;
 use flotilla_iceberg_rest::vending::{StsVending, Vending};
 use flotilla_metastore::metrics::CountingMetastore;
 use flotilla_metastore::{Consistency, Query};
-use flotilla_testkit::iceberg_fixture::IcebergFixture;
+use flotilla_testkit::iceberg_fixture::{EtagMode, IcebergFixture};
 use serde_json::{Value, json};
 
 const OPERATOR: &str = "federated-operator-token";
@@ -916,18 +916,18 @@ async fn the_capture_route_queues_one_fenced_job_for_the_worker() {
     upstream.add_table(&["sales"], "orders");
     let (integration, overlay, lake, _) = overlay_of(&env, &upstream).await;
     let capture = format!("/v1/accounts/acme/overlays/{overlay}/capture");
-    let (s, v) = env
-        .call(
-            reqwest::Method::POST,
-            &format!("/v1/accounts/acme/overlays/{overlay}/reconcile"),
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{v}");
-    assert!(
-        env.drain().await.is_empty(),
-        "a direct reconcile queues nothing"
-    );
+    // The run alone (the library call, not the route, which would queue the capture job
+    // itself: `a_reconcile_captures_what_changed_behind_*`).
+    flotilla_core::reconcile::reconcile(
+        &env.state,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &flotilla_core::reconcile::RunOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert!(env.drain().await.is_empty(), "the run alone queues nothing");
 
     // Queued, not run: nothing is captured until the worker runs the one message.
     let (s, v) = env.call(reqwest::Method::POST, &capture, None).await;
@@ -1203,18 +1203,7 @@ async fn a_scheduled_plan_queues_the_capture_of_the_overlays_it_reconciled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_not_readable_is_tried_again_by_the_next_capture() {
     let env = setup_with(None, true).await;
-    let upstream = IcebergFixture::start().await;
-    upstream.add_namespace(&["sales"]);
-    upstream.add_table(&["sales"], "orders");
-    // Metadata in object storage the upstream vends no usable credentials for (it signs
-    // requests remotely, which the endpoint does not hand out).
-    upstream.set_vending(flotilla_testkit::iceberg_fixture::VendingMode::RemoteSigning);
-    upstream.register_table(
-        &["sales"],
-        "remote",
-        "s3://upstream-bucket/wh/sales/remote/metadata/00000-a.metadata.json",
-        remote_metadata(),
-    );
+    let upstream = with_unreadable_table().await;
     let (_, overlay, lake, _) = overlay_of(&env, &upstream).await;
     env.run_queue(&overlay).await;
     let p = pointer(&env, &lake, &["sales"], "remote").await.unwrap();
@@ -1339,6 +1328,23 @@ async fn a_vended_s3_endpoint_at_a_forbidden_address_is_never_contacted() {
         0,
         "capture connected to 0.0.0.0"
     );
+}
+
+/// An upstream with `sales.orders` (readable) and `sales.remote`, whose metadata lies in
+/// object storage the upstream vends no usable credentials for (it signs requests remotely,
+/// which the endpoint does not hand out): captured `NOT_READABLE`.
+async fn with_unreadable_table() -> IcebergFixture {
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.add_table(&["sales"], "orders");
+    upstream.set_vending(flotilla_testkit::iceberg_fixture::VendingMode::RemoteSigning);
+    upstream.register_table(
+        &["sales"],
+        "remote",
+        "s3://upstream-bucket/wh/sales/remote/metadata/00000-a.metadata.json",
+        remote_metadata(),
+    );
+    upstream
 }
 
 fn remote_metadata() -> Value {
@@ -1703,4 +1709,531 @@ async fn a_pyiceberg_commit_and_a_reconciliation_write_their_events() {
     env.run_queue(&overlay).await;
     let again = catalog_events(&env, &mirror).await;
     assert_eq!(again.len(), events.len(), "{again:?}");
+}
+
+/// The upstream table `sales.orders` at `version` (a real Iceberg table below the host's
+/// upstream files root: `version` files of three rows in one snapshot, id `1000 + version`),
+/// registered with the fixture.
+async fn publish_upstream_version(upstream: &IcebergFixture, root: &std::path::Path, version: u64) {
+    let w = flotilla_testkit::iceberg_files::write_table(
+        root,
+        "5b1e1c8e-3f38-4a43-9f7c-6b0d2c1f7a10",
+        version,
+        usize::try_from(version).unwrap(),
+        3,
+    )
+    .await;
+    upstream.register_table(&["sales"], "orders", &w.metadata_location, w.metadata);
+}
+
+/// The snapshot the federated `loadTable` of `sales.orders` serves.
+async fn served_snapshot(env: &Env, prefix: &str) -> Value {
+    let (s, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/iceberg/v1/{prefix}/namespaces/sales/tables/orders"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    v["metadata"]["current-snapshot-id"].clone()
+}
+
+/// Every synchronous reconcile that observes a changed upstream version leads to the capture
+/// of what changed, whatever the upstream's `ETag` says: materialized, captured and served
+/// (snapshot 1001); appended upstream; `POST .../reconcile` queues the capture, and the
+/// federated `loadTable` serves the new snapshot once the worker ran it. A rerun with nothing
+/// changed queues nothing. An `ETag` answered in full to itself is dropped for the content
+/// fingerprint, so the next load is unconditional.
+async fn a_reconcile_makes_an_upstream_append_visible(mode: EtagMode) {
+    let env = setup_with(None, true).await;
+    let upstream = IcebergFixture::start().await;
+    upstream.set_etag_mode(mode);
+    upstream.add_namespace(&["sales"]);
+    let dir = tempfile::tempdir_in(flotilla_testkit::upstream_files_root()).unwrap();
+    let root = dir.path().join("orders");
+    publish_upstream_version(&upstream, &root, 1).await;
+    let (_, overlay, _, prefix) = overlay_of(&env, &upstream).await;
+    let reconcile = format!("/v1/accounts/acme/overlays/{overlay}/reconcile");
+
+    let (s, v) = env.call(reqwest::Method::POST, &reconcile, None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["capture"], json!({"state": "QUEUED", "tables": 1}), "{v}");
+    let ran = env.drain().await;
+    assert!(
+        matches!(
+            ran.as_slice(),
+            [(
+                WorkMessage::Capture(_),
+                MessageOutcome::Captured { captured: 1, .. }
+            )]
+        ),
+        "{ran:?}"
+    );
+    assert_eq!(served_snapshot(&env, &prefix).await, json!(1001));
+
+    publish_upstream_version(&upstream, &root, 2).await;
+    upstream.log().clear();
+    let lags = || match flotilla_telemetry::global()
+        .value(&flotilla_telemetry::catalog::CAPTURE_VISIBLE_LAG, &[])
+    {
+        Some(flotilla_telemetry::Value::Timing { count, .. }) => count,
+        _ => 0,
+    };
+    let lags_before = lags();
+    let (s, v) = env.call(reqwest::Method::POST, &reconcile, None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["tables"]["updated"], json!(1), "{v}");
+    assert_eq!(v["capture"], json!({"state": "QUEUED", "tables": 1}), "{v}");
+    let loads = upstream
+        .log()
+        .count("GET", "/namespaces/sales/tables/orders");
+    assert_eq!(loads, 1);
+    let ran = env.drain().await;
+    assert!(
+        matches!(
+            ran.as_slice(),
+            [(
+                WorkMessage::Capture(_),
+                MessageOutcome::Captured { captured: 1, .. }
+            )]
+        ),
+        "{ran:?}"
+    );
+    assert_eq!(
+        served_snapshot(&env, &prefix).await,
+        json!(1002),
+        "the federated loadTable serves the appended snapshot"
+    );
+    assert!(
+        lags() > lags_before,
+        "the version's visible lag is measured"
+    );
+
+    // Nothing changed since: nothing is queued, and the load is conditional only where the
+    // upstream's tag is a validator.
+    upstream.log().clear();
+    let (s, v) = env.call(reqwest::Method::POST, &reconcile, None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["capture"], json!({"state": "NONE", "tables": 0}), "{v}");
+    assert_eq!(v["tables"]["unchanged"], json!(1), "{v}");
+    assert!(env.drain().await.is_empty());
+    let sent: Vec<Option<String>> = upstream
+        .log()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/namespaces/sales/tables/orders"))
+        .iter()
+        .map(|r| r.header("if-none-match").map(str::to_owned))
+        .collect();
+    match mode {
+        EtagMode::Strong | EtagMode::Weak => {
+            assert!(sent.len() == 1 && sent[0].is_some(), "{sent:?}");
+            assert_eq!(
+                upstream.log().with_status(304).len(),
+                1,
+                "answered not modified"
+            );
+        }
+        EtagMode::None | EtagMode::Constant => assert_eq!(sent, vec![None], "unconditional"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_captures_what_changed_behind_an_upstream_without_etag() {
+    a_reconcile_makes_an_upstream_append_visible(EtagMode::None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_captures_what_changed_behind_a_weak_etag() {
+    a_reconcile_makes_an_upstream_append_visible(EtagMode::Weak).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_captures_what_changed_behind_an_etag_that_does_not_change() {
+    a_reconcile_makes_an_upstream_append_visible(EtagMode::Constant).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_captures_what_changed_behind_a_strong_etag() {
+    a_reconcile_makes_an_upstream_append_visible(EtagMode::Strong).await;
+}
+
+/// `?wait_for_capture=true` answers once the capture of what the run changed completed (the
+/// worker runs the job while the request waits), and `PENDING` naming the table when the
+/// bound passes first; the job still runs afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_capture_answers_once_what_the_run_changed_is_captured() {
+    let env = setup_with(None, true).await;
+    let upstream = IcebergFixture::start().await;
+    upstream.set_etag_mode(EtagMode::None);
+    upstream.add_namespace(&["sales"]);
+    let dir = tempfile::tempdir_in(flotilla_testkit::upstream_files_root()).unwrap();
+    let root = dir.path().join("orders");
+    publish_upstream_version(&upstream, &root, 1).await;
+    let (_, overlay, _, prefix) = overlay_of(&env, &upstream).await;
+    let reconcile = format!("/v1/accounts/acme/overlays/{overlay}/reconcile?wait_for_capture=true");
+
+    // The request waits; the worker takes the job it queued and runs it.
+    let worker = async {
+        let mut w = env.work.lock().await;
+        let d = w.deliveries.recv().await.expect("the capture job");
+        let message = d.message.clone();
+        let (_, outcome) = flotilla_runtime::queue::handle_delivery_outcome(
+            &env.state,
+            &AdapterConnector,
+            &w.queue,
+            d,
+            &flotilla_runtime::queue::WorkerOptions::default(),
+        )
+        .await;
+        (message, outcome)
+    };
+    let ((s, v), (message, outcome)) =
+        tokio::join!(env.call(reqwest::Method::POST, &reconcile, None), worker);
+    assert_eq!(s, 200, "{v}");
+    assert!(matches!(message, WorkMessage::Capture(_)), "{message:?}");
+    assert!(
+        matches!(outcome, MessageOutcome::Captured { captured: 1, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(v["capture"]["state"], json!("CAPTURED"), "{v}");
+    assert_eq!(v["capture"]["tables"], json!(1), "{v}");
+    assert_eq!(served_snapshot(&env, &prefix).await, json!(1001));
+
+    // No worker: the bound passes first and the answer says what is pending.
+    publish_upstream_version(&upstream, &root, 2).await;
+    let mut short = env.state.clone();
+    short.config.capture_wait_ms = 50;
+    let summary = flotilla_core::reconcile::reconcile(
+        &short,
+        &AdapterConnector,
+        "acme",
+        &overlay,
+        &flotilla_core::reconcile::RunOptions::default(),
+    )
+    .await
+    .unwrap();
+    let capture = flotilla_core::reconcile::freshness::capture_after_run(
+        &short, "acme", &overlay, &summary, true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(capture["state"], json!("PENDING"), "{capture}");
+    assert_eq!(
+        capture["pending"],
+        json!([{"namespace": ["sales"], "name": "orders"}]),
+        "{capture}"
+    );
+    assert!(
+        capture["message"].as_str().unwrap().contains("50 ms"),
+        "{capture}"
+    );
+    assert_eq!(served_snapshot(&env, &prefix).await, json!(1001));
+    // The job was queued all the same: the worker captures it.
+    let ran = env.drain().await;
+    assert_eq!(ran.len(), 1, "{ran:?}");
+    assert_eq!(served_snapshot(&env, &prefix).await, json!(1002));
+}
+
+/// The overlay status and the tables' `upstream` times: tables by state (pending before
+/// capture, then visible or not readable), a stuck table listed with its error, since when
+/// and how many captures failed, staleness percentiles; failed runs in a row make the overlay
+/// `DEGRADED`, then `FAILING`; a pause makes it `PAUSED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overlay_status_shows_stuck_tables_failed_runs_and_staleness() {
+    let env = setup_with(None, true).await;
+    let upstream = with_unreadable_table().await;
+    let (_, overlay, lake, _) = overlay_of(&env, &upstream).await;
+    let status_path = format!("/v1/accounts/acme/overlays/{overlay}/status");
+    let status = || env.call(reqwest::Method::GET, &status_path, None);
+    let (s, v) = status().await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["state"], json!("HEALTHY"), "{v}");
+    assert_eq!(v["last_reconcile"], Value::Null, "{v}");
+    assert_eq!(v["tables"]["total"], json!(0), "{v}");
+    assert_eq!(v["staleness_ms"]["max"], Value::Null, "{v}");
+
+    let reconcile = format!("/v1/accounts/acme/overlays/{overlay}/reconcile");
+    let (s, v) = env.call(reqwest::Method::POST, &reconcile, None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["capture"], json!({"state": "QUEUED", "tables": 2}), "{v}");
+    let (_, v) = status().await;
+    assert_eq!(
+        v["tables"],
+        json!({"total": 2, "visible": 0, "pending": 2, "invalid": 0, "not_readable": 0}),
+        "{v}"
+    );
+    assert_eq!(v["last_reconcile"]["outcome"], json!("SUCCEEDED"), "{v}");
+    assert!(v["staleness_ms"]["max"].is_i64(), "{v}");
+    env.drain().await;
+    // The stuck table is tried again by a second capture: two failed attempts.
+    let (s, _) = env
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/accounts/acme/overlays/{overlay}/capture"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 202);
+    env.drain().await;
+    let first = pointer(&env, &lake, &["sales"], "remote").await.unwrap();
+    let (_, v) = status().await;
+    assert_eq!(v["state"], json!("DEGRADED"), "{v}");
+    assert_eq!(
+        v["tables"],
+        json!({"total": 2, "visible": 1, "pending": 0, "invalid": 0, "not_readable": 1}),
+        "{v}"
+    );
+    assert_eq!(v["failures_total"], json!(1), "{v}");
+    let f = &v["failures"][0];
+    assert_eq!(f["object"], json!(["sales", "remote"]), "{v}");
+    assert_eq!(f["kind"], json!("TABLE"), "{v}");
+    assert_eq!(f["code"], json!("NOT_READABLE"), "{v}");
+    assert_eq!(f["attempts"], json!(2), "{v}");
+    assert_eq!(f["since"], first["failing_since"], "{v}");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("storage credentials"),
+        "{v}"
+    );
+    for k in ["p50", "p99", "max"] {
+        assert!(v["staleness_ms"][k].as_i64().is_some_and(|n| n >= 0), "{v}");
+    }
+
+    // `/v1` shows each overlay table's upstream times.
+    let table = |name: &str| {
+        let path = format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/{name}");
+        let env = &env;
+        async move { env.call(reqwest::Method::GET, &path, None).await }
+    };
+    let (s, orders) = table("orders").await;
+    assert_eq!(s, 200, "{orders}");
+    let up = &orders["upstream"];
+    assert_eq!(
+        up["changed_at"], orders["managed_by"]["upstream_changed_at"],
+        "{orders}"
+    );
+    assert!(
+        up["checked_at"].is_string() && up["visible_at"].is_string(),
+        "{orders}"
+    );
+    let (_, remote) = table("remote").await;
+    assert_eq!(remote["upstream"]["visible_at"], Value::Null, "{remote}");
+    let (_, listed) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables"),
+            None,
+        )
+        .await;
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{listed}");
+    assert!(
+        items
+            .iter()
+            .all(|t| t["upstream"]["checked_at"].is_string()),
+        "{listed}"
+    );
+
+    // Failed runs in a row: DEGRADED while transient, FAILING from the third.
+    upstream.add_fault(flotilla_testkit::iceberg_fixture::IcebergFaultRule::always(
+        flotilla_testkit::iceberg_fixture::IcebergFault::Status(503),
+    ));
+    for (n, expected) in [(1, "DEGRADED"), (2, "DEGRADED"), (3, "FAILING")] {
+        let (s, v) = env.call(reqwest::Method::POST, &reconcile, None).await;
+        assert_eq!(s, 503, "{v}");
+        let (_, v) = status().await;
+        assert_eq!(v["state"], json!(expected), "run {n}: {v}");
+        let f = &v["failures"][0];
+        assert_eq!(f["kind"], json!("RUN"), "{v}");
+        assert_eq!(f["code"], json!("UPSTREAM_UNAVAILABLE"), "{v}");
+        assert_eq!(f["attempts"], json!(n), "{v}");
+        assert_eq!(v["failures_total"], json!(2), "{v}");
+    }
+    upstream.clear_faults();
+    let (s, _) = env.call(reqwest::Method::POST, &reconcile, None).await;
+    assert_eq!(s, 200);
+    let (_, v) = status().await;
+    assert_eq!(
+        v["state"],
+        json!("DEGRADED"),
+        "the stuck table remains: {v}"
+    );
+    let (s, v) = env
+        .call(
+            reqwest::Method::PATCH,
+            &format!("/v1/accounts/acme/overlays/{overlay}"),
+            Some(json!({"paused": true})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (_, v) = status().await;
+    assert_eq!(v["state"], json!("PAUSED"), "{v}");
+}
+
+/// `POST .../notify` refreshes only what it names: the fixture's request log shows one load
+/// of the named table (no namespace walk, no other table), the change is published and its
+/// capture queued and run; the table is confirmed (`checked_at`). A name outside the
+/// selection is `400` before any upstream request, as is a request over the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notify_refreshes_only_the_named_tables() {
+    let env = setup_with(None, true).await;
+    let upstream = IcebergFixture::start().await;
+    upstream.add_namespace(&["sales"]);
+    upstream.add_namespace(&["hr"]);
+    upstream.add_table(&["sales"], "orders");
+    upstream.add_table(&["sales"], "items");
+    let (_, overlay, lake, prefix) = overlay_of(&env, &upstream).await;
+    let reconcile = format!("/v1/accounts/acme/overlays/{overlay}/reconcile");
+    let (s, v) = env.call(reqwest::Method::POST, &reconcile, None).await;
+    assert_eq!(s, 200, "{v}");
+    env.drain().await;
+    let before = pointer(&env, &lake, &["sales"], "orders").await.unwrap();
+
+    assert!(upstream.update_table_schema(
+        &["sales"],
+        "orders",
+        json!({"type": "struct", "schema-id": 1, "fields": [
+            {"id": 1, "name": "id", "required": false, "type": "long"},
+            {"id": 2, "name": "note", "required": false, "type": "string"}]}),
+    ));
+    let changed = upstream
+        .table_metadata_location(&["sales"], "orders")
+        .unwrap();
+    assert!(upstream.update_table_schema(
+        &["sales"],
+        "items",
+        json!({"type": "struct", "schema-id": 1, "fields": [
+            {"id": 1, "name": "sku", "required": false, "type": "string"}]}),
+    ));
+    upstream.log().clear();
+    let notify = format!("/v1/accounts/acme/overlays/{overlay}/notify");
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            &notify,
+            Some(json!({"tables": [{"namespace": ["sales"], "name": "orders"}]})),
+        )
+        .await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!(v["tables"]["updated"], json!(1), "{v}");
+    assert_eq!(v["capture"], json!({"state": "QUEUED", "tables": 1}), "{v}");
+    let touched: Vec<String> = upstream
+        .log()
+        .filter(|r| r.path.contains("/namespaces"))
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(
+        touched.len() == 1 && touched[0].ends_with("/namespaces/sales/tables/orders"),
+        "only the named table is loaded: {touched:?}"
+    );
+    let ran = env.drain().await;
+    assert!(
+        matches!(
+            ran.as_slice(),
+            [(
+                WorkMessage::Capture(_),
+                MessageOutcome::Captured { captured: 1, .. }
+            )]
+        ),
+        "{ran:?}"
+    );
+    let after = pointer(&env, &lake, &["sales"], "orders").await.unwrap();
+    assert_eq!(after["metadata_location"], json!(changed));
+    assert_ne!(after["metadata_location"], before["metadata_location"]);
+    let (_, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/iceberg/v1/{prefix}/namespaces/sales/tables/orders"),
+            None,
+        )
+        .await;
+    assert_eq!(v["metadata-location"], json!(changed), "served: {v}");
+    // The unnamed table keeps its stored (now stale) version.
+    let (_, items) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/items"),
+            None,
+        )
+        .await;
+    assert_ne!(
+        items["metadata_location"],
+        json!(
+            upstream
+                .table_metadata_location(&["sales"], "items")
+                .unwrap()
+        ),
+        "{items}"
+    );
+    // A namespace named: listed and loaded, the unchanged table confirmed.
+    upstream.log().clear();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            &notify,
+            Some(json!({"namespaces": [["sales"]]})),
+        )
+        .await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!(v["tables"]["updated"], json!(1), "items: {v}");
+    assert_eq!(v["tables"]["unchanged"], json!(1), "orders: {v}");
+    assert_eq!(
+        upstream.log().count("GET", "/namespaces"),
+        0,
+        "no walk of the namespace tree"
+    );
+    let (_, orders) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/catalogs/{lake}/namespaces/sales/tables/orders"),
+            None,
+        )
+        .await;
+    let checked = orders["upstream"]["checked_at"].as_str().unwrap();
+    let changed_at = orders["upstream"]["changed_at"].as_str().unwrap();
+    assert!(
+        flotilla_domain::clock::ms_from_rfc3339(checked)
+            > flotilla_domain::clock::ms_from_rfc3339(changed_at),
+        "confirmed after it changed: {orders}"
+    );
+    env.drain().await;
+
+    // Outside the selection, or over the bound: refused before any upstream request.
+    upstream.log().clear();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            &notify,
+            Some(json!({"namespaces": [["hr"]], "tables": [{"namespace": ["sales"], "name": "orders"}]})),
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["details"]["outside"], json!([["hr"]]), "{v}");
+    let many: Vec<Value> = (0..101)
+        .map(|i| json!({"namespace": ["sales"], "name": format!("t{i}")}))
+        .collect();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            &notify,
+            Some(json!({"tables": many})),
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = env
+        .call(reqwest::Method::POST, &notify, Some(json!({})))
+        .await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            &notify,
+            Some(json!({"tables": [{"namespace": ["sales"], "name": "orders", "extra": 1}]})),
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(upstream.log().is_empty(), "{:?}", upstream.log().entries());
 }

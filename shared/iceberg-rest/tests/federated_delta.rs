@@ -106,15 +106,18 @@ impl Env {
         (integration, overlay)
     }
 
+    /// The run alone (the route would queue the capture job too; these tests run capture
+    /// themselves).
     async fn reconcile(&self, overlay: &str) {
-        let (s, v) = self
-            .call(
-                reqwest::Method::POST,
-                &format!("/v1/accounts/acme/overlays/{overlay}/reconcile"),
-                None,
-            )
-            .await;
-        assert_eq!(s, 200, "{v}");
+        flotilla_core::reconcile::reconcile(
+            &self.state,
+            &AdapterConnector,
+            "acme",
+            overlay,
+            &flotilla_core::reconcile::RunOptions::default(),
+        )
+        .await
+        .unwrap();
     }
 
     async fn capture(&self, overlay: &str, revalidate: bool) -> CaptureSummary {

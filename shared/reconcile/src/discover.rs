@@ -31,6 +31,24 @@ use super::{Conflict, Holder, ReconcileError, RunOptions};
 /// Page size hint sent with every listing (upstreams may ignore it).
 const PAGE_SIZE: u32 = 1000;
 
+/// The ETag to keep from a full answer to a load sent with `If-None-Match: sent`. A full
+/// answer that carries the very tag that was sent says that tag is no validator (an upstream
+/// whose ETag does not change when the table does): it is dropped, and the table's
+/// fingerprint becomes an untrusted-tag content fingerprint from then on
+/// (`plan::untrusted_fingerprint`), so later loads of the table are unconditional.
+pub(crate) fn validator(sent: Option<&str>, answered: Option<String>) -> Option<String> {
+    match (sent, answered) {
+        (Some(s), Some(a)) if weak_eq(s, &a) => None,
+        (_, a) => a,
+    }
+}
+
+/// Weak comparison of two entity tags (RFC 9110 section 8.8.3.2): equal once `W/` is removed.
+fn weak_eq(a: &str, b: &str) -> bool {
+    let strip = |t: &str| t.trim().trim_start_matches("W/").to_owned();
+    strip(a) == strip(b)
+}
+
 /// An upstream table as discovery saw it.
 #[derive(Clone, Debug)]
 pub struct UpTable {
@@ -46,6 +64,9 @@ pub enum TableLoad {
     Loaded {
         metadata: Box<TableMetadata>,
         etag: Option<String>,
+        /// The upstream answered in full with the very tag that was sent: its ETag is no
+        /// validator ([`validator`]).
+        etag_untrusted: bool,
     },
 }
 
@@ -494,39 +515,8 @@ pub async fn contents(
 
     // 4. Loads: conditional for tables whose stored ETag we know. A load answered "does not
     //    exist" means the object was dropped since the listing: it is absent.
-    let loaded: Vec<Option<UpTable>> = stream::iter(table_jobs)
-        .map(|(ns, name, etag)| async move {
-            let mut at = ns.segments().to_vec();
-            at.push(name.clone());
-            let res = call(budget, &at, "loading a table", async {
-                client.load_table(&up(&ns), &name, etag.as_deref()).await
-            })
-            .await;
-            let load = match res {
-                Ok(LoadTableOutcome::NotModified) => {
-                    budget.charge(1, 0)?;
-                    TableLoad::NotModified
-                }
-                Ok(LoadTableOutcome::Loaded { metadata, etag }) => {
-                    budget.charge(1, table_weight(&metadata))?;
-                    TableLoad::Loaded { metadata, etag }
-                }
-                Err(ReconcileError::Upstream {
-                    error: CatalogAccessError::NotFound(_),
-                    ..
-                }) => return Ok(None),
-                Err(e) => return Err(e),
-            };
-            Ok::<_, ReconcileError>(Some(UpTable {
-                namespace: ns,
-                name,
-                load,
-            }))
-        })
-        .buffer_unordered(concurrency)
-        .try_collect()
-        .await?;
-    out.tables.extend(loaded.into_iter().flatten());
+    let loaded = load_tables(client, budget, concurrency, table_jobs).await?;
+    out.tables.extend(loaded);
     let views: Vec<Option<UpView>> = stream::iter(view_jobs)
         .map(|(ns, name)| async move {
             let mut at = ns.segments().to_vec();
@@ -574,6 +564,103 @@ pub async fn contents(
     Ok(out)
 }
 
+/// Loads tables `(namespace, name, ETag to send)`, `concurrency` at a time: conditional where
+/// an ETag is known; a table answered "does not exist" is left out.
+async fn load_tables(
+    client: &dyn CatalogClient,
+    budget: &Budget,
+    concurrency: usize,
+    jobs: Vec<(NamespacePath, String, Option<String>)>,
+) -> Result<Vec<UpTable>, ReconcileError> {
+    let loaded: Vec<Option<UpTable>> = stream::iter(jobs)
+        .map(|(ns, name, etag)| async move {
+            let mut at = ns.segments().to_vec();
+            at.push(name.clone());
+            let res = call(budget, &at, "loading a table", async {
+                client.load_table(&up(&ns), &name, etag.as_deref()).await
+            })
+            .await;
+            let load = match res {
+                Ok(LoadTableOutcome::NotModified) => {
+                    budget.charge(1, 0)?;
+                    TableLoad::NotModified
+                }
+                Ok(LoadTableOutcome::Loaded {
+                    metadata,
+                    etag: answered,
+                }) => {
+                    budget.charge(1, table_weight(&metadata))?;
+                    let kept = validator(etag.as_deref(), answered.clone());
+                    TableLoad::Loaded {
+                        metadata,
+                        etag_untrusted: kept.is_none() && answered.is_some(),
+                        etag: kept,
+                    }
+                }
+                Err(ReconcileError::Upstream {
+                    error: CatalogAccessError::NotFound(_),
+                    ..
+                }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            Ok::<_, ReconcileError>(Some(UpTable {
+                namespace: ns,
+                name,
+                load,
+            }))
+        })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    Ok(loaded.into_iter().flatten().collect())
+}
+
+/// A targeted discovery (`POST .../notify`): the capabilities, then the content of
+/// `namespaces` (as a walk would discover them) and conditional loads of `tables` outside
+/// them, with no walk of the namespace tree. `namespaces` and the tables' namespaces are
+/// selected (the caller checked); the tables' namespaces are listed in
+/// [`Discovered::namespaces`] without properties, so their claims are asserted and nothing
+/// of theirs is changed.
+pub async fn targeted(
+    client: &dyn CatalogClient,
+    namespaces: &[NamespacePath],
+    tables: &[(NamespacePath, String)],
+    hints: &dyn Hints,
+    opts: &RunOptions,
+    budget: &Budget,
+) -> Result<Discovered, ReconcileError> {
+    let caps = call(budget, &[], "reading the catalog's capabilities", async {
+        client.capabilities().await
+    })
+    .await?;
+    let walked = Walk {
+        namespaces: namespaces.to_vec(),
+        stable_ids: caps.stable_ids,
+        views: caps.list_views && caps.load_views,
+        ..Walk::default()
+    };
+    let mut out = contents(client, &walked, namespaces, hints, opts, budget, false).await?;
+    let listed: HashSet<&NamespacePath> = namespaces.iter().collect();
+    let jobs: Vec<(NamespacePath, String, Option<String>)> = tables
+        .iter()
+        .filter(|(ns, _)| !listed.contains(ns))
+        .map(|(ns, name)| (ns.clone(), name.clone(), hints.etag(ns, name)))
+        .collect();
+    for (ns, _) in tables {
+        if !out.namespaces.contains(ns) {
+            out.namespaces.push(ns.clone());
+        }
+    }
+    let loaded = load_tables(client, budget, opts.upstream_concurrency.max(1), jobs).await?;
+    out.tables.extend(loaded);
+    out.tables
+        .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out.tables
+        .dedup_by(|a, b| a.namespace == b.namespace && a.name == b.name);
+    budget.check_time()?;
+    Ok(out)
+}
+
 /// All pages of the tables and views of one selected namespace.
 async fn listing(
     client: &dyn CatalogClient,
@@ -614,4 +701,20 @@ async fn listing(
         Vec::new()
     };
     Ok((ns, tables, views))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validator;
+
+    /// A full answer carrying the tag that was sent is no validator: it is not kept.
+    #[test]
+    fn a_tag_answered_in_full_to_itself_is_not_kept() {
+        let t = |s: &str| Some(s.to_owned());
+        assert_eq!(validator(None, t("\"a\"")), t("\"a\""));
+        assert_eq!(validator(t("\"a\"").as_deref(), t("\"b\"")), t("\"b\""));
+        assert_eq!(validator(t("\"a\"").as_deref(), t("\"a\"")), None);
+        assert_eq!(validator(t("W/\"a\"").as_deref(), t("\"a\"")), None);
+        assert_eq!(validator(t("\"a\"").as_deref(), None), None);
+    }
 }

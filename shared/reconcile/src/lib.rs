@@ -55,6 +55,7 @@ pub mod capture {
     pub use select::{CaptureOptions, CapturePlan, PlannedTable, plan};
 }
 pub mod discover;
+pub mod freshness;
 pub mod metrics;
 pub mod plan;
 pub mod preflight;

@@ -17,7 +17,7 @@ use flotilla_domain::names::NamespacePath;
 use serde_json::Value;
 
 use super::Conflict;
-use super::target::{CONTENT_FINGERPRINT_PREFIX, Slot, Stored};
+use super::target::{CONTENT_FINGERPRINT_PREFIX, Slot, Stored, UNTRUSTED_ETAG_PREFIX};
 
 /// The normalized full upstream path: the explicitly unstable identity of an object whose
 /// provider has no stable id. JSON keeps segment boundaries (`["a.b"]` is not `["a","b"]`).
@@ -94,6 +94,16 @@ pub fn namespace_record(
 
 /// A fingerprint of a table's content for upstreams that send no ETag (never sent upstream).
 pub fn content_fingerprint(m: &TableMetadata) -> String {
+    format!("{CONTENT_FINGERPRINT_PREFIX}{}", content_hash(m))
+}
+
+/// The content fingerprint of a table whose upstream ETag proved no validator (never sent
+/// upstream, and kept whatever tags later answers carry).
+pub fn untrusted_fingerprint(m: &TableMetadata) -> String {
+    format!("{UNTRUSTED_ETAG_PREFIX}{}", content_hash(m))
+}
+
+fn content_hash(m: &TableMetadata) -> String {
     use sha2::{Digest, Sha256};
     let v = serde_json::json!([
         m.format.as_str(),
@@ -103,10 +113,7 @@ pub fn content_fingerprint(m: &TableMetadata) -> String {
         m.properties,
         m.stable_id
     ]);
-    format!(
-        "{CONTENT_FINGERPRINT_PREFIX}{}",
-        hex::encode(&Sha256::digest(v.to_string().as_bytes())[..16])
-    )
+    hex::encode(&Sha256::digest(v.to_string().as_bytes())[..16])
 }
 
 /// What publishing one desired relation takes.
@@ -161,6 +168,16 @@ pub struct Ctx<'a> {
     pub now: String,
 }
 
+/// The upstream version of a table as its record states it: the metadata location and, for
+/// a Delta Sharing table, the shared version.
+fn upstream_version(r: &RelationRecord) -> (Option<&String>, Option<&String>) {
+    (
+        r.metadata_location.as_ref(),
+        r.properties
+            .get(crate::capture::select::SHARING_VERSION_PROPERTY),
+    )
+}
+
 fn managed_by(d: &DesiredRelation, ctx: &Ctx<'_>, fingerprint: Option<String>) -> ManagedBy {
     ManagedBy {
         integration_id: ctx.integration.id.clone(),
@@ -170,6 +187,7 @@ fn managed_by(d: &DesiredRelation, ctx: &Ctx<'_>, fingerprint: Option<String>) -
         upstream_namespace: d.namespace.segments().to_vec(),
         upstream_name: d.name.clone(),
         upstream_fingerprint: fingerprint,
+        upstream_changed_at: None,
     }
 }
 
@@ -214,7 +232,16 @@ pub(crate) fn build(
             rec.location = metadata.location.clone();
             rec.metadata_location = metadata.metadata_location.clone();
             rec.properties = metadata.properties.clone();
-            rec.managed_by = Some(managed_by(d, ctx, fingerprint.clone()));
+            let mut m = managed_by(d, ctx, fingerprint.clone());
+            // First seen now, unless the base already states this upstream version.
+            m.upstream_changed_at = match base {
+                Some(b) if upstream_version(b) == upstream_version(&rec) => b
+                    .managed_by
+                    .as_ref()
+                    .and_then(|m| m.upstream_changed_at.clone()),
+                _ => Some(ctx.now.clone()),
+            };
+            rec.managed_by = Some(m);
         }
         Content::View(m) => {
             rec.schema = m.schema.clone();

@@ -13,7 +13,7 @@ use flotilla_domain::names::{NamespacePath, validate_segment};
 use super::discover::{Discovered, TableLoad};
 use super::plan::{
     Content, Ctx, Desired, DesiredRelation, build, content_fingerprint, namespace_record,
-    path_identity,
+    path_identity, untrusted_fingerprint,
 };
 use super::target::TargetState;
 use super::{Conflict, Holder, ReconcileError};
@@ -121,7 +121,11 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                     None => continue,
                 }
             }
-            TableLoad::Loaded { metadata, etag } => {
+            TableLoad::Loaded {
+                metadata,
+                etag,
+                etag_untrusted,
+            } => {
                 let answered = &metadata.identifier;
                 if let Some(reason) = answered_for_other(answered, &t.namespace, &t.name, "table") {
                     let kind = RelationKind::Table;
@@ -137,7 +141,13 @@ pub fn preflight(found: &Discovered, target: &TargetState, overlay: &OverlayReco
                 }
                 let (ext, stable) =
                     held_identity(metadata.stable_id.as_ref(), found, &t.namespace, &t.name);
-                let fingerprint = etag.clone().or_else(|| Some(content_fingerprint(metadata)));
+                let fingerprint = if *etag_untrusted
+                    || target.etag_untrusted(&t.namespace, &t.name, &overlay.id)
+                {
+                    Some(untrusted_fingerprint(metadata))
+                } else {
+                    etag.clone().or_else(|| Some(content_fingerprint(metadata)))
+                };
                 (
                     ext,
                     stable,

@@ -148,33 +148,126 @@ pub async fn record(
             last_started_ms: Some(started_ms),
             consecutive_failures: summary.consecutive_failures,
             last_success_time: summary.last_success_time.clone(),
+            last_success_started_ms: match summary.outcome {
+                Outcome::Succeeded => Some(started_ms),
+                Outcome::Failed => prev.last_success_started_ms,
+            },
+            failing_since: match summary.outcome {
+                Outcome::Succeeded => None,
+                Outcome::Failed => prev
+                    .failing_since
+                    .clone()
+                    .filter(|_| prev.consecutive_failures > 0)
+                    .or_else(|| Some(summary.started_at.clone())),
+            },
+            confirmed: match summary.outcome {
+                // The run confirmed every table it kept, after it started.
+                Outcome::Succeeded => prev
+                    .confirmed
+                    .into_iter()
+                    .filter(|(_, at)| *at > started_ms)
+                    .collect(),
+                Outcome::Failed => prev.confirmed,
+            },
         };
         let body = to_body(&status)?;
-        let put = match version {
-            Some(v) => Op::replace(status_key.clone(), v, body.clone()),
-            None => Op::create(status_key.clone(), body.clone()),
-        };
-        let tx = Transaction::new()
-            .with(put)
-            .with(Op::check(
-                keys::overlay(account, overlay_id),
-                Condition::Exists,
-            ))
-            .with(Op::check(
-                keys::overlay_fence(account, overlay_id),
-                Condition::Absent,
-            ));
-        written = Some(body);
-        match state.store.transact(tx).await {
-            Ok(()) => return Ok(()),
-            Err(MetastoreError::ConditionFailed { reasons }) => {
-                if reasons.iter().skip(1).any(|r| !matches!(r, OpOutcome::Ok)) {
-                    return Err(ReconcileError::FenceLost);
-                }
-                // Another run recorded meanwhile: read it and decide again.
+        written = Some(body.clone());
+        // Not applied: another run recorded meanwhile; read it and decide again.
+        if write(state, account, overlay_id, version, body, attempt).await? {
+            return Ok(());
+        }
+    }
+    Err(Error::unavailable("status write did not converge").into())
+}
+
+/// Writes the overlay's status item `body` at `version` (`None`: creates it), asserting that
+/// the overlay exists and is not being deleted (no orphan status item). `Ok(false)` when it
+/// was not applied and the caller reads again and retries (the item moved, or a transient
+/// failure, after a backoff); [`ReconcileError::FenceLost`] when the overlay is gone or
+/// being deleted.
+async fn write(
+    state: &AppState,
+    account: &str,
+    overlay_id: &str,
+    version: Option<u64>,
+    body: Vec<u8>,
+    attempt: usize,
+) -> Result<bool, ReconcileError> {
+    let status_key = keys::overlay_status(account, overlay_id);
+    let put = match version {
+        Some(v) => Op::replace(status_key, v, body),
+        None => Op::create(status_key, body),
+    };
+    let tx = Transaction::new()
+        .with(put)
+        .with(Op::check(
+            keys::overlay(account, overlay_id),
+            Condition::Exists,
+        ))
+        .with(Op::check(
+            keys::overlay_fence(account, overlay_id),
+            Condition::Absent,
+        ));
+    match state.store.transact(tx).await {
+        Ok(()) => Ok(true),
+        Err(MetastoreError::ConditionFailed { reasons }) => {
+            if reasons.iter().skip(1).any(|r| !matches!(r, OpOutcome::Ok)) {
+                return Err(ReconcileError::FenceLost);
             }
-            Err(e) if e.is_retryable() || e.is_outcome_unknown() => backoff(attempt).await,
-            Err(e) => return Err(e.into()),
+            Ok(false)
+        }
+        Err(e) if e.is_retryable() || e.is_outcome_unknown() => {
+            backoff(attempt).await;
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Targeted confirmations an overlay's status keeps, at most (the oldest are dropped: their
+/// tables fall back to the last successful run's start, an earlier `checked_at`).
+pub const MAX_CONFIRMATIONS: usize = 1000;
+
+/// Records that a targeted refresh confirmed the upstream state of `relation_ids` at `at_ms`
+/// (their `upstream.checked_at`), in the overlay's status item: one write per refresh,
+/// asserting, like [`record`], that the overlay exists and is not being deleted.
+pub async fn confirm(
+    state: &AppState,
+    account: &str,
+    overlay_id: &str,
+    relation_ids: &[String],
+    at_ms: i64,
+) -> Result<(), ReconcileError> {
+    if relation_ids.is_empty() {
+        return Ok(());
+    }
+    let store = state.store.as_ref();
+    let status_key = keys::overlay_status(account, overlay_id);
+    for attempt in 0..MAX_ATTEMPTS {
+        let current = store.get(&status_key, Consistency::Strong).await?;
+        let (mut status, version) = match &current {
+            Some(item) => (item.json::<OverlayStatus>()?, Some(item.version)),
+            None => (OverlayStatus::default(), None),
+        };
+        let floor = status.last_success_started_ms.unwrap_or(i64::MIN);
+        for id in relation_ids {
+            status.confirmed.insert(id.clone(), at_ms);
+        }
+        status.confirmed.retain(|_, at| *at > floor);
+        while status.confirmed.len() > MAX_CONFIRMATIONS {
+            let Some(oldest) = status
+                .confirmed
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(id, _)| id.clone())
+            else {
+                break;
+            };
+            status.confirmed.remove(&oldest);
+        }
+        let body = to_body(&status)?;
+        if write(state, account, overlay_id, version, body, attempt).await? {
+            return Ok(());
         }
     }
     Err(Error::unavailable("status write did not converge").into())

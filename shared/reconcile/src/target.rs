@@ -27,6 +27,12 @@ pub type Slot = (NamespacePath, String);
 /// `If-None-Match`.
 pub(crate) const CONTENT_FINGERPRINT_PREFIX: &str = "sha256:";
 
+/// A content fingerprint of a table whose upstream ETag proved no validator (a full answer
+/// carrying the tag that was sent): it stays a content fingerprint whatever tag later
+/// answers carry, so the table is never loaded conditionally again (nor flips between the
+/// two). Starts with [`CONTENT_FINGERPRINT_PREFIX`], so it is never sent either.
+pub(crate) const UNTRUSTED_ETAG_PREFIX: &str = "sha256:untrusted-etag:";
+
 /// What the target catalog holds, read strongly at the start of a run.
 #[derive(Debug, Default)]
 pub struct TargetState {
@@ -108,6 +114,17 @@ impl TargetState {
         m.upstream_fingerprint
             .as_deref()
             .filter(|f| !f.starts_with(CONTENT_FINGERPRINT_PREFIX))
+    }
+
+    /// Whether this overlay's table at `(ns, name)` is stored with an untrusted-tag
+    /// fingerprint ([`UNTRUSTED_ETAG_PREFIX`]).
+    pub fn etag_untrusted(&self, ns: &NamespacePath, name: &str, overlay_id: &str) -> bool {
+        self.relations
+            .get(&(ns.clone(), name.to_owned()))
+            .and_then(|r| r.value.managed_by.as_ref())
+            .filter(|m| m.overlay_id == overlay_id)
+            .and_then(|m| m.upstream_fingerprint.as_deref())
+            .is_some_and(|f| f.starts_with(UNTRUSTED_ETAG_PREFIX))
     }
 
     /// This overlay's relations.

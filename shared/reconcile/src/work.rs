@@ -141,6 +141,16 @@ pub(crate) async fn queue_capture_job(
     work: &dyn flotilla_services::state::WorkSender,
     m: &ReconcileMessage,
 ) -> Result<(), ReconcileError> {
+    plan_and_queue_capture(state, work, m).await.map(|_| ())
+}
+
+/// [`queue_capture_job`], answering the plan it queued (`None` when it queued nothing: the
+/// capture is current, or the work no longer applies).
+pub(crate) async fn plan_and_queue_capture(
+    state: &AppState,
+    work: &dyn flotilla_services::state::WorkSender,
+    m: &ReconcileMessage,
+) -> Result<Option<crate::capture::CapturePlan>, ReconcileError> {
     use crate::capture::CaptureOptions;
     let opts = CaptureOptions {
         expect_generation: Some(m.observed_generation),
@@ -148,7 +158,7 @@ pub(crate) async fn queue_capture_job(
     };
     let plan = match crate::capture::plan(state, &m.account_id, &m.overlay_id, &opts).await {
         Ok(plan) => plan,
-        Err(e) if e.no_longer_applies() => return Ok(()),
+        Err(e) if e.no_longer_applies() => return Ok(None),
         Err(e) => {
             tracing::warn!(overlay_id = %m.overlay_id, code = e.code(), cause = %e.cause(), "capture could not be planned");
             return Err(e);
@@ -156,7 +166,7 @@ pub(crate) async fn queue_capture_job(
     };
     if !plan.has_work() {
         tracing::info!(overlay_id = %m.overlay_id, unchanged = plan.unchanged, "capture is current");
-        return Ok(());
+        return Ok(None);
     }
     let message = WorkMessage::Capture(m.capture_job());
     match work.send_bodies(&[message.to_body()]).await {
@@ -167,7 +177,7 @@ pub(crate) async fn queue_capture_job(
                 retire = plan.orphans.len(),
                 "capture job queued"
             );
-            Ok(())
+            Ok(Some(plan))
         }
         Err(e) => {
             tracing::warn!(overlay_id = %m.overlay_id, cause = %e, "the capture job was not queued");

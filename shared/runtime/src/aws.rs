@@ -76,6 +76,7 @@ pub async fn build_state(settings: &AwsSettings) -> AppState {
         Arc::new(ClaimsOnly),
         Config {
             reconcile: flotilla_base::limits::Limits::from_env(),
+            capture_wait_ms: flotilla_services::state::capture_wait_ms_from_env(),
             ..Config::default()
         },
     );

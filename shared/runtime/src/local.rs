@@ -184,6 +184,7 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         reconcile: flotilla_base::limits::Limits::from_env(),
         // The host runs the event sink deliverer (`spawn_event_sinks`).
         event_sinks: true,
+        capture_wait_ms: flotilla_services::state::capture_wait_ms_from_env(),
         ..Config::default()
     };
     let state = AppState::new(

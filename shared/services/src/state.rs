@@ -11,6 +11,31 @@ use crate::clock::Clock;
 use crate::error::Result;
 use flotilla_secrets::{CredentialStore, NoCredentialStore};
 
+/// The default of [`Config::capture_wait_ms`].
+pub const DEFAULT_CAPTURE_WAIT_MS: u64 = 20_000;
+
+/// The environment variable that sets [`Config::capture_wait_ms`] (`flotilla serve`, the api
+/// function).
+pub const ENV_CAPTURE_WAIT_MS: &str = "FLOTILLA_CAPTURE_WAIT_MS";
+
+/// [`Config::capture_wait_ms`] from the process environment: a positive integer, else the
+/// default (with a warning when set to something else).
+pub fn capture_wait_ms_from_env() -> u64 {
+    match std::env::var(ENV_CAPTURE_WAIT_MS) {
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                tracing::warn!(
+                    setting = ENV_CAPTURE_WAIT_MS,
+                    "ignoring a capture wait that is not a positive integer"
+                );
+                DEFAULT_CAPTURE_WAIT_MS
+            }
+        },
+        Err(_) => DEFAULT_CAPTURE_WAIT_MS,
+    }
+}
+
 /// Deployment settings that change behaviour.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -35,6 +60,9 @@ pub struct Config {
     /// This host delivers event sinks (`flotilla serve` runs the deliverer); elsewhere (AWS,
     /// where events go to EventBridge) creating a sink answers `409 FAILED_PRECONDITION`.
     pub event_sinks: bool,
+    /// How long `POST .../reconcile?wait_for_capture=true` waits for the capture of what the
+    /// run changed before it answers `PENDING` (below API Gateway's 29 s integration timeout).
+    pub capture_wait_ms: u64,
 }
 
 impl Default for Config {
@@ -48,6 +76,7 @@ impl Default for Config {
             events: true,
             event_retention_secs: 7 * 24 * 3600,
             event_sinks: false,
+            capture_wait_ms: DEFAULT_CAPTURE_WAIT_MS,
         }
     }
 }

@@ -367,6 +367,13 @@ pub static RECONCILE_DURATION: MetricDef = MetricDef::timing_ms(
     "Duration of completed reconcile runs, milliseconds.",
     &[],
 );
+pub static CAPTURE_VISIBLE_LAG: MetricDef = MetricDef::timing_ms(
+    "flotilla_capture_visible_lag_ms",
+    "CaptureVisibleLag",
+    "Time from Flotilla first seeing an overlay table's upstream version to that version \
+     becoming query-visible, milliseconds.",
+    &[],
+);
 pub static RECONCILE_ENQUEUED: MetricDef = MetricDef::counter(
     "flotilla_reconcile_enqueued_total",
     "ReconcileEnqueued",
@@ -418,6 +425,7 @@ pub static ALL: &[&MetricDef] = &[
     &RECONCILE_RUN_OUTCOMES,
     &RECONCILE_FAILURES,
     &RECONCILE_DURATION,
+    &CAPTURE_VISIBLE_LAG,
     &RECONCILE_ENQUEUED,
     &API_REQUESTS,
     &API_LATENCY,

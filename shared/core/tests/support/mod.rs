@@ -505,6 +505,7 @@ pub async fn put_managed_table(
             upstream_namespace: ns.iter().map(|s| s.to_string()).collect(),
             upstream_name: name.to_owned(),
             upstream_fingerprint: None,
+            upstream_changed_at: None,
         }),
         revision: 1,
         create_time: "2027-01-15T08:00:00Z".into(),

@@ -601,6 +601,9 @@ impl Job<'_> {
             captured_at: self.state.clock.now_rfc3339(),
             overlay_generation: self.plan.observed.overlay.generation,
             integration_generation: self.plan.observed.integration.generation,
+            visible_at: None,
+            failing_since: None,
+            failed_attempts: 0,
         };
         self.publish(table, files, pointer, vec![(version.to_owned(), reason)], 0)
             .await
@@ -655,6 +658,9 @@ impl Job<'_> {
             captured_at: now.clone(),
             overlay_generation: self.plan.observed.overlay.generation,
             integration_generation: self.plan.observed.integration.generation,
+            visible_at: None,
+            failing_since: None,
+            failed_attempts: 0,
         };
         let mut errors: Vec<(String, String)> = Vec::new();
         let mut validated = 0;
@@ -811,6 +817,8 @@ impl Job<'_> {
             }
         }
         // The pointer: atomically the new validation generation, its error count and state.
+        let now = self.state.clock.now_rfc3339();
+        pointer.settle_times(table.pointer.as_ref().map(|p| &p.value), &now);
         let key = keys::capture_pointer(self.catalog_id(), &rel.id);
         let body = to_body(&pointer)?;
         let op = match &table.pointer {
@@ -860,6 +868,17 @@ impl Job<'_> {
             Ok(true) => {
                 if closing {
                     self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+                }
+                // A version that became visible now: its lag since Flotilla first saw it.
+                if pointer.visible_at.as_deref() == Some(now.as_str())
+                    && let Some(seen) = rel
+                        .managed_by
+                        .as_ref()
+                        .and_then(|m| m.upstream_changed_at.as_deref())
+                        .and_then(flotilla_domain::clock::ms_from_rfc3339)
+                {
+                    let lag = self.state.clock.now_ms().saturating_sub(seen).max(0);
+                    flotilla_telemetry::catalog::CAPTURE_VISIBLE_LAG.observe_ms(&[], lag as f64);
                 }
             }
             other => {

@@ -123,6 +123,67 @@ pub struct CapturePointer {
     pub captured_at: String,
     pub overlay_generation: u64,
     pub integration_generation: u64,
+    /// When the version this pointer records became query-visible (`None` while it is not
+    /// visible): kept by later validations of the same version, so it is the time engines
+    /// could first read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visible_at: Option<String>,
+    /// Since when the table's captures have failed in a row (`INVALID`, `NOT_READABLE` or
+    /// `QUARANTINED`; `None` when this one did not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<String>,
+    /// How many captures in a row failed, this one included (`0` when it did not).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_attempts: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl CapturePointer {
+    /// Whether this capture is a failure of the table (a status lists it).
+    pub fn failed(&self) -> bool {
+        self.validation != ValidationState::Valid
+    }
+
+    /// Sets the times this pointer carries from `previous`, the pointer it is about to
+    /// replace: [`visible_at`](Self::visible_at) (none when it is not visible, the previous
+    /// one when that was visible at the same version, else `now`) and the failure streak
+    /// ([`failing_since`](Self::failing_since), [`failed_attempts`](Self::failed_attempts)).
+    pub fn settle_times(&mut self, previous: Option<&CapturePointer>, now: &str) {
+        self.settle_failure(previous, now);
+        self.settle_visible_at(previous, now);
+    }
+
+    fn settle_failure(&mut self, previous: Option<&CapturePointer>, now: &str) {
+        let streak = previous.filter(|p| p.failed());
+        (self.failing_since, self.failed_attempts) = if self.failed() {
+            (
+                streak
+                    .and_then(|p| p.failing_since.clone())
+                    .or_else(|| Some(now.to_owned())),
+                streak.map_or(0, |p| p.failed_attempts) + 1,
+            )
+        } else {
+            (None, 0)
+        };
+    }
+
+    /// Sets [`visible_at`](Self::visible_at) alone (a visibility override changed).
+    pub fn settle_visible_at(&mut self, previous: Option<&CapturePointer>, now: &str) {
+        self.visible_at = if !Visibility::of(Some(self)).visible {
+            None
+        } else {
+            previous
+                .filter(|p| {
+                    p.metadata_location == self.metadata_location
+                        && p.snapshot_id == self.snapshot_id
+                })
+                .and_then(|p| p.visible_at.clone())
+                .or_else(|| Some(now.to_owned()))
+        };
+    }
 }
 
 /// Whether engines may query a table, and why not.
@@ -185,4 +246,88 @@ pub struct ValidationErrorRecord {
     pub code: Option<String>,
     pub validation_id: String,
     pub validation_generation: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pointer(location: &str, validation: ValidationState) -> CapturePointer {
+        CapturePointer {
+            relation_id: "r".into(),
+            overlay_id: "o".into(),
+            integration_id: "i".into(),
+            namespace: vec!["sales".into()],
+            name: "orders".into(),
+            format: "ICEBERG".into(),
+            snapshot_id: Some(1),
+            metadata_location: location.into(),
+            object: None,
+            files: 0,
+            records: 0,
+            bytes: 0,
+            validation_generation: 1,
+            validation_id: "v".into(),
+            validation,
+            errors: u64::from(validation == ValidationState::Invalid),
+            reason: None,
+            visibility_override: false,
+            captured_at: "t0".into(),
+            overlay_generation: 1,
+            integration_generation: 1,
+            visible_at: None,
+            failing_since: None,
+            failed_attempts: 0,
+        }
+    }
+
+    /// `visible_at` is when a version first became visible (kept by revalidations of it,
+    /// reset by a new version, cleared while invisible); a failure streak counts attempts
+    /// from its first failure.
+    #[test]
+    fn times_follow_versions_and_failure_streaks() {
+        let mut first = pointer("m1", ValidationState::Valid);
+        first.settle_times(None, "t1");
+        assert_eq!(first.visible_at.as_deref(), Some("t1"));
+        assert_eq!(
+            (first.failing_since.as_deref(), first.failed_attempts),
+            (None, 0)
+        );
+
+        let mut again = pointer("m1", ValidationState::Valid);
+        again.settle_times(Some(&first), "t2");
+        assert_eq!(again.visible_at.as_deref(), Some("t1"), "same version");
+
+        let mut bad = pointer("m2", ValidationState::NotReadable);
+        bad.settle_times(Some(&again), "t3");
+        assert_eq!(bad.visible_at, None);
+        assert_eq!(
+            (bad.failing_since.as_deref(), bad.failed_attempts),
+            (Some("t3"), 1)
+        );
+        let mut still = pointer("m2", ValidationState::NotReadable);
+        still.settle_times(Some(&bad), "t4");
+        assert_eq!(
+            (still.failing_since.as_deref(), still.failed_attempts),
+            (Some("t3"), 2)
+        );
+
+        let mut fixed = pointer("m2", ValidationState::Valid);
+        fixed.settle_times(Some(&still), "t5");
+        assert_eq!(fixed.visible_at.as_deref(), Some("t5"), "a new version");
+        assert_eq!(fixed.failed_attempts, 0);
+
+        // An override makes an invalid version visible from then on.
+        let mut invalid = pointer("m3", ValidationState::Invalid);
+        invalid.settle_times(Some(&fixed), "t6");
+        assert_eq!(invalid.visible_at, None);
+        let before = invalid.clone();
+        invalid.visibility_override = true;
+        invalid.settle_visible_at(Some(&before), "t7");
+        assert_eq!(invalid.visible_at.as_deref(), Some("t7"));
+        assert_eq!(
+            invalid.failed_attempts, 1,
+            "an override is no capture attempt"
+        );
+    }
 }

@@ -193,7 +193,10 @@ pub async fn set_override(
             ));
         };
         if p.value.visibility_override != visible {
+            let before = p.value.clone();
             p.value.visibility_override = visible;
+            p.value
+                .settle_visible_at(Some(&before), &state.clock.now_rfc3339());
             let tx = Transaction::new()
                 .with(Op::check(
                     keys::relation(catalog_id, ns, name),

@@ -83,9 +83,11 @@ pub struct Delivery {
     pub receives: u32,
 }
 
-/// The in-process queue of `flotilla serve`. Messages already queued (same overlay and
-/// generation) are not queued twice, so a scheduler tick that comes round while a long run
-/// is still waiting does not pile up duplicates.
+/// The in-process queue of `flotilla serve`. A message still waiting in the queue (same
+/// overlay and generation) is not queued twice, so a scheduler tick that comes round while a
+/// long run is still waiting does not pile up duplicates. One that a worker has taken no
+/// longer counts: the same message sent while it runs is queued (it may carry work the
+/// running one planned too early to see).
 #[derive(Clone)]
 pub struct ChannelQueue {
     tx: mpsc::UnboundedSender<Delivery>,
@@ -112,6 +114,12 @@ impl ChannelQueue {
         self.queued
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A worker took `d`: it no longer counts as waiting, so the same message sent from now
+    /// on is queued again.
+    pub fn taken(&self, d: &Delivery) {
+        self.queued().remove(&ident(&d.message));
     }
 
     fn redeliver(&self, d: Delivery) -> Result<(), QueueError> {
@@ -225,8 +233,16 @@ pub async fn handle_delivery_outcome(
     opts: &WorkerOptions,
 ) -> (DeliveryResult, MessageOutcome) {
     d.receives += 1;
+    // Taken: no longer waiting, so the same message sent while this one runs (a capture job
+    // queued by a run that changed more, while the previous job of the overlay is capturing)
+    // is queued again rather than dropped as a duplicate of one that already planned.
+    queue.taken(&d);
     let outcome = handle_work(state, connector, &d.message).await;
     if outcome.redeliver() && d.receives < opts.max_receives {
+        if !queue.queued().insert(ident(&d.message)) {
+            // An identical message was queued while this one ran: it is the redelivery.
+            return (DeliveryResult::Redelivering, outcome);
+        }
         let q = queue.clone();
         let delay = opts.retry_delay;
         tokio::spawn(async move {
@@ -235,7 +251,6 @@ pub async fn handle_delivery_outcome(
         });
         return (DeliveryResult::Redelivering, outcome);
     }
-    queue.queued().remove(&ident(&d.message));
     if let flotilla_reconcile::work::MessageOutcome::Continued { next } = &outcome
         && let Err(e) = queue.send(std::slice::from_ref(next.as_ref())).await
     {
@@ -644,5 +659,31 @@ mod tests {
         })
         .await;
         assert_eq!(*seen.lock().unwrap(), ["a/CAPTURE#next"]);
+    }
+}
+
+#[cfg(test)]
+mod waiting_tests {
+    use super::*;
+
+    /// A message still waiting is not queued twice; once a worker took it, the same message
+    /// is queued again (a capture job sent while the overlay's previous one runs).
+    #[tokio::test]
+    async fn a_message_taken_by_a_worker_no_longer_blocks_its_twin() {
+        let (queue, mut rx) = ChannelQueue::new();
+        let m: WorkMessage = flotilla_reconcile::work::CaptureMessage {
+            account_id: "acme".into(),
+            overlay_id: "o1".into(),
+            observed_generation: 1,
+            revalidate: false,
+        }
+        .into();
+        queue.send(std::slice::from_ref(&m)).await.unwrap();
+        queue.send(std::slice::from_ref(&m)).await.unwrap();
+        let d = rx.recv().await.unwrap();
+        assert!(rx.try_recv().is_err(), "waiting: not queued twice");
+        queue.taken(&d);
+        queue.send(std::slice::from_ref(&m)).await.unwrap();
+        assert_eq!(rx.try_recv().unwrap().message, m, "taken: queued again");
     }
 }

@@ -142,6 +142,9 @@ impl Job<'_> {
             captured_at: now.clone(),
             overlay_generation: self.plan.observed.overlay.generation,
             integration_generation: self.plan.observed.integration.generation,
+            visible_at: None,
+            failing_since: None,
+            failed_attempts: 0,
         };
         // The previous capture's version and metadata location, when they are what to
         // compare with (a table replaced at another location is not unchanged).
