@@ -315,6 +315,12 @@ pub fn catalog_pk(catalog_id: &str) -> String {
     format!("CAT#{catalog_id}")
 }
 
+/// The catalog id of a catalog partition key (`CAT#{catalog_id}`); `None` for any other
+/// partition (the push path reads partition keys from stream records).
+pub fn parse_catalog_pk(pk: &str) -> Option<&str> {
+    pk.strip_prefix("CAT#").filter(|c| !c.is_empty())
+}
+
 /// Transient guard installed by a catalog delete while it proves emptiness; creates in the
 /// catalog assert its absence. A stale guard (crashed deleter) is removed by the next
 /// writer that meets it.
@@ -662,6 +668,9 @@ mod tests {
             Some((1_700_000_000_000, "acme".into(), "i1".into()))
         );
         assert_eq!(catalog("acme", "c1"), k("ACCT#acme", "CAT#c1"));
+        assert_eq!(parse_catalog_pk(&catalog_pk("c1")), Some("c1"));
+        assert_eq!(parse_catalog_pk("CAT#"), None);
+        assert_eq!(parse_catalog_pk(&account_pk("acme")), None);
         assert_eq!(acl_generation("acme"), k("ACCT#acme", "ACL#GEN"));
         assert_eq!(role("acme", "r"), k("ACCT#acme", "ACL#ROLE#r"));
         assert_eq!(

@@ -417,6 +417,7 @@ impl<'a> Publisher<'a> {
         };
         Ok(events::event_op_by(
             self.state,
+            &self.overlay.account_id,
             Some(events::Actor::overlay(&self.overlay.id)),
             operation,
         )?

@@ -223,6 +223,12 @@ pub fn relation_type(verb: &str, kind: RelationKind) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub event_id: String,
+    /// The account the change was made in. It travels with the event because the catalog
+    /// partition does not name its account, and a consumer of the pushed events (the
+    /// `events` function: EventBridge) reads nothing but the event. Absent on events written
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
     /// The event's place in its catalog's log; 0 while pending.
     #[serde(default)]
     pub sequence: u64,
@@ -270,17 +276,18 @@ pub fn summarize_updates(updates: &[Value]) -> Vec<Value> {
 
 // ---- writing ----------------------------------------------------------------------------
 
-/// The operation that records `operation` in the transaction making the change: one new
-/// pending item (created only if absent), expiring after the retention. `None` when the
-/// host turned events off.
-pub fn event_op(state: &AppState, operation: Operation) -> Result<Option<Op>> {
-    event_op_by(state, None, operation)
+/// The operation that records `operation` of `account` in the transaction making the
+/// change: one new pending item (created only if absent), expiring after the retention.
+/// `None` when the host turned events off.
+pub fn event_op(state: &AppState, account: &str, operation: Operation) -> Result<Option<Op>> {
+    event_op_by(state, account, None, operation)
 }
 
 /// [`event_op`] for a change made by someone other than the request's principal (an
 /// overlay's reconciliation): `actor` replaces the request's.
 pub fn event_op_by(
     state: &AppState,
+    account: &str,
     actor: Option<Actor>,
     operation: Operation,
 ) -> Result<Option<Op>> {
@@ -292,6 +299,7 @@ pub fn event_op_by(
     let now = state.clock.now_ms();
     let event = Event {
         event_id: new_id(),
+        account_id: Some(account.to_owned()),
         sequence: 0,
         timestamp_ms: now,
         request_id,
@@ -305,17 +313,27 @@ pub fn event_op_by(
     ))
 }
 
-/// Pushes the event of `operation` onto `tx` (nothing when events are off).
-pub fn record(state: &AppState, tx: &mut Transaction, operation: Operation) -> Result<()> {
-    if let Some(op) = event_op(state, operation)? {
+/// Pushes the event of `operation` of `account` onto `tx` (nothing when events are off).
+pub fn record(
+    state: &AppState,
+    account: &str,
+    tx: &mut Transaction,
+    operation: Operation,
+) -> Result<()> {
+    if let Some(op) = event_op(state, account, operation)? {
         tx.push(op);
     }
     Ok(())
 }
 
 /// [`record`] for a list of operations being built.
-pub fn record_into(state: &AppState, ops: &mut Vec<Op>, operation: Operation) -> Result<()> {
-    if let Some(op) = event_op(state, operation)? {
+pub fn record_into(
+    state: &AppState,
+    account: &str,
+    ops: &mut Vec<Op>,
+    operation: Operation,
+) -> Result<()> {
+    if let Some(op) = event_op(state, account, operation)? {
         ops.push(op);
     }
     Ok(())
@@ -338,13 +356,61 @@ fn one() -> u64 {
 }
 
 async fn read_head(store: &dyn Metastore, catalog_id: &str) -> Result<Option<(Head, u64)>> {
-    match store
-        .get(&keys::event_head(catalog_id), Consistency::Strong)
-        .await?
-    {
+    read_head_at(store, &keys::event_head(catalog_id)).await
+}
+
+async fn read_head_at(store: &dyn Metastore, head: &keys::Key) -> Result<Option<(Head, u64)>> {
+    match store.get(head, Consistency::Strong).await? {
         Some(item) => Ok(Some((decode::<Head>(&item)?, item.version))),
         None => Ok(None),
     }
+}
+
+/// One event log: a partition whose pending events (`EVQ#…`) a seal moves into its dense
+/// log (`EVT#…`) under its head. Every log keeps those sort keys in its own partition, so
+/// what differs between kinds of log is only the partition and the builders of its keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventLog {
+    /// A catalog's log, in the catalog partition (`CAT#{catalog_id}`).
+    Catalog(String),
+}
+
+impl EventLog {
+    /// The log whose pending items and entries live in partition `pk`; `None` for a partition
+    /// that holds no event log. The one mapping from a partition to its log: the push path
+    /// (a stream record names only its item's key) asks here which log to seal, so a new
+    /// kind of log is one more arm here and in the key builders below.
+    pub fn of_partition(pk: &str) -> Option<EventLog> {
+        keys::parse_catalog_pk(pk).map(|c| EventLog::Catalog(c.to_owned()))
+    }
+
+    fn pk(&self) -> String {
+        match self {
+            EventLog::Catalog(c) => keys::catalog_pk(c),
+        }
+    }
+
+    fn head(&self) -> keys::Key {
+        match self {
+            EventLog::Catalog(c) => keys::event_head(c),
+        }
+    }
+
+    fn entry(&self, sequence: u64) -> keys::Key {
+        match self {
+            EventLog::Catalog(c) => keys::event_log(c, sequence),
+        }
+    }
+}
+
+/// Whether a seal left the log's pending events drained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sealed {
+    /// No pending event was left when the seal last looked.
+    Drained,
+    /// The round bound was reached with pending events left (a larger backlog, or writers
+    /// still committing): the next seal goes on from there.
+    More,
 }
 
 /// Moves the catalog's pending events into its log, oldest first, until none are pending
@@ -354,24 +420,32 @@ async fn read_head(store: &dyn Metastore, catalog_id: &str) -> Result<Option<(He
 /// left. A lost race is progress (the winner sealed), so concurrent readers never starve
 /// one another.
 pub async fn seal(store: &dyn Metastore, catalog_id: &str) -> Result<()> {
-    let head_key = keys::event_head(catalog_id);
-    // Rounds: seals that committed, this reader's or a concurrent one's.
+    seal_log(
+        store,
+        &EventLog::Catalog(catalog_id.to_owned()),
+        MAX_SEALS_PER_READ,
+    )
+    .await
+    .map(|_| ())
+}
+
+/// [`seal`] for any event log, committing at most `max_rounds` seals (this caller's or
+/// concurrent ones'); answers whether the pending events were drained.
+pub async fn seal_log(store: &dyn Metastore, log: &EventLog, max_rounds: usize) -> Result<Sealed> {
+    let head_key = log.head();
+    // Rounds: seals that committed, this caller's or a concurrent one's.
     let mut rounds = 0;
     let mut failures = 0;
-    while rounds < MAX_SEALS_PER_READ {
-        let head = read_head(store, catalog_id).await?;
+    while rounds < max_rounds {
+        let head = read_head_at(store, &head_key).await?;
         let pending = store
             .query(
-                &Query::new(
-                    keys::catalog_pk(catalog_id),
-                    keys::EVENT_PENDING_PREFIX,
-                    Consistency::Strong,
-                )
-                .limit(SEAL_BATCH),
+                &Query::new(log.pk(), keys::EVENT_PENDING_PREFIX, Consistency::Strong)
+                    .limit(SEAL_BATCH),
             )
             .await?;
         if pending.items.is_empty() {
-            return Ok(());
+            return Ok(Sealed::Drained);
         }
         let (next, first, head_condition) = match &head {
             Some((h, version)) => (h.next, h.first, Condition::Version(*version)),
@@ -385,10 +459,7 @@ pub async fn seal(store: &dyn Metastore, catalog_id: &str) -> Result<()> {
             tx.push(Op::delete_at(item.key.clone(), item.version));
             // No TTL in the log: readers remove expired entries themselves, moving the
             // head's `first` with them, so that no entry ever vanishes unannounced.
-            tx.push(Op::create(
-                keys::event_log(catalog_id, seq),
-                to_body(&event)?,
-            ));
+            tx.push(Op::create(log.entry(seq), to_body(&event)?));
             seq += 1;
         }
         tx.push(Op::Put {
@@ -401,10 +472,10 @@ pub async fn seal(store: &dyn Metastore, catalog_id: &str) -> Result<()> {
             Ok(()) => {
                 rounds += 1;
                 if pending.next.is_none() {
-                    return Ok(());
+                    return Ok(Sealed::Drained);
                 }
             }
-            // A failed condition means another reader sealed meanwhile (the head or a
+            // A failed condition means another sealer sealed meanwhile (the head or a
             // pending item moved): progress all the same. Re-read and go on from there.
             Err(e) if is_condition_failure(&e) => rounds += 1,
             // The store was busy, or the seal may have applied: re-read, after a pause.
@@ -418,7 +489,7 @@ pub async fn seal(store: &dyn Metastore, catalog_id: &str) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(Sealed::More)
 }
 
 /// Removes expired events from the start of the log and moves the head's `first` past them,

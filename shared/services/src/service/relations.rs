@@ -264,6 +264,7 @@ async fn create_relation(
             ops.push(directory_bump(catalog_id)?);
             events::record_into(
                 state,
+                account,
                 &mut ops,
                 Operation::relation(event_type, catalog_id, ns, &rec.name)
                     .with_metadata_location(rec.metadata_location.as_deref()),
@@ -618,7 +619,7 @@ pub async fn patch(
             Operation::relation(&relation_type(verb, kind), catalog_id, ns, name)
                 .with_metadata_location(next.metadata_location.as_deref())
         };
-        events::record(state, &mut tx, operation)?;
+        events::record(state, account, &mut tx, operation)?;
         match store.transact(tx).await {
             Ok(()) => return Ok(next.to_api()),
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,
@@ -658,6 +659,7 @@ pub async fn delete(
         }
         events::record(
             state,
+            account,
             &mut tx,
             Operation::relation(&relation_type("drop", kind), catalog_id, ns, name),
         )?;
