@@ -362,16 +362,35 @@ fn events_samples_are_stream_batches_of_event_item_inserts() {
             // What the mapping's FilterCriteria (infra/template.yaml) admits: the inserts of
             // pending events and log entries, from a stream of new images.
             assert_eq!(record.event_name, "INSERT", "{file}");
-            assert_eq!(record.event_source.as_deref(), Some("aws:dynamodb"), "{file}");
+            assert_eq!(
+                record.event_source.as_deref(),
+                Some("aws:dynamodb"),
+                "{file}"
+            );
             let change = &record.change;
-            assert_eq!(change.stream_view_type, Some(StreamViewType::NewImage), "{file}");
-            assert!(change.sequence_number.as_deref().is_some_and(|s| !s.is_empty()), "{file}");
+            assert_eq!(
+                change.stream_view_type,
+                Some(StreamViewType::NewImage),
+                "{file}"
+            );
+            assert!(
+                change
+                    .sequence_number
+                    .as_deref()
+                    .is_some_and(|s| !s.is_empty()),
+                "{file}"
+            );
             let keys = serde_json::to_value(&change.keys).expect("keys");
             let image = serde_json::to_value(&change.new_image).expect("image");
             let sk = keys["sk"]["S"].as_str().unwrap_or_default();
-            assert!(sk.starts_with("EVQ#") || sk.starts_with("EVT#"), "{file}: {sk}");
             assert!(
-                keys["pk"]["S"].as_str().is_some_and(|pk| pk.starts_with("CAT#")),
+                sk.starts_with("EVQ#") || sk.starts_with("EVT#"),
+                "{file}: {sk}"
+            );
+            assert!(
+                keys["pk"]["S"]
+                    .as_str()
+                    .is_some_and(|pk| pk.starts_with("CAT#")),
                 "{file}"
             );
             assert_eq!(image["pk"], keys["pk"], "{file}");

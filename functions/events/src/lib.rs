@@ -135,7 +135,8 @@ struct Record {
 
 /// Reads one stream record; `Err` names why it cannot be handled.
 fn read_record(raw: &Value) -> Result<Record, String> {
-    let rec = RawRecord::deserialize(raw).map_err(|e| format!("not a DynamoDB stream record: {e}"))?;
+    let rec =
+        RawRecord::deserialize(raw).map_err(|e| format!("not a DynamoDB stream record: {e}"))?;
     let sequence_number = rec.dynamodb.sequence_number;
     if sequence_number.is_empty() {
         return Err("the record has an empty SequenceNumber".into());
@@ -437,7 +438,11 @@ pub async fn handle_batch(
         records = records.len(),
         published,
         malformed,
-        redeliver_from = response.batch_item_failures.first().map(|f| f.item_identifier.as_str()).unwrap_or(""),
+        redeliver_from = response
+            .batch_item_failures
+            .first()
+            .map(|f| f.item_identifier.as_str())
+            .unwrap_or(""),
         "stream batch handled"
     );
     response
@@ -616,7 +621,10 @@ mod tests {
 
         // Sealed: the pending item is the log's first entry.
         let sealed = store
-            .get(&keys::event_log(CATALOG, 1), flotilla_metastore::Consistency::Strong)
+            .get(
+                &keys::event_log(CATALOG, 1),
+                flotilla_metastore::Consistency::Strong,
+            )
             .await
             .expect("read")
             .expect("the log's first entry");
@@ -675,7 +683,10 @@ mod tests {
             // A log entry without its image.
             {
                 let mut r = entry_record(CATALOG, 3, 1);
-                r["dynamodb"].as_object_mut().expect("object").remove("NewImage");
+                r["dynamodb"]
+                    .as_object_mut()
+                    .expect("object")
+                    .remove("NewImage");
                 r
             },
             // Larger than one PutEvents call may be.
@@ -683,7 +694,11 @@ mod tests {
             entry_record(CATALOG, 3, 10),
         ];
         let response = handle_batch(&store, &bus, batch(records)).await;
-        assert_eq!(response, StreamBatchResponse::default(), "no record blocks the shard");
+        assert_eq!(
+            response,
+            StreamBatchResponse::default(),
+            "no record blocks the shard"
+        );
         let calls = bus.calls();
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].len(), 1);
@@ -699,7 +714,13 @@ mod tests {
         let records = vec![
             record("REMOVE", &pk, &keys::event_log(CATALOG, 1).sk, Some(&e), 1),
             record("MODIFY", &pk, &keys::event_log(CATALOG, 1).sk, Some(&e), 2),
-            record("REMOVE", &pk, &keys::event_pending(CATALOG, 1, "x").sk, None, 3),
+            record(
+                "REMOVE",
+                &pk,
+                &keys::event_pending(CATALOG, 1, "x").sk,
+                None,
+                3,
+            ),
             record("MODIFY", &pk, &keys::event_head(CATALOG).sk, None, 4),
             record("INSERT", &pk, "REL#sales\u{1E}orders", Some(&e), 5),
         ];
@@ -717,12 +738,19 @@ mod tests {
         assert_eq!(response, StreamBatchResponse::default());
         let sizes: Vec<usize> = bus.calls().iter().map(Vec::len).collect();
         assert_eq!(sizes, [10, 10, 5]);
-        let order: Vec<String> = bus.calls().concat().into_iter().map(|e| e.event_id).collect();
+        let order: Vec<String> = bus
+            .calls()
+            .concat()
+            .into_iter()
+            .map(|e| e.event_id)
+            .collect();
         let want: Vec<String> = (1..=25).map(|s| format!("event-{CATALOG}-{s}")).collect();
         assert_eq!(order, want);
 
         let bus = Recorder::default();
-        let records = (1..=3).map(|s| entry_record(CATALOG, s, 100 * 1024)).collect();
+        let records = (1..=3)
+            .map(|s| entry_record(CATALOG, s, 100 * 1024))
+            .collect();
         handle_batch(&store, &bus, batch(records)).await;
         let calls = bus.calls();
         let sizes: Vec<usize> = calls.iter().map(Vec::len).collect();

@@ -294,7 +294,9 @@ impl Env {
             if let Some(failed) = response.batch_item_failures.first() {
                 let at = records
                     .iter()
-                    .position(|r| r["dynamodb"]["SequenceNumber"] == failed.item_identifier.as_str())
+                    .position(|r| {
+                        r["dynamodb"]["SequenceNumber"] == failed.item_identifier.as_str()
+                    })
                     .expect("the failure names a record of the batch");
                 let mut again: Vec<Value> = records[at..].to_vec();
                 again.append(&mut queue);
@@ -377,13 +379,7 @@ async fn invoke(
 fn lambda_record(r: &aws_sdk_dynamodbstreams::types::Record) -> Value {
     let change = r.dynamodb().expect("the change");
     let image = |m: Option<&HashMap<String, AttributeValue>>| {
-        m.map(|m| {
-            Value::Object(
-                m.iter()
-                    .map(|(k, v)| (k.clone(), attribute(v)))
-                    .collect(),
-            )
-        })
+        m.map(|m| Value::Object(m.iter().map(|(k, v)| (k.clone(), attribute(v))).collect()))
     };
     let mut dynamodb = json!({
         "Keys": image(change.keys()),
@@ -419,7 +415,9 @@ fn attribute(v: &AttributeValue) -> Value {
         AttributeValue::Ns(n) => json!({"NS": n}),
         AttributeValue::Bs(bs) => json!({"BS": bs.iter().map(b64).collect::<Vec<_>>()}),
         AttributeValue::L(l) => json!({"L": l.iter().map(attribute).collect::<Vec<_>>()}),
-        AttributeValue::M(m) => json!({"M": m.iter().map(|(k, v)| (k.clone(), attribute(v))).collect::<serde_json::Map<_, _>>()}),
+        AttributeValue::M(m) => {
+            json!({"M": m.iter().map(|(k, v)| (k.clone(), attribute(v))).collect::<serde_json::Map<_, _>>()})
+        }
         other => panic!("unexpected attribute {other:?}"),
     }
 }
@@ -470,7 +468,12 @@ async fn every_change_reaches_the_bus_once_in_sequence_order_per_catalog_sealed_
         .collect();
     assert_eq!(
         types,
-        ["create-namespace", "create-table", "create-table", "drop-table"]
+        [
+            "create-namespace",
+            "create-table",
+            "create-table",
+            "drop-table"
+        ]
     );
     let sequences: Vec<u64> = lake_events
         .iter()
@@ -578,14 +581,18 @@ async fn a_failed_put_is_delivered_again_and_a_duplicate_carries_the_same_event_
     );
     assert_eq!(
         response.batch_item_failures[0].item_identifier,
-        entries[0]["dynamodb"]["SequenceNumber"].as_str().expect("seq")
+        entries[0]["dynamodb"]["SequenceNumber"]
+            .as_str()
+            .expect("seq")
     );
     assert!(env.pushed().await.is_empty(), "a failed call put nothing");
 
     // Redelivered, the second entry is refused once while the others of the call are put:
     // the answer names the second record; its redelivery puts it and the later ones again.
     let second_id = {
-        let b64 = entries[1]["dynamodb"]["NewImage"]["b"]["B"].as_str().expect("body");
+        let b64 = entries[1]["dynamodb"]["NewImage"]["b"]["B"]
+            .as_str()
+            .expect("body");
         let body = base64::engine::general_purpose::STANDARD
             .decode(b64)
             .expect("base64");
@@ -603,7 +610,9 @@ async fn a_failed_put_is_delivered_again_and_a_duplicate_carries_the_same_event_
     let response = invoke(env.state.store.as_ref(), &refusing, entries.clone()).await;
     assert_eq!(
         response.batch_item_failures[0].item_identifier,
-        entries[1]["dynamodb"]["SequenceNumber"].as_str().expect("seq")
+        entries[1]["dynamodb"]["SequenceNumber"]
+            .as_str()
+            .expect("seq")
     );
     let response = invoke(env.state.store.as_ref(), &refusing, entries[1..].to_vec()).await;
     assert!(response.batch_item_failures.is_empty(), "{response:?}");
@@ -616,11 +625,22 @@ async fn a_failed_put_is_delivered_again_and_a_duplicate_carries_the_same_event_
             .push(e);
     }
     assert_eq!(seen.len(), 5, "every event arrived: {pushed:#?}");
-    assert_eq!(seen[&second_id].len(), 1, "the refused event once, on redelivery");
+    assert_eq!(
+        seen[&second_id].len(),
+        1,
+        "the refused event once, on redelivery"
+    );
     let duplicated: Vec<_> = seen.values().filter(|v| v.len() > 1).collect();
-    assert_eq!(duplicated.len(), 3, "the entries after the refused one were put twice");
+    assert_eq!(
+        duplicated.len(),
+        3,
+        "the entries after the refused one were put twice"
+    );
     for copies in duplicated {
-        assert_eq!(copies[0]["detail"], copies[1]["detail"], "a duplicate is the same event");
+        assert_eq!(
+            copies[0]["detail"], copies[1]["detail"],
+            "a duplicate is the same event"
+        );
         assert_eq!(copies[0]["time"], copies[1]["time"]);
     }
     let first = by_catalog(&pushed);
