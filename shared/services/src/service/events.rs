@@ -10,7 +10,10 @@
 //! pending item at the version it read. A log position is therefore assigned exactly once,
 //! only to an event that has committed, and never before a position already handed out: a
 //! reader resuming after sequence `n` sees every event sealed later exactly once, however
-//! late its writer committed. Only readers ever contend on the head.
+//! late its writer committed. Only sealers ever contend on the head: the readers and, on
+//! AWS, the `events` function, which seals a log when the table's stream shows a pending
+//! event of it ([`EventLog::of_partition`] names the log) and pushes each sealed entry to
+//! EventBridge.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
