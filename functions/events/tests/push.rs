@@ -646,3 +646,32 @@ async fn a_failed_put_is_delivered_again_and_a_duplicate_carries_the_same_event_
     let first = by_catalog(&pushed);
     assert_eq!(first[&lake].len(), 4 + 2);
 }
+
+#[tokio::test]
+async fn events_a_reader_sealed_are_pushed_too_and_the_log_stays_one_log() {
+    let env = Env::new().await;
+    let (lake, ops) = env.changes().await;
+    // A reader seals the lake's log first; the push then seals what came after.
+    assert_eq!(env.listed(&lake).await.len(), 4);
+    env.post(
+        &format!("/v1/accounts/acme/catalogs/{lake}/namespaces"),
+        ACME,
+        json!({"path": ["marketing"]}),
+    )
+    .await;
+    assert!(env.drain(&env.bus, 10).await.is_empty());
+    assert_eq!(env.pending(&lake).await, 0);
+
+    let pushed = env.pushed().await;
+    let catalogs = by_catalog(&pushed);
+    let sequences: Vec<u64> = catalogs[&lake]
+        .iter()
+        .map(|e| e["detail"]["sequence"].as_u64().expect("sequence"))
+        .collect();
+    assert_eq!(sequences, [1, 2, 3, 4, 5], "each once, in order, one log");
+    assert_eq!(catalogs[&lake][4]["detail-type"], "create-namespace");
+    assert_eq!(catalogs[&ops].len(), 1);
+    let listed = env.listed(&lake).await;
+    let details: Vec<&Value> = catalogs[&lake].iter().map(|e| &e["detail"]).collect();
+    assert_eq!(details, listed.iter().collect::<Vec<_>>());
+}
