@@ -4,7 +4,7 @@
 //! as a dimension, and JSON log lines that carry the function and the request id and never
 //! the event's body.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use flotilla_core::auth::StaticTokens;
@@ -15,29 +15,6 @@ use flotilla_metastore::metrics::CountingMetastore;
 use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use serde_json::{Value, json};
-
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
 
 /// Accepts every entry.
 struct Bus;
@@ -63,7 +40,7 @@ async fn the_sample_batch_writes_catalogue_emf_lines_and_logs_without_ids() {
     )
     .with_metric_source(counters);
     let (telemetry, lines) = LambdaTelemetry::capturing(&state, "events", "prod-eu");
-    let logs = Logs::default();
+    let logs = flotilla_telemetry::logs::CapturedLogs::default();
     let subscriber = flotilla_telemetry::logs::json_subscriber(
         flotilla_telemetry::logs::filter("info").expect("filter"),
         logs.clone(),
@@ -126,7 +103,7 @@ async fn the_sample_batch_writes_catalogue_emf_lines_and_logs_without_ids() {
     );
 
     // ---- logs
-    let text = String::from_utf8(logs.0.lock().expect("logs").clone()).expect("utf8");
+    let text = logs.text();
     let lines: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
