@@ -7,12 +7,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use flotilla_core::auth::StaticTokens;
-use flotilla_core::clock::SystemClock;
-use flotilla_core::{AppState, Config};
 use flotilla_fn_events::{Entry, EntryError, Publisher, StreamEvent};
-use flotilla_metastore::metrics::CountingMetastore;
-use flotilla_metastore::redb_store::RedbMetastore;
 use flotilla_runtime::telemetry::{Invocation, LambdaTelemetry};
 use serde_json::{Value, json};
 
@@ -29,16 +24,10 @@ impl Publisher for Bus {
 #[tokio::test]
 async fn the_sample_batch_writes_catalogue_emf_lines_and_logs_without_ids() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store =
-        CountingMetastore::new(RedbMetastore::open(dir.path().join("m.redb")).expect("redb"));
-    let counters = store.counters();
-    let state = AppState::new(
-        Arc::new(store),
-        Arc::new(SystemClock),
-        Arc::new(StaticTokens::new()),
-        Config::default(),
-    )
-    .with_metric_source(counters);
+    let state = flotilla_runtime::telemetry::counted_test_state(
+        dir.path(),
+        Arc::new(flotilla_core::auth::StaticTokens::new()),
+    );
     let (telemetry, lines) = LambdaTelemetry::capturing(&state, "events", "prod-eu");
     let logs = flotilla_telemetry::logs::CapturedLogs::default();
     let subscriber = flotilla_telemetry::logs::json_subscriber(
