@@ -97,8 +97,8 @@ PUBLIC_ROUTES = {
 # Writes that must stay inside one partition (dynamodb:LeadingKeys).
 PARTITION_BOUND = {"FinalizeFunction": ["SYSTEM"]}
 # Item access that must stay inside partitions of one kind (dynamodb:LeadingKeys patterns):
-# the events function seals catalogs' event logs and touches nothing else.
-PARTITION_PATTERN_BOUND = {"EventsFunction": ["CAT#*"]}
+# the events function seals the event logs of catalogs and of accounts and touches nothing else.
+PARTITION_PATTERN_BOUND = {"EventsFunction": ["CAT#*", "ACCT#*"]}
 # DynamoDB actions on items (the table), as opposed to its stream.
 ITEM_ACTIONS = METASTORE_RW
 
@@ -352,6 +352,13 @@ def self_test(path):
         for st in role["PolicyDocument"]["Statement"]:
             st.pop("Condition", None)
 
+    def events_catalogs_only(t):
+        role = t["Resources"]["EventsFunctionRole"]["Properties"]["Policies"][0]
+        for st in role["PolicyDocument"]["Statement"]:
+            cond = st.get("Condition", {}).get("ForAllValues:StringLike", {})
+            if "dynamodb:LeadingKeys" in cond:
+                cond["dynamodb:LeadingKeys"] = ["CAT#*"]
+
     def events_without_bus_env(t):
         del events_function(t)["Environment"]["Variables"]["FLOTILLA_EVENT_BUS_NAME"]
 
@@ -361,6 +368,7 @@ def self_test(path):
              (stream_unfiltered, "FilterCriteria must admit the inserts of EVQ# items"),
              (iterator_age_unalarmed, "no alarm on the events function's iterator age"),
              (events_any_partition, "EventsFunction: DynamoDB item access must be limited"),
+             (events_catalogs_only, "EventsFunction: DynamoDB item access must be limited"),
              (events_without_bus_env, "EventsFunction: environment variable FLOTILLA_EVENT_BUS_NAME missing"),
              (reconciler_writes_warehouses, "ReconcilerFunction: role may use S3"),
              (capture_without_warehouses, "CaptureFunction: role lacks s3:PutObject"),

@@ -130,6 +130,10 @@ enum Command {
     Whoami,
     /// The account's audit trail: every mutation and every refused request (account admins).
     Audit(cmd::audit::AuditArgs),
+    /// Webhook sinks of the account's change events, delivered by `flotilla serve` (account
+    /// admins).
+    #[command(subcommand)]
+    EventSink(cmd::event_sink::EventSinkCmd),
     /// Operator commands.
     #[command(subcommand)]
     Admin(AdminCmd),
@@ -210,6 +214,7 @@ async fn run(global: Global, command: Command) -> CliResult<()> {
         Command::Grant(c) => cmd::access::run_grant(&ctx, c).await,
         Command::Whoami => cmd::access::whoami(&ctx).await,
         Command::Audit(args) => cmd::audit::run(&ctx, args).await,
+        Command::EventSink(c) => cmd::event_sink::run(&ctx, c).await,
         Command::Health => {
             let a = ctx
                 .api

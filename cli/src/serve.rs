@@ -69,6 +69,14 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         flotilla_iceberg_rest::router(stack.state.clone(), iceberg_config(&opts.warehouse_root()));
     // The same scheduler and reconciler as the Lambdas, in-process (stopped on drop).
     let _reconcile = flotilla_runtime::local::spawn_reconcile(&stack.state, stack.work);
+    // Webhook sinks of the accounts' change events (stopped on drop).
+    let _sinks = match flotilla_runtime::local::spawn_event_sinks(&stack.state) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start");
+            return ExitCode::from(1);
+        }
+    };
     tracing::info!(address = %addr, data_dir = %args.data_dir.display(), "flotilla serve ready on http://{addr}");
     // Hyper's own parse-error answers (400/414/431) get the API's error shape.
     let listener = flotilla_core::http::wire::JsonErrorListener(listener);

@@ -648,6 +648,45 @@ async fn console_end_to_end_in_headless_chromium() {
     }
     ui.shot("engines").await.expect("shot");
 
+    // ---- activity and audit ---------------------------------------------------------------------
+    // The catalog's events: the directly created table and its drop (by a principal), then
+    // the overlay's publications (its actor shown as an overlay).
+    ui.click("button[data-tab=activity]").await;
+    ui.css("[data-panel=activity] tr[data-type=drop-table]")
+        .await;
+    ui.css("[data-panel=activity] tr[data-type=create-namespace]")
+        .await;
+    ui.with_text("div[@data-panel='activity']//td", "overlay")
+        .await;
+    let hostile_rows = ui
+        .js(
+            "return [...document.querySelectorAll('[data-panel=activity] td')].filter(td => td.textContent.includes(arguments[0])).length",
+            vec![json!(HOSTILE)],
+        )
+        .await;
+    assert!(
+        hostile_rows.as_u64().unwrap_or(0) >= 1,
+        "the hostile name's event is listed as text"
+    );
+    assert_eq!(
+        ui.js(
+            "return document.querySelectorAll('[onerror]').length",
+            vec![]
+        )
+        .await,
+        json!(0)
+    );
+    ui.shot("activity").await.expect("shot");
+    // The account's audit: the same mutations with their principal; a filter narrows it.
+    ui.go("#/a/acme/audit").await;
+    ui.heading("Audit").await;
+    ui.css("tr[data-kind=mutation]").await;
+    ui.shot("audit").await.expect("shot");
+    ui.fill("input[name=principal]", "nobody-at-all").await;
+    ui.click("form.inline button[type=submit]").await;
+    ui.with_text("p[@class='empty']", "Nothing audited yet")
+        .await;
+
     // ---- pause: the API's refusal is shown as its message -----------------------------------
     ui.go("#/a/acme/overlays").await;
     ui.heading("Overlays").await;

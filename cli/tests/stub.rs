@@ -74,6 +74,19 @@ fn api(r: &Recorded) -> (u16, Value) {
                 )
             }
         }
+        ("POST", "/v1/accounts/acme/event-sinks") => (
+            201,
+            json!({"id": "s1", "url": r.body["url"], "types": r.body["types"], "state": "ACTIVE",
+                "delivered": {}, "delivered_count": 0, "consecutive_failures": 0}),
+        ),
+        ("GET", "/v1/accounts/acme/event-sinks") => (
+            200,
+            list(vec![
+                json!({"id": "s1", "url": "https://hooks.example.com/x",
+                "state": "FAILING", "delivered_count": 7, "consecutive_failures": 5}),
+            ]),
+        ),
+        ("DELETE", "/v1/accounts/acme/event-sinks/s1") => (204, Value::Null),
         ("GET", "/v1/accounts/acme/catalogs") => (
             200,
             list(vec![
@@ -894,4 +907,51 @@ async fn audit_follows_pages_until_an_empty_one_and_passes_the_filters() {
         "{}",
         asked[0].query
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_sink_create_sends_the_secret_once_in_the_body_and_never_prints_it() {
+    let stub = Stub::start(api).await;
+    let canary = "sink-secret-canary-000111";
+    let out = stub
+        .cli()
+        .env("HOOK_SECRET", &format!("secret={canary}"))
+        .run(&[
+            "event-sink",
+            "create",
+            "https://hooks.example.com/x",
+            "--types",
+            "update-table,drop-table",
+            "--cred-env",
+            "HOOK_SECRET",
+            "--idempotency-key",
+            "k1",
+        ])
+        .await
+        .ok();
+    assert!(!out.stdout.contains(canary) && !out.stderr.contains(canary));
+    let sent: Vec<_> = stub
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/accounts/acme/event-sinks" && r.method == "POST")
+        .collect();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].body["secret"], canary);
+    assert_eq!(sent[0].body["types"], json!(["update-table", "drop-table"]));
+    // Anything but one `secret=` line is refused before a request is sent.
+    stub.cli()
+        .env("HOOK_SECRET", "token=x")
+        .run(&[
+            "event-sink",
+            "create",
+            "https://h.example.com",
+            "--cred-env",
+            "HOOK_SECRET",
+        ])
+        .await
+        .fails(2);
+    let listed = stub.cli().run(&["event-sink", "list"]).await.ok();
+    assert!(listed.stdout.contains("FAILING"), "{}", listed.stdout);
+    let deleted = stub.cli().run(&["event-sink", "delete", "s1"]).await.ok();
+    assert!(deleted.stdout.contains("s1"), "{}", deleted.stdout);
 }

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod audit;
 pub mod catalog;
 pub mod directory;
+pub mod event_sink;
 pub mod index;
 pub mod integration;
 pub mod namespace;

@@ -7,7 +7,8 @@
 //!
 //! - a **pending** event (`EVQ#…`): a change committed with its event. On AWS nobody may be
 //!   reading the log, so the push path seals it: the log the partition holds
-//!   ([`events::EventLog::of_partition`]) is sealed exactly as a reader seals it, one
+//!   ([`events::Log::of_partition`]: a catalog's `CAT#…` or an
+//!   account's `ACCT#…`) is sealed exactly as a reader seals it, one
 //!   conditional transaction per batch of pending events;
 //! - a **log entry** (`EVT#…`): an event that got its sequence. It is put on the event bus
 //!   with `Source` `flotilla`, `DetailType` the operation type and `Detail` the event as
@@ -29,7 +30,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use flotilla_domain::keys;
 use flotilla_metastore::Metastore;
-use flotilla_services::service::events::{self, Event, EventLog, Sealed};
+use flotilla_services::service::events::{self, Event, Log, Sealed};
 use flotilla_telemetry::catalog::EVENT_PUSH_RECORDS;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -119,7 +120,7 @@ struct RawBinary {
 #[derive(Debug)]
 enum Action {
     /// A pending event was written: seal the log it belongs to.
-    Seal(EventLog),
+    Seal(Log),
     /// An event got its sequence: put it on the bus.
     Publish(Box<Entry>),
     /// Not the insert of an event item.
@@ -150,7 +151,7 @@ fn read_record(raw: &Value) -> Result<Record, String> {
             action: Action::Ignore,
         });
     }
-    let log = EventLog::of_partition(&pk)
+    let log = Log::of_partition(&pk)
         .ok_or_else(|| format!("an event item in partition {pk:?}, which holds no event log"))?;
     if is_pending {
         return Ok(Record {
@@ -356,7 +357,7 @@ pub async fn handle_batch(
 
     // Seal each log once, for the first of its pending records: one seal moves every event
     // pending in the log, those of the later records too.
-    let mut logs: BTreeMap<&EventLog, usize> = BTreeMap::new();
+    let mut logs: BTreeMap<&Log, usize> = BTreeMap::new();
     for (i, r) in records.iter().enumerate() {
         if let Some(Record {
             action: Action::Seal(log),
@@ -366,7 +367,7 @@ pub async fn handle_batch(
             logs.entry(log).or_insert(i);
         }
     }
-    let mut by_position: Vec<(usize, &EventLog)> = logs.into_iter().map(|(l, i)| (i, l)).collect();
+    let mut by_position: Vec<(usize, &Log)> = logs.into_iter().map(|(l, i)| (i, l)).collect();
     by_position.sort();
     for (i, log) in by_position {
         match events::seal_log(store, log, MAX_SEALS_PER_RECORD).await {
@@ -575,7 +576,7 @@ mod tests {
         record(
             "INSERT",
             &keys::catalog_pk(catalog),
-            &keys::event_log(catalog, sequence).sk,
+            &keys::log_event(&keys::catalog_pk(catalog), sequence).sk,
             Some(&e),
             1000 + sequence,
         )
@@ -622,7 +623,7 @@ mod tests {
         // Sealed: the pending item is the log's first entry.
         let sealed = store
             .get(
-                &keys::event_log(CATALOG, 1),
+                &keys::log_event(&keys::catalog_pk(CATALOG), 1),
                 flotilla_metastore::Consistency::Strong,
             )
             .await
@@ -668,7 +669,7 @@ mod tests {
         let (store, _dir) = store();
         let bus = Recorder::default();
         let pk = keys::catalog_pk(CATALOG);
-        let sk = keys::event_log(CATALOG, 3).sk;
+        let sk = keys::log_event(&pk, 3).sk;
         let mut not_base64 = record("INSERT", &pk, &sk, None, 2);
         not_base64["dynamodb"]["NewImage"]["b"] = json!({"B": "!!not base64!!"});
         let records = vec![
@@ -712,16 +713,16 @@ mod tests {
         let pk = keys::catalog_pk(CATALOG);
         let e = event(CATALOG, 1, 1);
         let records = vec![
-            record("REMOVE", &pk, &keys::event_log(CATALOG, 1).sk, Some(&e), 1),
-            record("MODIFY", &pk, &keys::event_log(CATALOG, 1).sk, Some(&e), 2),
+            record("REMOVE", &pk, &keys::log_event(&pk, 1).sk, Some(&e), 1),
+            record("MODIFY", &pk, &keys::log_event(&pk, 1).sk, Some(&e), 2),
             record(
                 "REMOVE",
                 &pk,
-                &keys::event_pending(CATALOG, 1, "x").sk,
+                &keys::log_event_pending(&pk, 1, "x").sk,
                 None,
                 3,
             ),
-            record("MODIFY", &pk, &keys::event_head(CATALOG).sk, None, 4),
+            record("MODIFY", &pk, &keys::log_head(&pk).sk, None, 4),
             record("INSERT", &pk, "REL#sales\u{1E}orders", Some(&e), 5),
         ];
         let response = handle_batch(&store, &bus, batch(records)).await;
@@ -787,7 +788,7 @@ mod tests {
             record(
                 "INSERT",
                 &keys::catalog_pk(other),
-                &keys::event_pending(other, 5, "p").sk,
+                &keys::log_event_pending(&keys::catalog_pk(other), 5, "p").sk,
                 None,
                 7,
             ),

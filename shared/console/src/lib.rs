@@ -54,6 +54,7 @@ static ASSETS: &[Asset] = &[
     asset!("js/dom.js", JS),
     asset!("js/engines.js", JS),
     asset!("js/pages/access.js", JS),
+    asset!("js/pages/activity.js", JS),
     asset!("js/pages/accounts.js", JS),
     asset!("js/pages/catalogs.js", JS),
     asset!("js/pages/indexes.js", JS),

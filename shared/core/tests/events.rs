@@ -542,26 +542,14 @@ async fn a_reader_sees_only_events_about_objects_it_may_read() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let ok = |r: support::Resp| assert!(r.status.is_success(), "{:?}", r.body);
-    ok(
-        h.post(&format!("{A}/roles"), ACME, json!({"name": "analysts"}))
-            .await,
-    );
-    ok(h.call(
-        Method::PUT,
-        &format!("{A}/roles/analysts/members/group:analysts"),
-        Some(ACME),
-        None,
-        &[],
-    )
-    .await);
-    ok(h.post(
-        &format!("{A}/grants"),
+    h.group_grant(
+        "acme",
         ACME,
-        json!({"role": "analysts", "privilege": "READ",
-            "securable": {"type": "NAMESPACE", "catalog_id": c, "path": ["sales"]}}),
+        "analysts",
+        "READ",
+        json!({"type": "NAMESPACE", "catalog_id": c, "path": ["sales"]}),
     )
-    .await);
+    .await;
     let everything = all_events(&h, &c, ACME).await;
     assert_eq!(everything.len(), 5);
     let seen = all_events(&h, &c, ANA).await;
@@ -589,21 +577,141 @@ async fn a_reader_sees_only_events_about_objects_it_may_read() {
 }
 
 #[tokio::test]
-async fn events_expire_after_the_retention_and_are_swept() {
+async fn events_leave_the_feed_after_7_days_and_the_store_after_the_audits_90() {
     let (store, dir) = support::redb_store();
     let h = Harness::with_store(store.clone(), Some(dir), true);
     let clock = h.clock.clone().unwrap();
     let c = account_and_catalog(&h).await;
     h.namespace("acme", ACME, &c, &["old"]).await;
     assert_eq!(all_events(&h, &c, ACME).await.len(), 1);
+    // Pending and sealed, an event is kept for the longer retention (the audit's).
+    let item = query_all(
+        store.as_ref(),
+        Query::new(
+            keys::catalog_pk(&c),
+            keys::EVENT_LOG_PREFIX,
+            Consistency::Strong,
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(item.len(), 1);
+    h.namespace("acme", ACME, &c, &["pending"]).await;
+    let pending = query_all(
+        store.as_ref(),
+        Query::new(
+            keys::catalog_pk(&c),
+            keys::EVENT_PENDING_PREFIX,
+            Consistency::Strong,
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        pending[0].expires_at,
+        Some(1_800_000_000 + 90 * 24 * 3600),
+        "a pending event's TTL is the audit's retention"
+    );
     clock.advance_ms(8 * 24 * 3600 * 1000);
     h.namespace("acme", ACME, &c, &["new"]).await;
     let events = all_events(&h, &c, ACME).await;
-    assert_eq!(events.len(), 1);
+    assert_eq!(events.len(), 1, "the feed answers 7 days: {events:?}");
     assert_eq!(events[0]["operation"]["namespace"], json!(["new"]));
-    assert_eq!(events[0]["sequence"], 2);
+    assert_eq!(events[0]["sequence"], 3);
+    assert_eq!(
+        stored_events(store.as_ref(), &c).await.len(),
+        3,
+        "kept for the audit"
+    );
+    let r = h.get(&format!("{A}/audit?page_size=100"), ACME).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    // The three namespaces and the catalog's creation.
+    assert_eq!(r.body["items"].as_array().unwrap().len(), 4, "{:?}", r.body);
+    // Past 90 days the first two are swept.
+    clock.advance_ms(83 * 24 * 3600 * 1000);
+    assert!(all_events(&h, &c, ACME).await.is_empty());
     let stored = stored_events(store.as_ref(), &c).await;
-    assert_eq!(stored.len(), 1, "the expired event is swept");
+    assert_eq!(stored.len(), 1, "the expired events are swept: {stored:?}");
+    let r = h.get(&format!("{A}/audit?page_size=100"), ACME).await;
+    assert_eq!(r.body["items"].as_array().unwrap().len(), 1, "{:?}", r.body);
+}
+
+#[tokio::test]
+async fn a_fresh_reader_starts_at_the_feeds_window_not_at_the_audits() {
+    let (store, dir) = support::redb_store();
+    let h = Harness::with_store(store.clone(), Some(dir), true);
+    let c = account_and_catalog(&h).await;
+    // 1,500 entries from 30 days ago (more than one read examines), then one new event.
+    let old = 1_800_000_000_000 - 30 * 24 * 3600 * 1000;
+    let pk = keys::catalog_pk(&c);
+    let mut ops = Vec::new();
+    for seq in 1..=1500u64 {
+        let event = json!({"event_id": format!("old{seq}"), "sequence": seq,
+            "timestamp_ms": old + seq as i64, "request_id": "r",
+            "actor": {"type": "SYSTEM", "id": "flotilla"},
+            "operation": {"type": "create-namespace", "catalog_id": c,
+                "namespace": [format!("old{seq}")]}});
+        ops.push(flotilla_metastore::Op::create(
+            keys::log_event(&pk, seq),
+            serde_json::to_vec(&event).unwrap(),
+        ));
+    }
+    ops.push(flotilla_metastore::Op::create(
+        keys::log_head(&pk),
+        serde_json::to_vec(&json!({"next": 1501, "first": 1})).unwrap(),
+    ));
+    for chunk in ops.chunks(100) {
+        store
+            .transact(flotilla_metastore::Transaction {
+                ops: chunk.to_vec(),
+            })
+            .await
+            .unwrap();
+    }
+    h.namespace("acme", ACME, &c, &["new"]).await;
+    let r = h
+        .get(&format!("{A}/events?catalog_id={c}&page_size=10"), ACME)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let items = r.body["items"].as_array().unwrap();
+    assert_eq!(types(items), ["create-namespace"], "{items:?}");
+    assert_eq!(items[0]["sequence"], 1501);
+    // The audit, with its 90 days, still reads them all.
+    let r = h.get(&format!("{A}/audit?page_size=1000"), ACME).await;
+    assert_eq!(r.body["items"].as_array().unwrap().len(), 1000);
+}
+
+#[tokio::test]
+async fn two_commits_of_one_table_sealed_together_keep_their_order_when_clocks_disagree() {
+    let (store, dir) = support::redb_store();
+    let h = Harness::with_store(store, Some(dir), true);
+    let clock = h.clock.clone().unwrap();
+    let c = account_and_catalog(&h).await;
+    h.namespace("acme", ACME, &c, &["sales"]).await;
+    let tables = format!("{A}/catalogs/{c}/namespaces/sales/tables");
+    let r = h.post(&tables, ACME, table_body("orders")).await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    let before = all_events(&h, &c, ACME).await.len();
+    // The second commit's writer runs 10 s behind the first's; both are sealed in one batch.
+    for (location, shift) in [("s3://b/t/m2.json", 0), ("s3://b/t/m3.json", -10_000)] {
+        clock.advance_ms(shift);
+        let r = h
+            .patch(
+                &format!("{tables}/orders"),
+                ACME,
+                json!({"metadata_location": location}),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    }
+    let events = all_events(&h, &c, ACME).await;
+    let commits: Vec<&str> = events[before..]
+        .iter()
+        .filter(|e| e["operation"]["type"] == "update-table")
+        .map(|e| e["operation"]["metadata_location"].as_str().unwrap())
+        .collect();
+    assert_eq!(commits, ["s3://b/t/m2.json", "s3://b/t/m3.json"]);
 }
 
 #[tokio::test]
@@ -668,7 +776,13 @@ async fn without_a_catalog_the_listing_merges_the_catalogs_each_in_its_order() {
         }
         seen.extend(items);
     }
-    assert_eq!(seen.len(), 10);
+    // The ten namespaces, and the two catalogs' creation in the account's log.
+    assert_eq!(seen.len(), 12);
+    let created: Vec<&Value> = seen
+        .iter()
+        .filter(|e| e["operation"]["type"] == "x-flotilla-catalog-created")
+        .collect();
+    assert_eq!(created.len(), 2, "{seen:?}");
     for c in [&lake, &pond] {
         let sequences: Vec<u64> = seen
             .iter()
@@ -706,10 +820,13 @@ async fn without_a_catalog_the_listing_merges_the_catalogs_each_in_its_order() {
     assert!(r.status.is_success(), "{:?}", r.body);
     let (items, _) = page(None, ANA).await;
     assert!(!items.is_empty());
+    // Its events, and its own creation from the account's log.
     assert!(
         items
             .iter()
-            .all(|e| e["operation"]["catalog_id"] == lake.as_str())
+            .all(|e| e["operation"]["catalog_id"] == lake.as_str()
+                || e["operation"]["resource"]["id"] == lake.as_str()),
+        "{items:?}"
     );
 }
 

@@ -37,6 +37,7 @@ both_backends!(
     storage_failures_answer_503_with_an_error_id_only,
     idempotent_creates_replay_and_detect_reuse,
     gc_follows_the_application_clock,
+    index_changes_write_events_in_the_account_log,
 );
 
 // ---- helpers --------------------------------------------------------------------------
@@ -1060,6 +1061,79 @@ async fn gc_follows_the_application_clock(h: Harness) {
         .get(&index("acme", "lake", &["analytics"], "docs"), ACME)
         .await;
     assert_eq!(r.body["metadata_location"], json!(next));
+}
+
+/// Every index catalog change writes one event in the account's log (docs/events.md), in
+/// the change's own transaction: create, namespace create and drop, register, commit,
+/// rename and drop; a refused commit writes none.
+async fn index_changes_write_events_in_the_account_log(h: Harness) {
+    let wh = setup(&h).await;
+    let base = wh.put("e/v1.json", &fixture("valid/metadata.json"));
+    let next = wh.put("e/v2.json", &fixture("valid/metadata-next.json"));
+    assert_eq!(
+        register(&h, &["analytics"], "docs", &base).await.status,
+        StatusCode::CREATED
+    );
+    let r = commit(&h, &["analytics"], "docs", &base, &next).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = commit(&h, &["analytics"], "docs", &base, &next).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "a stale base: {:?}", r.body);
+    let r = h
+        .post(
+            &format!("{}/lake/rename", ixc("acme")),
+            ACME,
+            json!({"source": {"namespace": ["analytics"], "name": "docs"},
+                "destination": {"namespace": ["analytics"], "name": "docs2"}}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    let r = h
+        .delete(&index("acme", "lake", &["analytics"], "docs2"), ACME)
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    create_ns(&h, "acme", "lake", &["tmp"]).await;
+    let r = h.delete(&nsp("acme", "lake", &["tmp"]), ACME).await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    let r = h.get("/v1/accounts/acme/events?page_size=100", ACME).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let items = r.body["items"].as_array().unwrap();
+    let types: Vec<&str> = items
+        .iter()
+        .map(|e| e["operation"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "x-flotilla-index-catalog-created",
+            "x-flotilla-index-namespace-created",
+            "x-flotilla-index-registered",
+            "x-flotilla-index-committed",
+            "x-flotilla-index-renamed",
+            "x-flotilla-index-dropped",
+            "x-flotilla-index-namespace-created",
+            "x-flotilla-index-namespace-dropped",
+        ],
+        "{items:?}"
+    );
+    let committed = &items[3]["operation"];
+    assert_eq!(
+        committed["resource"],
+        json!({"type": "index-catalog", "name": "lake"})
+    );
+    assert_eq!(committed["namespace"], json!(["analytics"]));
+    assert_eq!(committed["name"], "docs");
+    assert_eq!(committed["metadata_location"], json!(next));
+    assert_eq!(
+        items[4]["operation"]["destination"],
+        json!({"namespace": ["analytics"], "name": "docs2"})
+    );
+    let r = h
+        .get(
+            "/v1/accounts/acme/events?object_types=index&page_size=100",
+            ACME,
+        )
+        .await;
+    assert_eq!(r.body["items"].as_array().unwrap().len(), 4, "{:?}", r.body);
 }
 
 /// Creates a bucket in moto with one unsigned `PUT /{bucket}` (moto accepts it; the core

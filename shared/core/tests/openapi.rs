@@ -103,6 +103,8 @@ fn router_routes() -> Vec<(String, &'static [&'static str])> {
         ("/privileges", &["GET"]),
         ("/events", &["GET"]),
         ("/audit", &["GET"]),
+        ("/event-sinks", &["GET", "POST"]),
+        ("/event-sinks/{sink_id}", &["DELETE", "GET"]),
     ];
     let top: &[(&str, &[&str])] = &[
         ("/v1/health", &["GET"]),
@@ -199,6 +201,7 @@ fn concrete(template: &str) -> String {
         .replace("{role}", "readers")
         .replace("{member}", "etl")
         .replace("{grant_id}", "g1")
+        .replace("{sink_id}", "s1")
 }
 
 #[tokio::test]

@@ -315,12 +315,6 @@ pub fn catalog_pk(catalog_id: &str) -> String {
     format!("CAT#{catalog_id}")
 }
 
-/// The catalog id of a catalog partition key (`CAT#{catalog_id}`); `None` for any other
-/// partition (the push path reads partition keys from stream records).
-pub fn parse_catalog_pk(pk: &str) -> Option<&str> {
-    pk.strip_prefix("CAT#").filter(|c| !c.is_empty())
-}
-
 /// Transient guard installed by a catalog delete while it proves emptiness; creates in the
 /// catalog assert its absence. A stale guard (crashed deleter) is removed by the next
 /// writer that meets it.
@@ -419,21 +413,35 @@ pub fn validation_errors_prefix(relation_id: &str) -> String {
 }
 pub const VALIDATION_ERROR_PREFIX: &str = "VALERR#";
 
-/// A change event not yet given its place in the catalog's event log: written in the same
-/// transaction as the change it records (the outbox). Keyed by its write time and id, so the
-/// sealer ([`event_log`]) takes the oldest first and two writers never name the same item.
-pub fn event_pending(catalog_id: &str, timestamp_ms: i64, event_id: &str) -> Key {
+/// The partition of a catalog's or an account's event log (`CAT#{catalog}` or
+/// `ACCT#{account}`): each holds its own pending events, log and head under the same sort
+/// keys ([`log_event_pending`], [`log_event`], [`log_head`]). No other item of either
+/// partition has a sort key starting with `EVQ#`, `EVT#` or equal to `EVTHEAD`.
+pub fn catalog_of_pk(pk: &str) -> Option<&str> {
+    pk.strip_prefix("CAT#").filter(|c| !c.is_empty())
+}
+
+/// The account of an account partition key (`ACCT#{account}`).
+pub fn account_of_pk(pk: &str) -> Option<&str> {
+    pk.strip_prefix("ACCT#").filter(|a| !a.is_empty())
+}
+
+/// A change event not yet given its place in its log (the catalog's, or the account's for
+/// account-level changes), in the log's partition `log_pk`: written in the same transaction
+/// as the change it records (the outbox). Keyed by its write time and id, so the sealer
+/// ([`log_event`]) takes the oldest first and two writers never name the same item.
+pub fn log_event_pending(log_pk: &str, timestamp_ms: i64, event_id: &str) -> Key {
     Key::new(
-        catalog_pk(catalog_id),
+        log_pk,
         format!("EVQ#{:013}#{event_id}", timestamp_ms.max(0)),
     )
 }
 pub const EVENT_PENDING_PREFIX: &str = "EVQ#";
 
-/// One event of the catalog's log at its sequence number (dense, from 1). Only the sealer
-/// writes here, moving pending events in under the log head ([`event_head`]).
-pub fn event_log(catalog_id: &str, sequence: u64) -> Key {
-    Key::new(catalog_pk(catalog_id), format!("EVT#{sequence:020}"))
+/// One event of the log in partition `log_pk` at its sequence number (dense, from 1). Only
+/// the sealer writes here, moving pending events in under the log head ([`log_head`]).
+pub fn log_event(log_pk: &str, sequence: u64) -> Key {
+    Key::new(log_pk, format!("EVT#{sequence:020}"))
 }
 pub const EVENT_LOG_PREFIX: &str = "EVT#";
 
@@ -442,10 +450,11 @@ pub fn parse_event_log_sk(sk: &str) -> Option<u64> {
     sk.strip_prefix(EVENT_LOG_PREFIX)?.parse().ok()
 }
 
-/// The catalog's event log head: the next sequence number to assign. Replaced only by the
-/// sealer (never by the writers, so writes to different tables never meet on it).
-pub fn event_head(catalog_id: &str) -> Key {
-    Key::new(catalog_pk(catalog_id), "EVTHEAD")
+/// The head of the log in partition `log_pk`: the next sequence number to assign. Replaced
+/// only by the sealer (never by the writers, so writes to different objects never meet on
+/// it).
+pub fn log_head(log_pk: &str) -> Key {
+    Key::new(log_pk, "EVTHEAD")
 }
 
 /// The audit record of a refused request of the account, by its time and request id (so a
@@ -478,6 +487,42 @@ pub fn audit_start(timestamp_ms: i64) -> String {
 pub fn parse_audit_sk(sk: &str) -> Option<i64> {
     sk.strip_prefix(AUDIT_PREFIX)?.get(..13)?.parse().ok()
 }
+
+/// A webhook sink of the account's change events (`flotilla serve`): its URL, types filter,
+/// per-catalog delivered positions and delivery state, all in one item, so the delivery
+/// loop advances the position with one conditional write on its version.
+pub fn event_sink(account: &str, sink_id: &str) -> Key {
+    Key::new(account_pk(account), format!("EVSINK#{sink_id}"))
+}
+pub const EVENT_SINK_PREFIX: &str = "EVSINK#";
+
+/// How many event sinks the account has: replaced at its version by every sink create and
+/// delete, so the per-account bound holds under concurrent creates.
+pub fn event_sink_count(account: &str) -> Key {
+    Key::new(account_pk(account), "EVSINKCOUNT")
+}
+
+/// The deployment-wide index of event sinks (`SYSTEM` / `EVSINK#{account}#{sink}`): the
+/// delivery loop lists every sink with one query. Created and deleted in the same transaction
+/// as the sink itself.
+pub fn event_sink_index(account: &str, sink_id: &str) -> Key {
+    Key::new(SYSTEM_PK, format!("EVSINK#{account}#{sink_id}"))
+}
+pub const EVENT_SINK_INDEX_PREFIX: &str = "EVSINK#";
+
+/// The account and sink id of an event sink index sort key.
+pub fn parse_event_sink_index_sk(sk: &str) -> Option<(String, String)> {
+    let (account, sink) = sk.strip_prefix(EVENT_SINK_INDEX_PREFIX)?.split_once('#')?;
+    Some((account.to_owned(), sink.to_owned()))
+}
+
+/// The credential-store owner id under which a sink's signing secret is kept (the secret
+/// store's `integration_id` slot, at the generation the sink records): integration ids are
+/// bare hex uuids, so the `evsink-` prefix can never name an integration.
+pub fn event_sink_secret_owner(sink_id: &str) -> String {
+    format!("{EVENT_SINK_SECRET_PREFIX}{sink_id}")
+}
+pub const EVENT_SINK_SECRET_PREFIX: &str = "evsink-";
 
 /// Decodes the namespace and name of a relation sort key.
 pub fn parse_relation_sk(sk: &str) -> Option<(Vec<String>, String)> {
@@ -655,6 +700,17 @@ mod tests {
         assert_eq!(account_fence("acme"), k("ACCT#acme", "FENCE#DELETE"));
         assert_eq!(account_listing("acme"), k("SYSTEM", "ACCOUNT#acme"));
         assert_eq!(credential_sweep_cursor(), k("SYSTEM", "SWEEPCURSOR"));
+        assert_eq!(event_sink("acme", "s1"), k("ACCT#acme", "EVSINK#s1"));
+        assert_eq!(event_sink_count("acme"), k("ACCT#acme", "EVSINKCOUNT"));
+        assert_eq!(
+            event_sink_index("acme", "s1"),
+            k("SYSTEM", "EVSINK#acme#s1")
+        );
+        assert_eq!(
+            parse_event_sink_index_sk("EVSINK#acme#s1"),
+            Some(("acme".into(), "s1".into()))
+        );
+        assert_eq!(event_sink_secret_owner("s1"), "evsink-s1");
         assert_eq!(due_backfill_cursor(), k("SYSTEM", "DUEBACKFILL"));
         assert_eq!(scheduler_state("acme", "i1"), k("ACCT#acme", "SCHED#i1"));
         let shard = due_shard("acme", "i1");
@@ -668,9 +724,6 @@ mod tests {
             Some((1_700_000_000_000, "acme".into(), "i1".into()))
         );
         assert_eq!(catalog("acme", "c1"), k("ACCT#acme", "CAT#c1"));
-        assert_eq!(parse_catalog_pk(&catalog_pk("c1")), Some("c1"));
-        assert_eq!(parse_catalog_pk("CAT#"), None);
-        assert_eq!(parse_catalog_pk(&account_pk("acme")), None);
         assert_eq!(acl_generation("acme"), k("ACCT#acme", "ACL#GEN"));
         assert_eq!(role("acme", "r"), k("ACCT#acme", "ACL#ROLE#r"));
         assert_eq!(
@@ -729,5 +782,56 @@ mod tests {
             index_catalog::warehouse_claim("s3://b/p/"),
             k("IXWHCLAIM", "s3://b/p/")
         );
+        // Event logs: a catalog's and an account's, under the same sort keys.
+        assert_eq!(
+            log_event_pending("CAT#c1", 7, "e1"),
+            k("CAT#c1", "EVQ#0000000000007#e1")
+        );
+        assert_eq!(
+            log_event("ACCT#acme", 3),
+            k("ACCT#acme", "EVT#00000000000000000003")
+        );
+        assert_eq!(log_head("ACCT#acme"), k("ACCT#acme", "EVTHEAD"));
+        assert_eq!(catalog_of_pk(&catalog_pk("c1")), Some("c1"));
+        assert_eq!(account_of_pk(&account_pk("acme")), Some("acme"));
+        assert_eq!(catalog_of_pk("ACCT#acme"), None);
+        assert_eq!(account_of_pk("CAT#c1"), None);
+        assert_eq!(account_of_pk("ACCT#"), None);
+    }
+
+    /// The account's event log shares the account partition: no other sort key of it may
+    /// start with the log's prefixes (a listing of one would read the other).
+    #[test]
+    fn the_account_log_clashes_with_no_other_account_item() {
+        let others = [
+            account("a").sk,
+            account_fence("a").sk,
+            catalog("a", "c").sk,
+            catalog_name("a", "n").sk,
+            integration("a", "i").sk,
+            integration_name("a", "n").sk,
+            integration_fence("a", "i").sk,
+            credential_generation("a", "i", 1).sk,
+            integration_dependency("a", "i", "o").sk,
+            overlay("a", "o").sk,
+            overlay_name("a", "n").sk,
+            overlay_status("a", "o").sk,
+            overlay_fence("a", "o").sk,
+            catalog_dependency("a", "c", "o").sk,
+            scheduler_state("a", "i").sk,
+            acl_generation("a").sk,
+            role("a", "r").sk,
+            grant("a", "g").sk,
+            service_principal("a", "p").sk,
+            account_receipt("a", "k").sk,
+            audit_refusal("a", 1, "r").sk,
+            index_catalog::index_catalog("a", "ix").sk,
+        ];
+        for sk in others {
+            for prefix in [EVENT_PENDING_PREFIX, EVENT_LOG_PREFIX] {
+                assert!(!sk.starts_with(prefix), "{sk} under {prefix}");
+            }
+            assert_ne!(sk, log_head("ACCT#a").sk);
+        }
     }
 }

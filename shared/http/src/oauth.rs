@@ -85,6 +85,11 @@ pub async fn limited(
             );
             resp.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            // Audited in the client's account (by the request context layer).
+            if let Some(id) = &creds.id {
+                resp.extensions_mut()
+                    .insert(crate::request_context::RefusedClient(id.clone()));
+            }
             return resp;
         }
     };

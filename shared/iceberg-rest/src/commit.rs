@@ -575,7 +575,7 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                 } else {
                     "update-table"
                 };
-                events::record(
+                events::record_commit(
                     &ctx.state,
                     &ctx.account,
                     &mut tx,
@@ -584,6 +584,7 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                         ..Operation::relation(kind, ctx.catalog_id(), ns, name)
                             .with_metadata_location(Some(&location))
                     },
+                    rec.revision,
                 )
                 .map_err(api)?;
                 out.push(Committed {

@@ -49,7 +49,7 @@ pub async fn query_events(
         object_types: req.object_types,
         objects: req.catalog_objects_by_name,
     };
-    filter.validate().map_err(api)?;
+    filter.validate_for_catalog().map_err(api)?;
     let page_size = flotilla_services::service::page_size(req.page_size).map_err(api)?;
     let after = match &req.continuation_token {
         Some(t) => events::decode_position(ctx.catalog_id(), t).map_err(api)?,
@@ -106,6 +106,9 @@ fn iceberg_event(e: &Event) -> Value {
     }
     if let Some(u) = &op.updates {
         operation.insert("updates".into(), json!(u));
+    }
+    if let Some(d) = &op.details {
+        operation.insert("details".into(), d.clone());
     }
     json!({
         "event-id": e.event_id,

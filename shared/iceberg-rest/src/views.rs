@@ -528,12 +528,13 @@ pub async fn replace_view(
                 to_body(&next).map_err(api)?,
             ))
             .with(directory_bump(ctx.catalog_id()).map_err(api)?);
-        events::record(
+        events::record_commit(
             &state,
             &ctx.account,
             &mut tx,
             Operation::relation("replace-view", ctx.catalog_id(), &path, &view)
                 .with_metadata_location(Some(&new_loc)),
+            next.revision,
         )
         .map_err(api)?;
         match store.transact(tx).await {

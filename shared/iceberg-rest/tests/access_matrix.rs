@@ -255,6 +255,14 @@ fn rows() -> Vec<Row> {
         // Events: the catalog's feed, filtered to what the reader may read.
         row("GET", "/v1/accounts/{account_id}/events", "/v1/accounts/acme/events?catalog_id={c}", CATALOG_SEE),
         row("GET", "/v1/accounts/{account_id}/audit", "/v1/accounts/acme/audit", ADMIN_ONLY),
+        // Event sinks: account admins only. This host delivers none, so an admin's create is
+        // answered 409, and no sink exists, so an admin's read or delete of one is 404; every
+        // other caller is refused before the lookup.
+        row("POST", "/v1/accounts/{account_id}/event-sinks", "/v1/accounts/acme/event-sinks", ADMIN_ONLY)
+            .body(r#"{"url": "http://127.0.0.1:9/hook", "secret": "matrix-sink-secret-01"}"#),
+        row("GET", "/v1/accounts/{account_id}/event-sinks", "/v1/accounts/acme/event-sinks", ADMIN_ONLY),
+        row("GET", "/v1/accounts/{account_id}/event-sinks/{sink_id}", "/v1/accounts/acme/event-sinks/0190eeeeeeeeeeeeeeeeeeeeeeeeee01", [H, D, D, D, D, D]),
+        row("DELETE", "/v1/accounts/{account_id}/event-sinks/{sink_id}", "/v1/accounts/acme/event-sinks/0190eeeeeeeeeeeeeeeeeeeeeeeeee01", [H, D, D, D, D, D]),
         // ---- the Iceberg endpoint
         row("GET", "/iceberg/v1/config", "/iceberg/v1/config?warehouse=acme/lake", CATALOG_SEE),
         row("POST", "/iceberg/v1/oauth/tokens", "/iceberg/v1/oauth/tokens", [U; 6])

@@ -481,6 +481,13 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(v["state"], "INVALID", "{v}");
     assert_eq!(v["visible"], false);
+    // The capture that made the table invisible wrote its event, by the overlay.
+    let captures = capture_events(&catalog_events(&env, &lake).await, &overlay);
+    let kinds: Vec<&str> = captures.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["x-flotilla-capture-visible", "x-flotilla-capture-invalid"]
+    );
     assert_eq!(
         v["validation_errors"][0]["file_path"],
         json!(data_file),
@@ -577,6 +584,16 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let (_, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(v["state"], "VALID", "{v}");
     assert_eq!(v["validation_errors"], json!([]));
+    let captures = capture_events(&catalog_events(&env, &lake).await, &overlay);
+    let kinds: Vec<&str> = captures.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "x-flotilla-capture-visible",
+            "x-flotilla-capture-invalid",
+            "x-flotilla-capture-visible"
+        ]
+    );
     let (_, v) = env
         .call(
             reqwest::Method::GET,
@@ -587,6 +604,40 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     assert_eq!(v["items"], json!([]), "{v}");
     env.script("federated_read.py", "acme/lake", &["1,2,3,4,5"])
         .await;
+}
+
+/// The events of catalog `catalog` (up to 1,000).
+async fn catalog_events(env: &Env, catalog: &str) -> Vec<Value> {
+    let (s, v) = env
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/accounts/acme/events?catalog_id={catalog}&page_size=1000"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    v["items"].as_array().unwrap().clone()
+}
+
+/// The capture events among `events` in sequence order: type and table, each checked to be
+/// by `overlay`.
+fn capture_events(events: &[Value], overlay: &str) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter(|e| {
+            e["operation"]["type"]
+                .as_str()
+                .unwrap()
+                .starts_with("x-flotilla-capture-")
+        })
+        .map(|e| {
+            assert_eq!(e["actor"], json!({"type": "OVERLAY", "id": overlay}), "{e}");
+            (
+                e["operation"]["type"].as_str().unwrap().to_owned(),
+                e["operation"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// The lake catalog's id and Iceberg prefix, and a new integration and overlay of `sales`.
@@ -1585,4 +1636,71 @@ async fn local_files_outside_the_upstream_files_root_are_never_read() {
         pointer(&env, &lake, &["sales"], "orders").await.unwrap()["validation"],
         "VALID"
     );
+}
+
+/// Issue 37's engine proof: a pyiceberg commit through `/iceberg` writes exactly one
+/// `update-table` event with the new metadata location (checked by the script on both
+/// doors); an overlay of this host's own catalog, whose reconciliation publishes the three
+/// tables pyiceberg created, writes three `create-table` events with the overlay as actor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pyiceberg_commit_and_a_reconciliation_write_their_events() {
+    let env = setup_with(None, true).await;
+    env.script("pyiceberg_events.py", "acme/lake", &[]).await;
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/catalogs",
+            Some(json!({"display_name": "mirror"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let mirror = v["id"].as_str().unwrap().to_owned();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/integrations",
+            Some(json!({"display_name": "self", "type": "ICEBERG_REST",
+                "uri": format!("{}/iceberg", env.endpoint),
+                "properties": {"warehouse": "acme/lake"},
+                "authentication": {"type": "BEARER"}, "credentials": {"token": ACME}})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let integration = v["id"].as_str().unwrap().to_owned();
+    let (s, v) = env
+        .call(
+            reqwest::Method::POST,
+            "/v1/accounts/acme/overlays",
+            Some(
+                json!({"display_name": "mirror-ev", "integration_id": integration,
+                "catalog_id": mirror, "include_namespaces": [["ev"]]}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let overlay = v["id"].as_str().unwrap().to_owned();
+    env.run_queue(&overlay).await;
+    let events = catalog_events(&env, &mirror).await;
+    let mut created: Vec<&str> = events
+        .iter()
+        .filter(|e| e["operation"]["type"] == "create-table")
+        .map(|e| {
+            assert_eq!(e["actor"], json!({"type": "OVERLAY", "id": overlay}), "{e}");
+            e["operation"]["name"].as_str().unwrap()
+        })
+        .collect();
+    created.sort();
+    assert_eq!(created, ["t1", "t2", "t3"], "{events:?}");
+    // The capture the reconciliation carried made each table visible: one capture event
+    // each, by the overlay; a second run changes nothing and writes no event.
+    let mut captures = capture_events(&events, &overlay);
+    captures.sort();
+    let visible: Vec<(String, String)> = ["t1", "t2", "t3"]
+        .iter()
+        .map(|t| ("x-flotilla-capture-visible".to_owned(), (*t).to_owned()))
+        .collect();
+    assert_eq!(captures, visible, "{events:?}");
+    env.run_queue(&overlay).await;
+    let again = catalog_events(&env, &mirror).await;
+    assert_eq!(again.len(), events.len(), "{again:?}");
 }

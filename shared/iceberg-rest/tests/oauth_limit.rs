@@ -239,3 +239,157 @@ async fn the_limiter_holds_a_bounded_number_of_keys_under_random_client_ids() {
     }
     assert!(state.token_limiter.len() > max / 2, "the map is in use");
 }
+
+/// A request to `uri` with `token` (none: unauthenticated).
+fn bearer_request(
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Request<Body> {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(t) = token {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    match body {
+        Some(b) => req
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(b.to_string()))
+            .unwrap(),
+        None => req.body(Body::empty()).unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn refusals_on_iceberg_routes_and_token_route_429s_are_audited_in_the_account() {
+    let (app, clock, state, id, secret) = env(TokenLimits::default()).await;
+    let r = send(
+        &app,
+        json_request(
+            Method::POST,
+            "/v1/accounts/acme/catalogs",
+            json!({"display_name": "lake", "properties": {"warehouse": "s3://bucket/acme/lake"}}),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let c = r.body["id"].as_str().unwrap().to_owned();
+    // The service principal may read the catalog, not write to it.
+    for (uri, body) in [
+        ("/v1/accounts/acme/roles", json!({"name": "readers"})),
+        (
+            "/v1/accounts/acme/grants",
+            json!({"role": "readers", "privilege": "READ",
+                "securable": {"type": "CATALOG", "catalog_id": c}}),
+        ),
+    ] {
+        let r = send(&app, json_request(Method::POST, uri, body)).await;
+        assert!(r.status.is_success(), "{uri}: {}", r.body);
+    }
+    let r = send(
+        &app,
+        json_request(
+            Method::PUT,
+            "/v1/accounts/acme/roles/readers/members/ci",
+            json!({}),
+        ),
+    )
+    .await;
+    assert!(r.status.is_success(), "{}", r.body);
+    let r = send(
+        &app,
+        token_request("", CLIENT_HOST, &form(&id, &secret), None),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let token = r.body["access_token"].as_str().unwrap().to_owned();
+    // Refused on the Iceberg routes: unauthenticated (a prefixed route and config), and a
+    // write the principal may not make.
+    let prefixed = format!("/iceberg/v1/acme.{c}/namespaces");
+    let r = send(&app, bearer_request(Method::GET, &prefixed, None, None)).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+    let r = send(
+        &app,
+        bearer_request(
+            Method::GET,
+            "/iceberg/v1/config?warehouse=acme/lake",
+            None,
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+    let r = send(
+        &app,
+        bearer_request(
+            Method::POST,
+            &prefixed,
+            Some(&token),
+            Some(json!({"namespace": ["sales"]})),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    // A prefix of an account that does not exist records nothing.
+    let r = send(
+        &app,
+        bearer_request(Method::GET, "/iceberg/v1/nosuch.x/namespaces", None, None),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // A guessing burst: its 429s are audited (its 401s are the limiter's business).
+    let limit = state.token_limiter.limits().per_client_and_source;
+    let wrong = form(&id, "wrong-secret-guess");
+    for _ in 0..limit {
+        let r = send(&app, token_request("", ATTACKER, &wrong, None)).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    }
+    for door in ["", "/iceberg"] {
+        let r = send(&app, token_request(door, ATTACKER, &wrong, None)).await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    }
+    clock.advance_ms(flotilla_services::service::audit::HORIZON_MS + 1);
+    let r = send(
+        &app,
+        bearer_request(
+            Method::GET,
+            "/v1/accounts/acme/audit?page_size=100",
+            Some(OPERATOR),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // One millisecond (the clock stands still): the records' order is their request ids'.
+    let mut refusals: Vec<(String, u64, String)> = r.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "refusal")
+        .map(|i| {
+            (
+                i["route"].as_str().unwrap().to_owned(),
+                i["status"].as_u64().unwrap(),
+                i["principal"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    refusals.sort();
+    let mut expected = vec![
+        (
+            "/iceberg/v1/{prefix}/namespaces".to_owned(),
+            401,
+            "anonymous".to_owned(),
+        ),
+        ("/iceberg/v1/config".to_owned(), 401, "anonymous".to_owned()),
+        (
+            "/iceberg/v1/{prefix}/namespaces".to_owned(),
+            403,
+            "service:ci".to_owned(),
+        ),
+        ("/v1/oauth/tokens".to_owned(), 429, id.clone()),
+        ("/iceberg/v1/oauth/tokens".to_owned(), 429, id.clone()),
+    ];
+    expected.sort();
+    assert_eq!(refusals, expected, "{}", r.body);
+}

@@ -6,6 +6,14 @@
 //! durability (`Immediate`) fsyncs before `commit` returns, so a committed transaction
 //! survives a process crash. It is the embedded equivalent of one atomic batch.
 //!
+//! Group commit: concurrent writers hand their transactions to a queue, and whichever of
+//! them takes the commit lock first applies every queued transaction, in arrival order, inside
+//! one redb write transaction, then commits (and fsyncs) once for all of them. Each metastore
+//! transaction keeps its own all-or-nothing conditions: its conditions are evaluated against
+//! the state the earlier transactions of the group left, and one whose condition fails writes
+//! nothing and fails alone. The fsync, which dominates a small write, is paid once per group
+//! instead of once per writer (see `docs/performance.md`, "Group commit").
+//!
 //! Layout: one table, `items`. The redb key is `pk ‖ 0x00 ‖ sk` (pk may not contain NUL, see
 //! `codec::check_key`), so all items of a partition are contiguous and ordered by the bytes
 //! of their sort key, exactly as DynamoDB orders string sort keys; a prefix query is one
@@ -14,7 +22,7 @@
 
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -31,10 +39,32 @@ const FORMAT_V1: u8 = 1;
 /// format (1) + version (8) + has-expiry (1) + expiry (8).
 const HEADER_LEN: usize = 18;
 
+/// Most metastore transactions one redb commit carries (a bound on the group's latency and
+/// on the size of one redb write transaction: at most 100 operations each).
+const MAX_GROUP: usize = 64;
+
 /// The embedded metastore. Cheap to clone; clones share one database.
 #[derive(Clone)]
 pub struct RedbMetastore {
     db: Arc<Database>,
+    group: Arc<GroupCommit>,
+}
+
+/// A transaction waiting for the next group commit, with where to send its outcome.
+struct Queued {
+    tx: Transaction,
+    done: tokio::sync::oneshot::Sender<Result<(), MetastoreError>>,
+}
+
+/// Writers queue their transactions in `queue`; the holder of `commit` drains it. A writer
+/// pushes first and then takes the lock, so every queued transaction is drained by its own
+/// writer or by one that held the lock after the push.
+#[derive(Default)]
+struct GroupCommit {
+    queue: Mutex<Vec<Queued>>,
+    commit: Mutex<()>,
+    /// redb write transactions committed (each carrying one or more metastore transactions).
+    commits: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for RedbMetastore {
@@ -63,7 +93,18 @@ impl RedbMetastore {
         let txn = db.begin_write().map_err(backend)?;
         txn.open_table(ITEMS).map_err(backend)?;
         txn.commit().map_err(backend)?;
-        Ok(Self { db: Arc::new(db) })
+        Ok(Self {
+            db: Arc::new(db),
+            group: Arc::default(),
+        })
+    }
+
+    /// redb write transactions committed since open: at most the number of metastore
+    /// transactions that wrote something, fewer when concurrent writers shared commits.
+    pub fn commits(&self) -> u64 {
+        self.group
+            .commits
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Runs blocking redb work off the async runtime's worker threads.
@@ -140,50 +181,123 @@ fn decode_item(key: Key, raw: &[u8]) -> Result<Item, MetastoreError> {
     })
 }
 
-fn apply(db: &Database, tx: &Transaction) -> Result<(), MetastoreError> {
-    let txn = db.begin_write().map_err(backend)?;
+/// Applies one metastore transaction inside an open redb write transaction: every condition
+/// is evaluated first (against the state the write transaction holds so far), and nothing is
+/// written unless all hold; the reasons cover every operation, not just the first.
+/// `Err(ConditionFailed)` leaves the write transaction as it was; any other error may leave
+/// it partly written, and the caller must abort it.
+fn apply_one(
+    table: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+    tx: &Transaction,
+) -> Result<(), MetastoreError> {
+    let keys: Vec<Vec<u8>> = tx.ops.iter().map(|op| encode_key(op.key())).collect();
+
+    // Phase 1: read every current version and evaluate every condition.
+    let mut current = Vec::with_capacity(tx.ops.len());
+    let mut outcomes = Vec::with_capacity(tx.ops.len());
+    for (op, raw_key) in tx.ops.iter().zip(&keys) {
+        let version = match table.get(raw_key.as_slice()).map_err(backend)? {
+            Some(guard) => Some(decode_version(op.key(), guard.value())?),
+            None => None,
+        };
+        outcomes.push(evaluate(op_condition(op), version));
+        current.push(version);
+    }
+    if outcomes.iter().any(|o| *o != OpOutcome::Ok) {
+        return Err(MetastoreError::ConditionFailed { reasons: outcomes });
+    }
+
+    // Phase 2: apply.
+    for ((op, raw_key), version) in tx.ops.iter().zip(&keys).zip(current) {
+        match op {
+            Op::Put {
+                body, expires_at, ..
+            } => {
+                let next = version.map_or(1, |v| v + 1);
+                let value = encode_value(next, *expires_at, body);
+                table
+                    .insert(raw_key.as_slice(), value.as_slice())
+                    .map_err(backend)?;
+            }
+            Op::Delete { .. } => {
+                table.remove(raw_key.as_slice()).map_err(backend)?;
+            }
+            Op::Check { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+/// Commits a group of queued transactions in one redb write transaction and answers each.
+/// A transaction whose conditions fail is answered `ConditionFailed` and the rest go on. A
+/// transaction that fails otherwise mid-apply (a corrupt item, a redb error) may have left
+/// the write transaction partly written: the whole write transaction is aborted (dropped),
+/// that transaction is answered with its error, and the others of the group, of which nothing
+/// was written, are handed back to be committed again. A failed commit is answered to every
+/// transaction of the group that had applied.
+fn commit_group(
+    db: &Database,
+    commits: &std::sync::atomic::AtomicU64,
+    group: Vec<Queued>,
+) -> Vec<Queued> {
+    let txn = match db.begin_write() {
+        Ok(txn) => txn,
+        Err(e) => {
+            let message = backend(e).to_string();
+            for queued in group {
+                let _ = queued
+                    .done
+                    .send(Err(MetastoreError::Backend(message.clone())));
+            }
+            return Vec::new();
+        }
+    };
+    let mut applied: Vec<Queued> = Vec::with_capacity(group.len());
     {
-        let mut table = txn.open_table(ITEMS).map_err(backend)?;
-        let keys: Vec<Vec<u8>> = tx.ops.iter().map(|op| encode_key(op.key())).collect();
-
-        // Phase 1: read every current version and evaluate every condition. Nothing is
-        // written unless all hold, and the reasons cover every operation, not just the first.
-        let mut current = Vec::with_capacity(tx.ops.len());
-        let mut outcomes = Vec::with_capacity(tx.ops.len());
-        for (op, raw_key) in tx.ops.iter().zip(&keys) {
-            let version = match table.get(raw_key.as_slice()).map_err(backend)? {
-                Some(guard) => Some(decode_version(op.key(), guard.value())?),
-                None => None,
-            };
-            outcomes.push(evaluate(op_condition(op), version));
-            current.push(version);
-        }
-        if outcomes.iter().any(|o| *o != OpOutcome::Ok) {
-            drop(table);
-            txn.abort().map_err(backend)?;
-            return Err(MetastoreError::ConditionFailed { reasons: outcomes });
-        }
-
-        // Phase 2: apply.
-        for ((op, raw_key), version) in tx.ops.iter().zip(&keys).zip(current) {
-            match op {
-                Op::Put {
-                    body, expires_at, ..
-                } => {
-                    let next = version.map_or(1, |v| v + 1);
-                    let value = encode_value(next, *expires_at, body);
-                    table
-                        .insert(raw_key.as_slice(), value.as_slice())
-                        .map_err(backend)?;
+        let mut table = match txn.open_table(ITEMS) {
+            Ok(table) => table,
+            Err(e) => {
+                let message = backend(e).to_string();
+                for queued in group {
+                    let _ = queued
+                        .done
+                        .send(Err(MetastoreError::Backend(message.clone())));
                 }
-                Op::Delete { .. } => {
-                    table.remove(raw_key.as_slice()).map_err(backend)?;
+                return Vec::new();
+            }
+        };
+        let mut rest = group.into_iter();
+        while let Some(queued) = rest.next() {
+            match apply_one(&mut table, &queued.tx) {
+                Ok(()) => applied.push(queued),
+                Err(e @ MetastoreError::ConditionFailed { .. }) => {
+                    let _ = queued.done.send(Err(e));
                 }
-                Op::Check { .. } => {}
+                Err(e) => {
+                    // Dropping the write transaction aborts it: nothing of the group is
+                    // written, so the others are retried in a group of their own.
+                    let _ = queued.done.send(Err(e));
+                    applied.extend(rest);
+                    return applied;
+                }
             }
         }
     }
-    txn.commit().map_err(backend)
+    if applied.is_empty() {
+        // Only failed conditions: nothing to write, nothing to fsync.
+        let _ = txn.abort();
+        return Vec::new();
+    }
+    let result = txn.commit().map_err(|e| backend(e).to_string());
+    if result.is_ok() {
+        commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    for queued in applied {
+        let _ = queued
+            .done
+            .send(result.clone().map_err(MetastoreError::Backend));
+    }
+    Vec::new()
 }
 
 /// Scans one prefix page. Returns the items and whether more matching items follow.
@@ -313,7 +427,41 @@ impl Metastore for RedbMetastore {
 
     async fn transact(&self, tx: Transaction) -> Result<(), MetastoreError> {
         codec::check_transaction(&tx)?;
-        self.blocking(move |db| apply(db, &tx)).await
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        self.group
+            .queue
+            .lock()
+            .map_err(|_| MetastoreError::Backend("metastore queue poisoned".into()))?
+            .push(Queued { tx, done });
+        let group = Arc::clone(&self.group);
+        self.blocking(move |db| {
+            // Whoever holds the lock commits what is queued; a writer whose transaction a
+            // previous holder already took finds less (or nothing) to do.
+            let _commit = group
+                .commit
+                .lock()
+                .map_err(|_| MetastoreError::Backend("metastore commit lock poisoned".into()))?;
+            loop {
+                let mut batch: Vec<Queued> = {
+                    let mut queue = group
+                        .queue
+                        .lock()
+                        .map_err(|_| MetastoreError::Backend("metastore queue poisoned".into()))?;
+                    let n = queue.len().min(MAX_GROUP);
+                    queue.drain(..n).collect()
+                };
+                if batch.is_empty() {
+                    return Ok(());
+                }
+                while !batch.is_empty() {
+                    batch = commit_group(db, &group.commits, batch);
+                }
+            }
+        })
+        .await?;
+        outcome
+            .await
+            .map_err(|_| MetastoreError::Backend("metastore writer stopped".into()))?
     }
 }
 
@@ -343,6 +491,119 @@ mod tests {
                 expires_at: Some(-5)
             })
         );
+    }
+
+    /// Holds the commit lock while `n` transactions queue up behind it, so that releasing it
+    /// commits them as one group.
+    // Holding the (blocking) commit lock across the awaits is the point: the writers' blocking
+    // threads wait on it while the test waits for their pushes.
+    #[allow(clippy::await_holding_lock)]
+    async fn queue_behind_lock(
+        store: &RedbMetastore,
+        txs: Vec<Transaction>,
+    ) -> Vec<Result<(), MetastoreError>> {
+        let guard = store.group.commit.lock().expect("commit lock");
+        let n = txs.len();
+        let tasks: Vec<_> = txs
+            .into_iter()
+            .map(|tx| {
+                let store = store.clone();
+                tokio::spawn(async move { store.transact(tx).await })
+            })
+            .collect();
+        // Every writer pushes before it waits for the lock: wait for all pushes.
+        while store.group.queue.lock().expect("queue").len() < n {
+            tokio::task::yield_now().await;
+        }
+        drop(guard);
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.expect("writer task"));
+        }
+        out
+    }
+
+    fn body(s: &str) -> Vec<u8> {
+        s.as_bytes().to_vec()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_group_commits_once_and_keeps_each_transaction_all_or_nothing() {
+        let store = RedbMetastore::in_memory().expect("redb");
+        let before = store.commits();
+        let shared = Key::new("p", "shared");
+        // Eight writers, each creating a key of its own; the first four also race to create
+        // one shared key, so exactly one of those four may commit.
+        let txs = (0..8)
+            .map(|i| {
+                let mut ops = vec![Op::create(Key::new("p", format!("own-{i}")), body("x"))];
+                if i < 4 {
+                    ops.push(Op::create(shared.clone(), body(&format!("writer {i}"))));
+                }
+                Transaction { ops }
+            })
+            .collect();
+        let results = queue_behind_lock(&store, txs).await;
+        let won = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(won, 5, "{results:?}");
+        assert!(results[4..].iter().all(Result::is_ok), "{results:?}");
+        for (i, r) in results.iter().enumerate() {
+            let own = store
+                .get(&Key::new("p", format!("own-{i}")), Consistency::Strong)
+                .await
+                .expect("get");
+            match r {
+                Ok(()) => assert!(own.is_some(), "the winner's own key is written"),
+                Err(MetastoreError::ConditionFailed { .. }) => {
+                    assert!(own.is_none(), "a loser wrote nothing")
+                }
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        assert_eq!(store.commits() - before, 1, "one redb commit for the group");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_transaction_failing_mid_group_fails_alone() {
+        let store = RedbMetastore::in_memory().expect("redb");
+        let bad = Key::new("p", "corrupt");
+        {
+            let txn = store.db.begin_write().expect("write");
+            {
+                let mut table = txn.open_table(ITEMS).expect("table");
+                table
+                    .insert(encode_key(&bad).as_slice(), [9u8, 9].as_slice())
+                    .expect("insert");
+            }
+            txn.commit().expect("commit");
+        }
+        let before = store.commits();
+        let txs = vec![
+            Transaction {
+                ops: vec![Op::create(Key::new("p", "a"), body("a"))],
+            },
+            Transaction {
+                ops: vec![
+                    Op::create(Key::new("p", "b"), body("b")),
+                    Op::put(bad.clone(), body("overwrite")),
+                ],
+            },
+            Transaction {
+                ops: vec![Op::create(Key::new("p", "c"), body("c"))],
+            },
+        ];
+        let results = queue_behind_lock(&store, txs).await;
+        let failed: Vec<_> = results.iter().filter(|r| r.is_err()).collect();
+        assert_eq!(failed.len(), 1, "{results:?}");
+        assert!(matches!(failed[0], Err(MetastoreError::Corrupt { .. })));
+        for (sk, written) in [("a", true), ("b", false), ("c", true)] {
+            let item = store
+                .get(&Key::new("p", sk), Consistency::Strong)
+                .await
+                .expect("get");
+            assert_eq!(item.is_some(), written, "{sk}");
+        }
+        assert!(store.commits() - before <= 2);
     }
 
     #[test]

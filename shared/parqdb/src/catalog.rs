@@ -50,6 +50,48 @@ const MAX_LIST_PAGE_SIZE: usize = MAX_PAGE_SIZE - 1;
 /// being deleted. A failed guard condition is reported as `NOT_FOUND`.
 pub trait TransactionGuard: Send + Sync + 'static {
     fn conditions(&self, account: &str) -> Vec<Op>;
+
+    /// Operations recording `change` in the same transaction (a change event: created items
+    /// with keys of their own, which never fail a condition). None by default.
+    fn record(&self, _account: &str, _change: &IndexChange<'_>) -> Vec<Op> {
+        Vec::new()
+    }
+}
+
+/// A mutation of an index catalog, as the guard sees it ([`TransactionGuard::record`]).
+#[derive(Debug, Clone, Copy)]
+pub enum IndexChange<'a> {
+    CatalogCreated {
+        catalog: &'a str,
+        warehouse: &'a str,
+    },
+    NamespaceCreated {
+        catalog: &'a str,
+        path: &'a [String],
+    },
+    NamespaceDropped {
+        catalog: &'a str,
+        path: &'a [String],
+    },
+    Registered {
+        catalog: &'a str,
+        index: &'a IndexIdentifier,
+        metadata_location: &'a str,
+    },
+    Committed {
+        catalog: &'a str,
+        index: &'a IndexIdentifier,
+        metadata_location: &'a str,
+    },
+    Renamed {
+        catalog: &'a str,
+        index: &'a IndexIdentifier,
+        destination: &'a IndexIdentifier,
+    },
+    Dropped {
+        catalog: &'a str,
+        index: &'a IndexIdentifier,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -143,8 +185,16 @@ impl IndexCatalogService {
     // -----------------------------------------------------------------------------------
     // Plumbing.
 
-    /// Runs `ops` plus the guard's conditions as one transaction.
-    async fn transact(&self, account: &str, ops: Vec<Op>) -> Result<Applied> {
+    /// Runs `ops`, the guard's record of `change` and its conditions as one transaction.
+    async fn transact(
+        &self,
+        account: &str,
+        mut ops: Vec<Op>,
+        change: IndexChange<'_>,
+    ) -> Result<Applied> {
+        if let Some(guard) = &self.guard {
+            ops.extend(guard.record(account, &change));
+        }
         let own = ops.len();
         let mut tx = Transaction { ops };
         if let Some(guard) = &self.guard {
@@ -379,7 +429,11 @@ impl IndexCatalogService {
                 keys::warehouse_registration(&record.warehouse, account, &req.name),
                 body(&registration)?,
             ));
-            match self.transact(account, ops).await? {
+            let change = IndexChange::CatalogCreated {
+                catalog: &req.name,
+                warehouse: &record.warehouse,
+            };
+            match self.transact(account, ops, change).await? {
                 Applied::Yes => return Ok(catalog_view(&record, 1)),
                 Applied::Conflict => {
                     if self.get(&catalog_key).await?.is_some() {
@@ -477,7 +531,17 @@ impl IndexCatalogService {
                     Condition::Exists,
                 ));
             }
-            match self.transact(account, ops).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::NamespaceCreated {
+                        catalog,
+                        path: &req.path,
+                    },
+                )
+                .await?
+            {
                 Applied::Yes => {
                     return Ok(Namespace {
                         path: req.path.clone(),
@@ -556,7 +620,14 @@ impl IndexCatalogService {
                     body(&parent)?,
                 ));
             }
-            match self.transact(account, ops).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::NamespaceDropped { catalog, path },
+                )
+                .await?
+            {
                 Applied::Yes => return Ok(()),
                 Applied::Conflict => continue,
                 Applied::Unknown(e) => return Err(e),
@@ -634,7 +705,18 @@ impl IndexCatalogService {
                 // Published again: no longer a garbage collection candidate.
                 Op::delete(keys::unreachable(account, catalog, &req.metadata_location)),
             ];
-            match self.transact(account, ops).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::Registered {
+                        catalog,
+                        index: &id,
+                        metadata_location: &req.metadata_location,
+                    },
+                )
+                .await?
+            {
                 Applied::Yes => return Ok(entry(record)),
                 Applied::Conflict => continue,
                 Applied::Unknown(e) => {
@@ -702,7 +784,18 @@ impl IndexCatalogService {
                 Op::put(keys::unreachable(account, catalog, &req.base), body(&lost)?),
                 Op::delete(keys::unreachable(account, catalog, &req.new)),
             ];
-            match self.transact(account, ops).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::Committed {
+                        catalog,
+                        index: id,
+                        metadata_location: &req.new,
+                    },
+                )
+                .await?
+            {
                 Applied::Yes => return Ok(entry(record)),
                 // Lost the race on the mapping: the re-read above decides (usually a conflict).
                 Applied::Conflict => continue,
@@ -773,7 +866,10 @@ impl IndexCatalogService {
                     body(&lost)?,
                 ),
             ];
-            match self.transact(account, ops).await? {
+            match self
+                .transact(account, ops, IndexChange::Dropped { catalog, index: id })
+                .await?
+            {
                 Applied::Yes => return Ok(()),
                 Applied::Conflict => continue,
                 Applied::Unknown(e) => return Err(e),
@@ -843,7 +939,18 @@ impl IndexCatalogService {
                     body(&dst_ns)?,
                 ));
             }
-            match self.transact(account, ops).await? {
+            match self
+                .transact(
+                    account,
+                    ops,
+                    IndexChange::Renamed {
+                        catalog,
+                        index: src,
+                        destination: dst,
+                    },
+                )
+                .await?
+            {
                 Applied::Yes => return Ok(()),
                 Applied::Conflict => continue,
                 Applied::Unknown(e) => return Err(e),

@@ -71,6 +71,8 @@ pub enum LocalError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot start the event sink deliverer: {0}")]
+    EventSinks(String),
 }
 
 /// What `flotilla serve` runs on.
@@ -180,6 +182,8 @@ pub fn build(opts: &LocalOptions) -> Result<LocalStack, LocalError> {
         allow_insecure_upstreams: opts.allow_insecure_upstreams,
         upstream_files_root,
         reconcile: flotilla_base::limits::Limits::from_env(),
+        // The host runs the event sink deliverer (`spawn_event_sinks`).
+        event_sinks: true,
         ..Config::default()
     };
     let state = AppState::new(
@@ -340,6 +344,32 @@ pub fn spawn_reconcile(state: &AppState, work: LocalQueue) -> ReconcileTasks {
         std::time::Duration::from_secs(every),
     ));
     ReconcileTasks { scheduler, worker }
+}
+
+/// The event sink deliverer, stopped on drop.
+pub struct EventSinkTask(tokio::task::JoinHandle<()>);
+
+impl Drop for EventSinkTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts delivering event sinks (`flotilla_services::service::event_sinks`): a pass every
+/// `FLOTILLA_EVENT_SINK_TICK_MS` milliseconds (default 1000) over every due sink, each POST
+/// through the upstream client under the host's address policy.
+pub fn spawn_event_sinks(state: &AppState) -> Result<EventSinkTask, LocalError> {
+    use flotilla_services::service::event_sinks::{Deliverer, HttpTransport};
+    let every = std::env::var("FLOTILLA_EVENT_SINK_TICK_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .unwrap_or(1000);
+    let transport = HttpTransport::new(state).map_err(|e| LocalError::EventSinks(e.to_string()))?;
+    let deliverer = Deliverer::new(state.clone(), Arc::new(transport));
+    Ok(EventSinkTask(tokio::spawn(
+        deliverer.run(std::time::Duration::from_millis(every)),
+    )))
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub struct Config {
     /// How long change events are kept: readers skip and sweep older ones (a pending event
     /// also carries the DynamoDB TTL).
     pub event_retention_secs: i64,
+    /// This host delivers event sinks (`flotilla serve` runs the deliverer); elsewhere (AWS,
+    /// where events go to EventBridge) creating a sink answers `409 FAILED_PRECONDITION`.
+    pub event_sinks: bool,
 }
 
 impl Default for Config {
@@ -44,6 +47,7 @@ impl Default for Config {
             reconcile: flotilla_base::limits::Limits::default(),
             events: true,
             event_retention_secs: 7 * 24 * 3600,
+            event_sinks: false,
         }
     }
 }

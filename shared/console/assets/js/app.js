@@ -9,6 +9,7 @@ import * as integrations from './pages/integrations.js';
 import * as overlays from './pages/overlays.js';
 import * as indexes from './pages/indexes.js';
 import * as access from './pages/access.js';
+import * as activity from './pages/activity.js';
 
 const root = document.getElementById('app');
 
@@ -26,6 +27,7 @@ const ROUTES = [
   ['a/:account/index-catalogs', indexes.list],
   ['a/:account/index-catalogs/:index', indexes.detail],
   ['a/:account/access', access.page],
+  ['a/:account/audit', activity.audit],
 ].map(([pattern, page]) => [pattern.split('/'), page]);
 
 function match(segments) {
@@ -137,6 +139,7 @@ function sidebar(s, account, active) {
       item('Overlays', href('a', account, 'overlays'), 'overlays'),
       item('Index catalogs', href('a', account, 'index-catalogs'), 'index-catalogs'),
       item('Access', href('a', account, 'access'), 'access'),
+      item('Audit', href('a', account, 'audit'), 'audit'),
     ) : null,
     s.operator ? h('nav', { class: 'nav-group' },
       h('div', { class: 'nav-heading' }, 'Operator'),

@@ -221,6 +221,41 @@ impl Harness {
         r.body["id"].as_str().expect("id").to_owned()
     }
 
+    /// Role `role` with member `group:{role}`, granted `privilege` on `securable`; answers
+    /// the grant's id.
+    pub async fn group_grant(
+        &self,
+        account: &str,
+        token: &str,
+        role: &str,
+        privilege: &str,
+        securable: Value,
+    ) -> String {
+        let a = format!("/v1/accounts/{account}");
+        let r = self
+            .post(
+                &format!("{a}/roles"),
+                token,
+                serde_json::json!({"name": role}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        let member = format!("{a}/roles/{role}/members/group:{role}");
+        let r = self
+            .call(axum::http::Method::PUT, &member, Some(token), None, &[])
+            .await;
+        assert!(r.status.is_success(), "{:?}", r.body);
+        let r = self
+            .post(
+                &format!("{a}/grants"),
+                token,
+                serde_json::json!({"role": role, "privilege": privilege, "securable": securable}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        r.body["id"].as_str().expect("id").to_owned()
+    }
+
     pub async fn namespace(&self, account: &str, token: &str, catalog: &str, path: &[&str]) {
         let r = self
             .post(

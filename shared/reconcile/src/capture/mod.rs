@@ -44,6 +44,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use serde::Serialize;
 
 use crate::{Connector, ReconcileError};
+use flotilla_services::service::events;
 use flotilla_services::state::AppState;
 use record::{CapturePointer, CapturedFile, CapturedTable, ValidationErrorRecord, ValidationState};
 use storage::{CatalogFiles, StorageError, UpstreamFiles};
@@ -822,6 +823,31 @@ impl Job<'_> {
             op,
         ];
         // The attempt ends with its publication (a quarantine keeps its marker).
+        // A capture whose outcome changes what the table shows writes its event (actor: the
+        // overlay) in the pointer's transaction; a recapture in the same state writes none.
+        let previous_state = table.pointer.as_ref().map(|p| p.value.validation);
+        if previous_state != Some(pointer.validation) {
+            let kind = match pointer.validation {
+                ValidationState::Valid => "x-flotilla-capture-visible",
+                ValidationState::Invalid => "x-flotilla-capture-invalid",
+                ValidationState::NotReadable => "x-flotilla-capture-not-readable",
+                ValidationState::Quarantined => "x-flotilla-capture-quarantined",
+            };
+            let operation =
+                events::Operation::relation(kind, self.catalog_id(), &rel.namespace, &rel.name)
+                    .with_metadata_location(rel.metadata_location.as_deref())
+                    .with_details(serde_json::json!({
+                        "validation": pointer.validation.as_str(),
+                        "previous": previous_state.map(ValidationState::as_str),
+                        "errors": pointer.errors,
+                    }));
+            ops.extend(events::event_op_by(
+                self.state,
+                &self.plan.account,
+                Some(events::Actor::overlay(&pointer.overlay_id)),
+                operation,
+            )?);
+        }
         let closing = pointer.validation != ValidationState::Quarantined
             && self.open.load(std::sync::atomic::Ordering::SeqCst);
         if closing {

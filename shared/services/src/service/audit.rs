@@ -13,7 +13,7 @@ use flotilla_metastore::{Consistency, Metastore, Op, PageToken, Query, Transacti
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::events::{self, Event, Filter, Positions};
+use super::events::{self, Event, Filter, Positions, Window};
 use super::{decode, to_body};
 use crate::acl::{Access, Action, Securable};
 use crate::error::{Error, Result};
@@ -178,6 +178,7 @@ fn mutation_item(e: &Event) -> Value {
             "catalog_id": op.catalog_id,
             "namespace": op.namespace,
             "name": op.name,
+            "resource": op.resource,
         },
         "request_id": e.request_id,
     })
@@ -339,7 +340,8 @@ pub async fn list(
     for _ in 0..MAX_ROUNDS {
         let want = page_size - items.len();
         let before = (pos.e.clone(), pos.r.clone());
-        let mut heads = events::read_account(state, access, &filter, want, &mut pos.e).await?;
+        let mut heads =
+            events::read_account(state, access, &filter, want, &mut pos.e, Window::Audit).await?;
         for h in &mut heads {
             h.retain(|e| q.wants(&e.actor.id, e.timestamp_ms));
         }

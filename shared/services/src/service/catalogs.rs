@@ -10,6 +10,7 @@ use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::events::{Operation, record_account};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
     GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
@@ -122,6 +123,12 @@ pub async fn fetch_with(
     super::fetch(store, &more).await
 }
 
+/// The event of a catalog's creation or deletion (in the account's log: the catalog's own
+/// log goes with it).
+fn catalog_event(verb: &str, rec: &CatalogRecord) -> Operation {
+    Operation::of_resource(verb, "catalog", Some(&rec.id), Some(&rec.display_name))
+}
+
 pub async fn create(
     state: &AppState,
     account: &str,
@@ -197,10 +204,17 @@ pub async fn create(
                                     )
                                     .await?,
                             );
+                            record_account(
+                                state,
+                                &mut ops,
+                                account,
+                                catalog_event("deleted", &old.value),
+                            )?;
                         }
                     }
                 }
             }
+            record_account(state, &mut ops, account, catalog_event("created", &rec))?;
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),
@@ -360,11 +374,22 @@ pub async fn patch(
         }
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let tx = Transaction::new().with(Op::replace(
+        let mut tx = Transaction::new().with(Op::replace(
             keys::catalog(account, id),
             cur.version,
             to_body(&next)?,
         ));
+        let fields = [
+            ("display_name", next.display_name != cur.value.display_name),
+            ("description", next.description != cur.value.description),
+            ("properties", next.properties != cur.value.properties),
+        ];
+        record_account(
+            state,
+            &mut tx.ops,
+            account,
+            Operation::resource_update("catalog", id, &next.display_name, (false, false), &fields),
+        )?;
         let name = super::NameChange {
             key: keys::catalog_name,
             what: "a catalog",
@@ -399,6 +424,12 @@ pub async fn delete(
                 .grant_cascade(account, &crate::acl::Securable::catalog(id))
                 .await?,
         );
+        record_account(
+            state,
+            &mut final_ops,
+            account,
+            catalog_event("deleted", &cur.value),
+        )?;
         // Captured state objects in the warehouse: their sweep is recorded with the deletion.
         #[cfg(feature = "index-catalogs")]
         final_ops.extend(super::captured::sweep_op(state, &cur.value).await?);

@@ -18,7 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use flotilla_metastore::{Consistency, DynMetastore, Item, Metastore, Op, Query};
-use flotilla_parqdb::catalog::{IndexCatalogService, TransactionGuard};
+use flotilla_parqdb::catalog::{IndexCatalogService, IndexChange, TransactionGuard};
 use flotilla_parqdb::error::IndexCatalogError;
 use flotilla_parqdb::keys as ixkeys;
 use flotilla_parqdb::store::{DefaultWarehouseStores, WarehouseStores};
@@ -62,11 +62,14 @@ fn s3_stores_from_env() -> DefaultWarehouseStores {
     }
 }
 
-/// Adds the account guards to every mutating transaction of the index catalog service, and
-/// for an idempotent create the success receipt, so that receipt and resource are published
-/// in one transaction (docs/api.md "Idempotency").
+/// Adds the account guards to every mutating transaction of the index catalog service, for
+/// an idempotent create the success receipt, so that receipt and resource are published in
+/// one transaction (docs/api.md "Idempotency"), and with the application state the change's
+/// event in the account's log (docs/events.md).
 struct Guard {
     receipt: Option<Op>,
+    /// The host whose events log the changes (`None`: operator tooling, no events).
+    state: Option<AppState>,
 }
 
 impl TransactionGuard for Guard {
@@ -74,6 +77,74 @@ impl TransactionGuard for Guard {
         let mut ops = super::account_guards(account);
         ops.extend(self.receipt.clone());
         ops
+    }
+
+    fn record(&self, account: &str, change: &IndexChange<'_>) -> Vec<Op> {
+        let Some(state) = &self.state else {
+            return Vec::new();
+        };
+        match super::events::account_op(state, account, index_event(change)) {
+            Ok(op) => op.into_iter().collect(),
+            // Encoding an event cannot fail in practice; a change is never refused for it.
+            Err(e) => {
+                tracing::error!(error = %e, account, "index catalog event not recorded");
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// The event of an index catalog change: about the index catalog (the resource), naming
+/// the index by namespace and name.
+fn index_event(change: &IndexChange<'_>) -> super::events::Operation {
+    use super::events::{ObjectName, Operation, Resource};
+    let about = |kind: &str, catalog: &str| {
+        Operation::account(
+            &format!("x-flotilla-{kind}"),
+            Some(Resource::new("index-catalog", None, Some(catalog))),
+        )
+    };
+    let index =
+        |kind: &str, catalog: &str, id: &flotilla_parqdb::types::IndexIdentifier| Operation {
+            namespace: id.namespace.clone(),
+            name: Some(id.name.clone()),
+            ..about(kind, catalog)
+        };
+    match *change {
+        IndexChange::CatalogCreated { catalog, warehouse } => {
+            about("index-catalog-created", catalog)
+                .with_details(serde_json::json!({ "warehouse": warehouse }))
+        }
+        IndexChange::NamespaceCreated { catalog, path } => Operation {
+            namespace: path.to_vec(),
+            ..about("index-namespace-created", catalog)
+        },
+        IndexChange::NamespaceDropped { catalog, path } => Operation {
+            namespace: path.to_vec(),
+            ..about("index-namespace-dropped", catalog)
+        },
+        IndexChange::Registered {
+            catalog,
+            index: id,
+            metadata_location,
+        } => index("index-registered", catalog, id).with_metadata_location(Some(metadata_location)),
+        IndexChange::Committed {
+            catalog,
+            index: id,
+            metadata_location,
+        } => index("index-committed", catalog, id).with_metadata_location(Some(metadata_location)),
+        IndexChange::Renamed {
+            catalog,
+            index: id,
+            destination,
+        } => Operation {
+            destination: Some(ObjectName {
+                namespace: destination.namespace.clone(),
+                name: destination.name.clone(),
+            }),
+            ..index("index-renamed", catalog, id)
+        },
+        IndexChange::Dropped { catalog, index: id } => index("index-dropped", catalog, id),
     }
 }
 
@@ -83,16 +154,23 @@ pub fn open(
     stores: Arc<dyn WarehouseStores>,
     clock: Arc<dyn crate::clock::Clock>,
 ) -> IndexCatalogService {
-    IndexCatalogService::new(store, stores, clock).with_guard(Arc::new(Guard { receipt: None }))
+    IndexCatalogService::new(store, stores, clock).with_guard(Arc::new(Guard {
+        receipt: None,
+        state: None,
+    }))
 }
 
-/// The index catalog service of the application state.
+/// The index catalog service of the application state (its changes write events).
 pub fn service(state: &AppState) -> IndexCatalogService {
-    open(
+    IndexCatalogService::new(
         state.store.clone(),
         state.index_stores.clone(),
         state.clock.clone(),
     )
+    .with_guard(Arc::new(Guard {
+        receipt: None,
+        state: Some(state.clone()),
+    }))
 }
 
 /// Runs one create (index catalog, namespace, register) and answers `201` with what it
@@ -127,7 +205,10 @@ where
             // response it will answer (its `create_time`) before the transaction recording it.
             Arc::new(ManualClock::new(now)),
         )
-        .with_guard(Arc::new(Guard { receipt }))
+        .with_guard(Arc::new(Guard {
+            receipt,
+            state: Some(state.clone()),
+        }))
     };
     let Some(idem) = idem else {
         return match op(service(None)).await {

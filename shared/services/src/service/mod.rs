@@ -8,6 +8,8 @@ pub mod audit;
 pub mod captured;
 pub mod catalogs;
 pub mod directory;
+#[cfg(feature = "upstream")]
+pub mod event_sinks;
 pub mod events;
 pub mod idempotency;
 #[cfg(feature = "index-catalogs")]

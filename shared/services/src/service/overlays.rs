@@ -19,6 +19,7 @@ use flotilla_metastore::{Condition, Consistency, Metastore, Op, Transaction};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::events::{Operation, record_account};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 use super::relations::directory_bump;
 use super::{
@@ -330,6 +331,16 @@ pub async fn create(
                 update_time: ts,
             };
             ops.push(Op::create(keys::overlay(account, &id), to_body(&rec)?));
+            record_account(
+                state,
+                &mut ops,
+                account,
+                Operation::of_resource("created", "overlay", Some(&id), Some(&rec.display_name))
+                    .with_details(serde_json::json!({
+                        "integration_id": rec.integration_id,
+                        "catalog_id": rec.catalog_id,
+                    })),
+            )?;
             // The new overlay's demand, in the same transaction (a replaced overlay's demand
             // stays until its own delete removes it; it is fenced meanwhile).
             let demand = super::schedule::demand(interval, req.paused);
@@ -457,6 +468,27 @@ pub async fn patch(
             )
             .await?,
         );
+        let fields = [
+            ("display_name", next.display_name != cur.value.display_name),
+            ("namespaces", selection_changed),
+            (
+                "refresh_interval_secs",
+                next.refresh_interval_secs != cur.value.refresh_interval_secs,
+            ),
+            ("paused", next.paused != cur.value.paused),
+        ];
+        record_account(
+            state,
+            &mut tx.ops,
+            account,
+            Operation::resource_update(
+                "overlay",
+                id,
+                &next.display_name,
+                (cur.value.paused, next.paused),
+                &fields,
+            ),
+        )?;
         let name = super::NameChange {
             key: keys::overlay_name,
             what: "an overlay",
@@ -633,6 +665,12 @@ pub async fn delete(
                 .grant_cascade(account, &crate::acl::Securable::overlay(id))
                 .await?,
         );
+        record_account(
+            state,
+            &mut tx.ops,
+            account,
+            Operation::of_resource("deleted", "overlay", Some(id), Some(&o.display_name)),
+        )?;
         match store.transact(tx).await {
             Ok(()) => return Ok(()),
             // Two deletes of one overlay (two cascades, or a cascade and a direct delete) ran

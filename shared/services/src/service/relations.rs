@@ -603,23 +603,24 @@ pub async fn patch(
         if signals {
             tx.push(directory_bump(catalog_id)?);
         }
-        let operation = if moved {
-            Operation {
+        if moved {
+            let operation = Operation {
                 destination: Some(ObjectName {
                     namespace: next.namespace.segments().to_vec(),
                     name: next.name.clone(),
                 }),
                 ..Operation::relation(&relation_type("rename", kind), catalog_id, ns, name)
-            }
+            };
+            events::record(state, account, &mut tx, operation)?;
         } else {
             let verb = match kind {
                 RelationKind::Table => "update",
                 RelationKind::View => "replace",
             };
-            Operation::relation(&relation_type(verb, kind), catalog_id, ns, name)
-                .with_metadata_location(next.metadata_location.as_deref())
-        };
-        events::record(state, account, &mut tx, operation)?;
+            let operation = Operation::relation(&relation_type(verb, kind), catalog_id, ns, name)
+                .with_metadata_location(next.metadata_location.as_deref());
+            events::record_commit(state, account, &mut tx, operation, next.revision)?;
+        }
         match store.transact(tx).await {
             Ok(()) => return Ok(next.to_api()),
             Err(e) if super::is_condition_failure(&e) || e.is_retryable() => backoff(attempt).await,

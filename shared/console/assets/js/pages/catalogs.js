@@ -8,6 +8,7 @@ import {
   errorBox, progress, empty, yesNo, duration,
 } from '../render.js';
 import { recipes } from '../engines.js';
+import { catalogActivity } from './activity.js';
 
 const accountCrumbs = (a) => [[a, href('a', a, 'catalogs')]];
 
@@ -63,6 +64,7 @@ export async function detail(ctx) {
       c.description ? h('p', { class: 'lead' }, c.description) : null,
       tabs([
         ['Browse', 'browse', () => browser(a, c)],
+        ['Activity', 'activity', () => catalogActivity(a, c)],
         ['Directory health', 'directory', () => directory(a, c)],
         ['Connect an engine', 'engines', () => card(null, recipes(a, c))],
         ['Details', 'details', () => card(null, kv(c, { order: ['id', 'display_name', 'description', 'properties', 'create_time', 'update_time'], skip: ['etag'] }))],

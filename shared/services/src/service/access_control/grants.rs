@@ -7,9 +7,9 @@ use flotilla_domain::model::{RelationRecord, etag_for};
 use flotilla_domain::names::NamespacePath;
 use flotilla_metastore::{Condition, Op};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::{MAX_GRANTS, MAX_GRANTS_PER_SECURABLE, Step, write};
+use super::{MAX_GRANTS, MAX_GRANTS_PER_SECURABLE, Operation, Step, record_account, write};
 use crate::acl::model::{GrantRecord, Privilege, Securable, SecurableType, validate_role_name};
 use crate::acl::{Access, Action};
 use crate::error::{Error, Result};
@@ -165,6 +165,7 @@ pub async fn create(
             }
             ops.push(Op::create(key.clone(), crate::service::to_body(&rec)?));
             ops.push(view.generation().bump_op(account)?);
+            record_account(state, &mut ops, account, grant_event("created", &rec))?;
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),
@@ -173,6 +174,16 @@ pub async fn create(
         }
     })
     .await
+}
+
+/// The event of a grant's creation or revocation: its role, privilege and securable (the
+/// event is shown to whoever may see the grant: [`may_see`]).
+fn grant_event(verb: &str, g: &GrantRecord) -> Operation {
+    Operation::of_resource(verb, "grant", Some(&g.id), None).with_details(json!({
+        "role": g.role,
+        "privilege": g.privilege,
+        "securable": g.securable,
+    }))
 }
 
 /// Whether the caller may see (and revoke) `grant`: account admins every grant, others the
@@ -205,7 +216,9 @@ pub async fn delete(
             return super::gone(after_unknown, not_found());
         };
         crate::service::check_if_match(if_match, &etag_for(&g.id, g.revision))?;
-        Ok(Step::Commit(vec![Op::delete(keys::grant(account, id))], ()))
+        let mut ops = vec![Op::delete(keys::grant(account, id))];
+        record_account(state, &mut ops, account, grant_event("deleted", g))?;
+        Ok(Step::Commit(ops, ()))
     })
     .await
 }

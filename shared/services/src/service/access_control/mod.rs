@@ -18,6 +18,7 @@ use std::sync::Arc;
 use flotilla_metastore::{Op, Transaction};
 use serde_json::Value;
 
+use super::events::{Operation, record_account};
 use super::{MAX_ATTEMPTS, backoff, is_condition_failure};
 use crate::acl::AclView;
 use crate::error::{Error, Result};

@@ -15,7 +15,7 @@ use flotilla_metastore::{Condition, Op};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{MAX_SERVICE_PRINCIPALS, Step, write};
+use super::{MAX_SERVICE_PRINCIPALS, Operation, Step, record_account, write};
 use crate::acl::model::{ServicePrincipalRecord, validate_service_principal_name};
 use crate::auth::ServiceClaims;
 use crate::error::{Error, Result};
@@ -85,6 +85,12 @@ fn with_secret(rec: &ServicePrincipalRecord, secret: &str) -> Value {
     v
 }
 
+/// The event of a change to a service principal (never its secret or its hash).
+fn principal_event(verb: &str, rec: &ServicePrincipalRecord) -> Operation {
+    Operation::of_resource(verb, "principal", Some(&rec.id), Some(&rec.name))
+        .with_details(json!({ "client_id": rec.client_id }))
+}
+
 pub async fn create(
     state: &AppState,
     account: &str,
@@ -142,6 +148,7 @@ pub async fn create(
                 crate::service::to_body(&NameIndexRecord { id: id.clone() })?,
             ));
             ops.push(view.generation().bump_op(account)?);
+            record_account(state, &mut ops, account, principal_event("created", &rec))?;
             let mut replay = rec.to_api();
             replay["client_secret"] = Value::Null;
             Ok(Plan::PublishOnce {
@@ -193,12 +200,18 @@ pub async fn rotate(
         next.secret_generation += 1;
         next.revision += 1;
         next.update_time = state.clock.now_rfc3339();
-        let ops = vec![Op::Put {
+        let mut ops = vec![Op::Put {
             key: keys::service_principal(account, id),
             body: crate::service::to_body(&next)?,
             expires_at: None,
             condition: Some(Condition::Exists),
         }];
+        record_account(
+            state,
+            &mut ops,
+            account,
+            principal_event("secret-rotated", &next),
+        )?;
         Ok(Step::Commit(ops, with_secret(&next, &secret)))
     })
     .await
@@ -221,6 +234,7 @@ pub async fn delete(
             Op::delete(keys::service_principal_name(account, &cur.name)),
         ];
         ops.extend(super::roles::membership_deletes(view, account, &cur.name));
+        record_account(state, &mut ops, account, principal_event("deleted", cur))?;
         Ok(Step::Commit(ops, ()))
     })
     .await

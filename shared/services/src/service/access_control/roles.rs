@@ -8,7 +8,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
-    MAX_GRANTS_PER_ROLE, MAX_MEMBERS_PER_ROLE, MAX_ROLES, MAX_ROLES_PER_MEMBER, Step, write,
+    MAX_GRANTS_PER_ROLE, MAX_MEMBERS_PER_ROLE, MAX_ROLES, MAX_ROLES_PER_MEMBER, Operation, Step,
+    record_account, write,
 };
 use crate::acl::AclView;
 use crate::acl::model::{Member, MemberRecord, RoleRecord, validate_role_name};
@@ -87,6 +88,12 @@ pub async fn create(
             let key = keys::role(account, &rec.name);
             ops.push(Op::create(key.clone(), crate::service::to_body(&rec)?));
             ops.push(view.generation().bump_op(account)?);
+            record_account(
+                state,
+                &mut ops,
+                account,
+                Operation::of_resource("created", "role", Some(&rec.id), Some(&rec.name)),
+            )?;
             let mut body = rec.to_api();
             body["members"] = json!([]);
             Ok(Plan::Publish {
@@ -133,12 +140,26 @@ pub async fn delete(
         };
         crate::service::check_if_match(if_match, &etag_for(&role.id, role.revision))?;
         let mut ops = vec![Op::delete(keys::role(account, name))];
-        for m in view.members.get(name).into_iter().flatten() {
+        let members: Vec<&String> = view.members.get(name).into_iter().flatten().collect();
+        for m in &members {
             ops.push(Op::delete(keys::role_member(account, name, m)));
         }
-        for g in view.grants.values().filter(|g| g.role == name) {
-            ops.push(Op::delete(keys::grant(account, &g.id)));
+        let grants: Vec<&str> = view
+            .grants
+            .values()
+            .filter(|g| g.role == name)
+            .map(|g| g.id.as_str())
+            .collect();
+        for g in &grants {
+            ops.push(Op::delete(keys::grant(account, g)));
         }
+        record_account(
+            state,
+            &mut ops,
+            account,
+            Operation::of_resource("deleted", "role", Some(&role.id), Some(name))
+                .with_details(json!({ "members_removed": members, "grants_removed": grants })),
+        )?;
         Ok(Step::Commit(ops, ()))
     })
     .await
@@ -186,6 +207,12 @@ pub async fn add_member(state: &AppState, account: &str, role: &str, member: &st
             keys::role_member(account, role, &member),
             crate::service::to_body(&rec)?,
         ));
+        record_account(
+            state,
+            &mut ops,
+            account,
+            member_event("added", role, &member),
+        )?;
         Ok(Step::Commit(ops, true))
     })
     .await
@@ -205,12 +232,29 @@ pub async fn remove_member(
         if !view.members.get(role).is_some_and(|m| m.contains(&member)) {
             return super::gone(after_unknown, Error::not_found("member"));
         }
-        Ok(Step::Commit(
-            vec![Op::delete(keys::role_member(account, role, &member))],
-            (),
-        ))
+        let mut ops = vec![Op::delete(keys::role_member(account, role, &member))];
+        record_account(
+            state,
+            &mut ops,
+            account,
+            member_event("removed", role, &member),
+        )?;
+        Ok(Step::Commit(ops, ()))
     })
     .await
+}
+
+/// The event of a membership change: about the role, naming the member.
+fn member_event(verb: &str, role: &str, member: &str) -> Operation {
+    Operation::account(
+        &format!("x-flotilla-role-member-{verb}"),
+        Some(crate::service::events::Resource::new(
+            "role",
+            None,
+            Some(role),
+        )),
+    )
+    .with_details(json!({ "member": member }))
 }
 
 /// The memberships naming `member`, for a principal's deletion.

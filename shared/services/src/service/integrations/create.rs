@@ -222,6 +222,26 @@ pub async fn create(
                 update_time: now,
             };
             ops.push(Op::create(keys::integration(account, &id), to_body(&rec)?));
+            if let Some(old) = &replaced {
+                record_account(
+                    state,
+                    &mut ops,
+                    account,
+                    deleted_event(&old.value.id, &old.value.display_name),
+                )?;
+            }
+            record_account(
+                state,
+                &mut ops,
+                account,
+                Operation::of_resource(
+                    "created",
+                    "integration",
+                    Some(&id),
+                    Some(&rec.display_name),
+                )
+                .with_details(serde_json::json!({ "type": rec.kind })),
+            )?;
             Ok(Plan::Publish {
                 ops,
                 response: RecordedResponse::created(rec.to_api()),

@@ -58,6 +58,11 @@ pub(super) async fn has_leftovers(state: &AppState, account: &str, id: &str) -> 
 pub type OverlayDeleter =
     fn(&AppState, &str, &str) -> futures::future::BoxFuture<'static, Result<()>>;
 
+/// The event of an integration's deletion (also of the identity a replace retires).
+pub(super) fn deleted_event(id: &str, display_name: &str) -> Operation {
+    Operation::of_resource("deleted", "integration", Some(id), Some(display_name))
+}
+
 pub async fn delete(
     state: &AppState,
     account: &str,
@@ -101,6 +106,12 @@ pub async fn delete(
                 .grant_cascade(account, &crate::acl::Securable::integration(id))
                 .await?,
         );
+        record_account(
+            state,
+            &mut extra,
+            account,
+            deleted_event(id, &cur.value.display_name),
+        )?;
         let outcome = guarded_delete(
             state,
             keys::integration_fence(account, id),
@@ -248,6 +259,12 @@ pub(super) async fn cascade_delete(
                 .grant_cascade(account, &crate::acl::Securable::integration(id))
                 .await?,
         );
+        record_account(
+            state,
+            &mut tx.ops,
+            account,
+            deleted_event(id, &cur.value.display_name),
+        )?;
         match store.transact(tx).await {
             Ok(()) => {
                 removed = true;

@@ -14,7 +14,7 @@ pub(super) const RECORD_VERSION: u64 = 1;
 
 /// The op a publishing transaction carries for the generation it publishes: the record must
 /// still be the one this operation created (not claimed by a sweep), and it goes.
-pub(super) fn publish_record_op(account: &str, integration: &str, generation: u64) -> Op {
+pub(crate) fn publish_record_op(account: &str, integration: &str, generation: u64) -> Op {
     Op::delete_at(
         keys::credential_generation(account, integration, generation),
         RECORD_VERSION,
@@ -23,7 +23,7 @@ pub(super) fn publish_record_op(account: &str, integration: &str, generation: u6
 
 /// Steps 1 and 2: create the durable record (put-if-absent: whoever creates it owns the
 /// generation), then reserve the secret with put-if-absent. Answers the generation reserved.
-pub(super) async fn prepare_generation(
+pub(crate) async fn prepare_generation(
     state: &AppState,
     account: &str,
     integration: &str,
@@ -130,7 +130,7 @@ pub(super) async fn still_owned(
 /// After a definite publication failure: the prepared secret goes, then its record. Safe
 /// because nobody else can publish a generation whose record this operation holds; if a
 /// sweep claimed the record meanwhile, the sweep finishes the job.
-pub(super) async fn discard_prepared(
+pub(crate) async fn discard_prepared(
     state: &AppState,
     account: &str,
     integration: &str,

@@ -33,9 +33,10 @@ use flotilla_secrets::SecretRef;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::events::{Operation, record_account};
 use super::{
-    GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, Versioned, backoff, check_if_match,
-    guard_state, guarded_delete, read, to_body,
+    GuardRecord, GuardState, GuardedOutcome, MAX_ATTEMPTS, backoff, check_if_match, guard_state,
+    guarded_delete, read, to_body,
 };
 use super::{delete_items, strong_scan};
 use crate::error::{Error, ErrorKind, Result};
@@ -44,7 +45,7 @@ use crate::state::AppState;
 #[cfg(feature = "upstream")]
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create};
 #[cfg(feature = "upstream")]
-use super::{OnConflict, account_guard_error, account_guards};
+use super::{OnConflict, Versioned, account_guard_error, account_guards};
 #[cfg(feature = "upstream")]
 use flotilla_domain::model::NameIndexRecord;
 #[cfg(feature = "upstream")]
@@ -75,6 +76,12 @@ pub use create::*;
 pub use delete::*;
 #[cfg(feature = "upstream")]
 use generations::*;
+// Event sinks keep their signing secret through the same generation protocol.
+#[cfg(feature = "upstream")]
+pub(crate) use generations::{
+    discard_prepared as discard_secret, prepare_generation as prepare_secret,
+    publish_record_op as publish_secret_op,
+};
 #[cfg(feature = "upstream")]
 pub use patch::*;
 pub use reads::*;

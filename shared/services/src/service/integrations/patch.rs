@@ -75,6 +75,24 @@ pub async fn patch(
             })
             .await?,
         );
+        let fields = [
+            ("display_name", next.display_name != cur.value.display_name),
+            ("uri", next.uri != cur.value.uri),
+            ("properties", next.properties != cur.value.properties),
+            ("paused", next.paused != cur.value.paused),
+        ];
+        record_account(
+            state,
+            &mut tx.ops,
+            account,
+            Operation::resource_update(
+                "integration",
+                id,
+                &next.display_name,
+                (cur.value.paused, next.paused),
+                &fields,
+            ),
+        )?;
         let name = crate::service::NameChange {
             key: keys::integration_name,
             what: "an integration",
@@ -163,6 +181,20 @@ pub async fn rotate(
             tx.ops
                 .extend(retiring_ops(state, account, id, &[old_generation])?);
         }
+        record_account(
+            state,
+            &mut tx.ops,
+            account,
+            Operation::of_resource(
+                "credentials-rotated",
+                "integration",
+                Some(id),
+                Some(&next.display_name),
+            )
+            .with_details(
+                serde_json::json!({ "credential_generation": next.credential_generation }),
+            ),
+        )?;
         match store.transact(tx).await {
             Ok(()) => {
                 if let (Some(g), Some(s)) = (new_generation, &secret) {

@@ -25,11 +25,6 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> Result<S
     let store = state.store.as_ref();
     let mut report = SweepReport::default();
     let now = state.clock.now_ms();
-    let referenced = |rec: Option<&Versioned<IntegrationRecord>>, generation: u64| {
-        rec.is_some_and(|c| {
-            c.value.credentials_configured && c.value.credential_generation == generation
-        })
-    };
     let records = strong_scan(
         store,
         &keys::account_pk(account),
@@ -59,13 +54,7 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> Result<S
             Err(e) if crate::service::is_condition_failure(&e) => continue,
             Err(e) => return Err(e.into()),
         }
-        let current = read::<IntegrationRecord>(
-            store,
-            keys::integration(account, &rec.integration_id),
-            Consistency::Strong,
-        )
-        .await?;
-        if !referenced(current.as_ref(), rec.generation) {
+        if !referenced(state, account, &rec.integration_id, rec.generation).await? {
             state
                 .credentials
                 .delete(&secret_ref(account, &rec.integration_id, rec.generation)?)
@@ -95,16 +84,43 @@ pub async fn sweep(state: &AppState, account: &str, min_age_ms: i64) -> Result<S
         if recorded {
             continue;
         }
-        let current = read::<IntegrationRecord>(
-            store,
-            keys::integration(account, &r.integration_id),
-            Consistency::Strong,
-        )
-        .await?;
-        if !referenced(current.as_ref(), r.credential_generation) {
+        if !referenced(state, account, &r.integration_id, r.credential_generation).await? {
             state.credentials.delete(&r).await.map_err(Error::from)?;
             report.orphans_deleted += 1;
         }
     }
     Ok(report)
+}
+
+/// Whether the generation `generation` of `owner` is published (strong reads): an
+/// integration's when its record references it, an event sink's (`service::event_sinks` keeps
+/// each sink's signing secret under the owner `evsink-{id}`) while that sink names it.
+async fn referenced(state: &AppState, account: &str, owner: &str, generation: u64) -> Result<bool> {
+    let store = state.store.as_ref();
+    if let Some(sink_id) = owner.strip_prefix(keys::EVENT_SINK_SECRET_PREFIX) {
+        #[derive(serde::Deserialize)]
+        struct SinkSecret {
+            #[serde(default = "first")]
+            secret_generation: u64,
+        }
+        fn first() -> u64 {
+            1
+        }
+        let sink = read::<SinkSecret>(
+            store,
+            keys::event_sink(account, sink_id),
+            Consistency::Strong,
+        )
+        .await?;
+        return Ok(sink.is_some_and(|s| s.value.secret_generation == generation));
+    }
+    let current = read::<IntegrationRecord>(
+        store,
+        keys::integration(account, owner),
+        Consistency::Strong,
+    )
+    .await?;
+    Ok(current.is_some_and(|c| {
+        c.value.credentials_configured && c.value.credential_generation == generation
+    }))
 }
