@@ -680,7 +680,7 @@ mod tests {
             // The body says sequence 4, the key 3.
             record("INSERT", &pk, &sk, Some(&event(CATALOG, 4, 1)), 4),
             // A log entry outside any log's partition.
-            record("INSERT", "ACCT#acme", &sk, Some(&event(CATALOG, 3, 1)), 5),
+            record("INSERT", "SYSTEM", &sk, Some(&event(CATALOG, 3, 1)), 5),
             // A log entry without its image.
             {
                 let mut r = entry_record(CATALOG, 3, 1);

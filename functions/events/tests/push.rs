@@ -3,7 +3,8 @@
 //! source mapping would, and the events received from an EventBridge bus through a rule
 //! that targets an SQS queue. Each event arrives once (or, after a failed put, again with
 //! the same event id), with its source, detail type, account and sequence, in sequence order
-//! per catalog; the function seals the logs itself (nobody reads them here).
+//! per log (each catalog's, and the account's: its account-level events, such as a catalog
+//! create, reach the bus too); the function seals the logs itself (nobody reads them here).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use flotilla_fn_events::{
 };
 use flotilla_metastore::dynamo::DynamoMetastore;
 use flotilla_metastore::{Consistency, Query, query_all};
+use flotilla_services::service::events::{self, Event, Log};
 use flotilla_testkit::moto;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -337,11 +339,11 @@ impl Env {
         }
     }
 
-    async fn pending(&self, catalog: &str) -> usize {
+    async fn pending(&self, log: &Log) -> usize {
         query_all(
             self.state.store.as_ref(),
             Query::new(
-                keys::catalog_pk(catalog),
+                log.partition(),
                 keys::EVENT_PENDING_PREFIX,
                 Consistency::Strong,
             ),
@@ -353,10 +355,15 @@ impl Env {
 
     /// What `GET {A}/events` answers for a catalog (read last: a read seals too).
     async fn listed(&self, catalog: &str) -> Vec<Value> {
+        self.listed_query(&format!("catalog_id={catalog}")).await
+    }
+
+    /// What `GET {A}/events?{query}` answers (read last: a read seals too).
+    async fn listed_query(&self, query: &str) -> Vec<Value> {
         let page = self
             .call(
                 Method::GET,
-                &format!("/v1/accounts/acme/events?catalog_id={catalog}&page_size=100"),
+                &format!("/v1/accounts/acme/events?{query}&page_size=100"),
                 ACME,
                 None,
             )
@@ -422,45 +429,84 @@ fn attribute(v: &AttributeValue) -> Value {
     }
 }
 
-/// The pushed events by catalog, in the order they arrived.
-fn by_catalog(pushed: &[Value]) -> BTreeMap<String, Vec<&Value>> {
+/// The key of the account's log in [`by_log`].
+fn account_log() -> String {
+    Log::Account("acme".into()).position_key().to_owned()
+}
+
+/// The pushed events by log (a catalog's id, or [`account_log`]), in the order they arrived.
+fn by_log(pushed: &[Value]) -> BTreeMap<String, Vec<&Value>> {
     let mut out: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
     for e in pushed {
-        let c = e["detail"]["operation"]["catalog_id"]
-            .as_str()
-            .expect("catalog id")
-            .to_owned();
-        out.entry(c).or_default().push(e);
+        let event: Event = serde_json::from_value(e["detail"].clone()).expect("an event");
+        out.entry(events::position_key(&event).to_owned())
+            .or_default()
+            .push(e);
     }
     out
+}
+
+fn catalog_log(catalog: &str) -> Log {
+    Log::Catalog(catalog.to_owned())
 }
 
 #[tokio::test]
 async fn every_change_reaches_the_bus_once_in_sequence_order_per_catalog_sealed_by_the_push() {
     let env = Env::new().await;
     let (lake, ops) = env.changes().await;
-    // Nobody reads: the changes are pending until the function seals them.
-    assert_eq!(env.pending(&lake).await, 4);
-    assert_eq!(env.pending(&ops).await, 1);
+    let account = Log::Account("acme".into());
+    // Nobody reads: the changes are pending until the function seals them (the catalog
+    // creates in the account's log).
+    assert_eq!(env.pending(&catalog_log(&lake)).await, 4);
+    assert_eq!(env.pending(&catalog_log(&ops)).await, 1);
+    assert_eq!(env.pending(&account).await, 2);
 
     let failures = env.drain(&env.bus, 7).await;
     assert!(failures.is_empty(), "{failures:?}");
-    assert_eq!(env.pending(&lake).await, 0, "the push path sealed the log");
-    assert_eq!(env.pending(&ops).await, 0);
+    assert_eq!(
+        env.pending(&catalog_log(&lake)).await,
+        0,
+        "the push path sealed the log"
+    );
+    assert_eq!(env.pending(&catalog_log(&ops)).await, 0);
+    assert_eq!(env.pending(&account).await, 0, "the account's log too");
 
     let pushed = env.pushed().await;
     let ids: HashSet<&str> = pushed
         .iter()
         .map(|e| e["detail"]["event_id"].as_str().expect("event id"))
         .collect();
-    assert_eq!(pushed.len(), 5, "{pushed:#?}");
-    assert_eq!(ids.len(), 5, "each event once");
+    assert_eq!(pushed.len(), 7, "{pushed:#?}");
+    assert_eq!(ids.len(), 7, "each event once");
     for e in &pushed {
         assert_eq!(e["source"], "flotilla");
         assert_eq!(e["detail-type"], e["detail"]["operation"]["type"]);
         assert_eq!(e["detail"]["account_id"], "acme");
     }
-    let catalogs = by_catalog(&pushed);
+    let catalogs = by_log(&pushed);
+    // The account's log: the two catalog creates, in its own sequence order.
+    let account_events = &catalogs[&account_log()];
+    let created: Vec<(&Value, &Value, &Value)> = account_events
+        .iter()
+        .map(|e| {
+            (
+                &e["detail-type"],
+                &e["detail"]["operation"]["resource"]["id"],
+                &e["detail"]["sequence"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        created,
+        [
+            (
+                &json!("x-flotilla-catalog-created"),
+                &json!(lake),
+                &json!(1)
+            ),
+            (&json!("x-flotilla-catalog-created"), &json!(ops), &json!(2)),
+        ]
+    );
     let lake_events = &catalogs[&lake];
     let types: Vec<&str> = lake_events
         .iter()
@@ -489,6 +535,9 @@ async fn every_change_reaches_the_bus_once_in_sequence_order_per_catalog_sealed_
         let details: Vec<&Value> = pushed.iter().map(|e| &e["detail"]).collect();
         assert_eq!(details, listed.iter().collect::<Vec<_>>());
     }
+    let listed = env.listed_query("types=x-flotilla-catalog-created").await;
+    let details: Vec<&Value> = account_events.iter().map(|e| &e["detail"]).collect();
+    assert_eq!(details, listed.iter().collect::<Vec<_>>());
     // A second pass over the stream finds nothing new to put.
     assert!(env.drain(&env.bus, 7).await.is_empty());
     assert!(env.pushed().await.is_empty());
@@ -564,7 +613,11 @@ async fn a_failed_put_is_delivered_again_and_a_duplicate_carries_the_same_event_
                     .is_some_and(|sk| sk.starts_with(keys::EVENT_LOG_PREFIX))
         })
         .collect();
-    assert_eq!(entries.len(), 5);
+    assert_eq!(
+        entries.len(),
+        7,
+        "five catalog events and two of the account"
+    );
 
     // The whole call fails: the first entry's record is named, nothing is on the bus.
     let failing = FaultyBus {
@@ -624,7 +677,7 @@ async fn a_failed_put_is_delivered_again_and_a_duplicate_carries_the_same_event_
             .or_default()
             .push(e);
     }
-    assert_eq!(seen.len(), 5, "every event arrived: {pushed:#?}");
+    assert_eq!(seen.len(), 7, "every event arrived: {pushed:#?}");
     assert_eq!(
         seen[&second_id].len(),
         1,
@@ -633,7 +686,7 @@ async fn a_failed_put_is_delivered_again_and_a_duplicate_carries_the_same_event_
     let duplicated: Vec<_> = seen.values().filter(|v| v.len() > 1).collect();
     assert_eq!(
         duplicated.len(),
-        3,
+        entries.len() - 2,
         "the entries after the refused one were put twice"
     );
     for copies in duplicated {
@@ -643,8 +696,15 @@ async fn a_failed_put_is_delivered_again_and_a_duplicate_carries_the_same_event_
         );
         assert_eq!(copies[0]["time"], copies[1]["time"]);
     }
-    let first = by_catalog(&pushed);
-    assert_eq!(first[&lake].len(), 4 + 2);
+    // The first call put all but the refused entry; the redelivery all from it on.
+    assert_eq!(pushed.len(), 2 * entries.len() - 2);
+    let logs = by_log(&pushed);
+    assert_eq!(logs[&account_log()][0]["detail"]["account_id"], "acme");
+    let lake_ids: HashSet<&Value> = logs[&lake]
+        .iter()
+        .map(|e| &e["detail"]["event_id"])
+        .collect();
+    assert_eq!(lake_ids.len(), 4, "the lake's log whole");
 }
 
 #[tokio::test]
@@ -660,10 +720,11 @@ async fn events_a_reader_sealed_are_pushed_too_and_the_log_stays_one_log() {
     )
     .await;
     assert!(env.drain(&env.bus, 10).await.is_empty());
-    assert_eq!(env.pending(&lake).await, 0);
+    assert_eq!(env.pending(&catalog_log(&lake)).await, 0);
 
     let pushed = env.pushed().await;
-    let catalogs = by_catalog(&pushed);
+    let catalogs = by_log(&pushed);
+    assert_eq!(catalogs[&account_log()].len(), 2);
     let sequences: Vec<u64> = catalogs[&lake]
         .iter()
         .map(|e| e["detail"]["sequence"].as_u64().expect("sequence"))
