@@ -23,6 +23,7 @@ use flotilla_services::service::event_sinks::{
     self, Deliverer, FAILING_AFTER, HttpTransport, MAX_BACKOFF_MS, MAX_SINKS_PER_ACCOUNT,
     PostFailure, SinkTransport,
 };
+use flotilla_services::service::events;
 use serde_json::{Value, json};
 use support::{ACME, Creds, Harness, OPERATOR};
 
@@ -286,10 +287,11 @@ async fn events_arrive_in_order_signed_with_their_ids_and_the_sink_shows_its_pos
     let c1 = e.changes("lake", 3).await;
     let c2 = e.changes("pond", 2).await;
     let expected = e.events().await;
-    assert_eq!(expected.len(), 5);
+    // Five namespace creates in the catalogs' logs, two catalog creates in the account's.
+    assert_eq!(expected.len(), 7);
 
     let report = e.deliverer().step().await.unwrap();
-    assert_eq!(report.delivered, 5, "{report:?}");
+    assert_eq!(report.delivered, 7, "{report:?}");
     let got = rx.deliveries();
     assert_eq!(rx.ids(), ids_of(&expected), "in the events' merged order");
     for (d, want) in got.iter().zip(&expected) {
@@ -322,11 +324,13 @@ async fn events_arrive_in_order_signed_with_their_ids_and_the_sink_shows_its_pos
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     }
     let shown = e.show(id).await;
-    assert_eq!(shown["delivered_count"], 5);
+    assert_eq!(shown["delivered_count"], 7);
     assert_eq!(shown["delivered"][&c1], 3);
     assert_eq!(shown["delivered"][&c2], 2);
+    let account_log = events::Log::Account("acme".into());
+    assert_eq!(shown["delivered"][account_log.position_key()], 2);
     assert_eq!(shown["state"], "ACTIVE");
-    assert_eq!(shown["last_delivered_event_id"], expected[4]["event_id"]);
+    assert_eq!(shown["last_delivered_event_id"], expected[6]["event_id"]);
     assert_no_secret(&shown);
     let listed = e.h.get(&format!("{A}/event-sinks"), ACME).await;
     assert_eq!(listed.body["items"].as_array().unwrap().len(), 1);
@@ -334,12 +338,12 @@ async fn events_arrive_in_order_signed_with_their_ids_and_the_sink_shows_its_pos
 
     // Caught up: the next step sends nothing; a new change is sent alone.
     e.deliverer().step().await.unwrap();
-    assert_eq!(rx.deliveries().len(), 5);
+    assert_eq!(rx.deliveries().len(), 7);
     e.h.namespace("acme", ACME, &c1, &["later"]).await;
     e.deliverer().step().await.unwrap();
-    assert_eq!(rx.deliveries().len(), 6);
+    assert_eq!(rx.deliveries().len(), 8);
     assert_eq!(
-        rx.deliveries()[5].event()["operation"]["namespace"],
+        rx.deliveries()[7].event()["operation"]["namespace"],
         json!(["later"])
     );
 }
@@ -410,15 +414,10 @@ async fn a_crash_between_the_post_and_the_position_write_delivers_again() {
     let ids = rx.ids();
     assert_eq!(
         ids,
-        vec![
-            expected[0].clone(),
-            expected[1].clone(),
-            expected[1].clone(),
-            expected[2].clone()
-        ],
+        [&expected[..2], &expected[1..]].concat(),
         "the second event again, with the same id"
     );
-    assert_eq!(e.show(&id).await["delivered_count"], 3);
+    assert_eq!(e.show(&id).await["delivered_count"], expected.len());
 }
 
 #[tokio::test]
@@ -456,7 +455,7 @@ async fn repeated_failures_mark_the_sink_failing_until_a_success_clears_it() {
     assert_eq!(s["state"], "ACTIVE", "{s}");
     assert_eq!(s["consecutive_failures"], 0);
     assert_eq!(s["failing_since_ms"], Value::Null);
-    assert_eq!(s["delivered_count"], 2);
+    assert_eq!(s["delivered_count"], expected.len());
     assert_eq!(dedup(&rx.ids()), expected);
 }
 
@@ -496,15 +495,15 @@ async fn two_deliverers_never_both_advance_a_sink() {
     let report = a.step().await.unwrap();
     assert_eq!(report.lost_races, 1, "{report:?}");
     assert_eq!(report.delivered, 0);
-    // B sent all three; A sent the first again (at least once, same id) and did not move
+    // B sent all (the catalog create and three namespace creates); A sent the first again (at least once, same id) and did not move
     // the position back.
     assert_eq!(
         rx.ids(),
         [expected.clone(), vec![expected[0].clone()]].concat()
     );
     let s = e.show(&id).await;
-    assert_eq!(s["delivered_count"], 3);
-    assert_eq!(s["last_delivered_event_id"], expected[2]);
+    assert_eq!(s["delivered_count"], expected.len());
+    assert_eq!(s["last_delivered_event_id"], expected[expected.len() - 1]);
 }
 
 #[tokio::test]
@@ -627,13 +626,14 @@ async fn a_deleted_sink_gets_nothing_more() {
     let id = e.sink(&url, &[]).await["id"].as_str().unwrap().to_owned();
     let c = e.changes("lake", 1).await;
     e.deliverer().step().await.unwrap();
-    assert_eq!(rx.deliveries().len(), 1);
+    // The catalog's create (the account's log) and its namespace's.
+    assert_eq!(rx.deliveries().len(), 2);
     let r = e.h.delete(&format!("{A}/event-sinks/{id}"), ACME).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     e.h.namespace("acme", ACME, &c, &["more"]).await;
     let report = e.deliverer().step().await.unwrap();
     assert_eq!(report.sinks, 0);
-    assert_eq!(rx.deliveries().len(), 1);
+    assert_eq!(rx.deliveries().len(), 2);
 }
 
 #[tokio::test]
