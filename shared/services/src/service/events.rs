@@ -531,6 +531,17 @@ pub fn event_op_by(
     actor: Option<Actor>,
     operation: Operation,
 ) -> Result<Option<Op>> {
+    catalog_pending_op(state, account, actor, operation, None)
+}
+
+/// The pending item of `operation` in the log of the catalog it names.
+fn catalog_pending_op(
+    state: &AppState,
+    account: &str,
+    actor: Option<Actor>,
+    operation: Operation,
+    object_version: Option<u64>,
+) -> Result<Option<Op>> {
     let Some(catalog_id) = operation.catalog_id.clone() else {
         return Err(Error::internal("a catalog event without its catalog"));
     };
@@ -540,7 +551,7 @@ pub fn event_op_by(
         &Log::Catalog(catalog_id),
         actor,
         operation,
-        None,
+        object_version,
     )
 }
 
@@ -613,17 +624,7 @@ pub fn commit_op(
     operation: Operation,
     revision: u64,
 ) -> Result<Option<Op>> {
-    let Some(catalog_id) = operation.catalog_id.clone() else {
-        return Err(Error::internal("a catalog event without its catalog"));
-    };
-    pending_op(
-        state,
-        account,
-        &Log::Catalog(catalog_id),
-        actor,
-        operation,
-        Some(revision),
-    )
+    catalog_pending_op(state, account, actor, operation, Some(revision))
 }
 
 /// [`commit_op`] by the request's principal, pushed onto `tx`.
