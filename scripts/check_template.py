@@ -30,6 +30,7 @@ AWS_METRICS = {
     ("AWS/SQS", "ApproximateNumberOfMessagesVisible"): {"QueueName"},
     ("AWS/Lambda", "Errors"): {"FunctionName"},
     ("AWS/Lambda", "Throttles"): {"FunctionName"},
+    ("AWS/Lambda", "IteratorAge"): {"FunctionName"},
     ("AWS/DynamoDB", "ReadThrottleEvents"): {"TableName"},
     ("AWS/DynamoDB", "WriteThrottleEvents"): {"TableName"},
     ("AWS/DynamoDB", "SystemErrors"): {"TableName", "Operation"},
@@ -64,6 +65,14 @@ REQUIRED_ACTIONS = {
     "SchedulerFunction": {"dynamodb:GetItem", "dynamodb:Query", "sqs:SendMessage"},
     "FinalizeFunction": {"dynamodb:GetItem", "dynamodb:PutItem"},
     "QueryFunction": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"},
+    # The push path (functions/events): seals event logs (events::seal_log: strong GetItem
+    # and Query, TransactWriteItems of DeleteItem and PutItem), reads the table's stream and
+    # puts events on the bus; the mapping's on-failure destination is sent with its role.
+    "EventsFunction": {
+        "dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem",
+        "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
+        "events:PutEvents", "sqs:SendMessage",
+    },
 }
 # Environment each function needs beyond the globals (AwsSettings::from_env; the scheduler
 # refuses to start without the queue URL).
@@ -72,10 +81,12 @@ REQUIRED_ENV = {
     "ReconcilerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL", "FLOTILLA_CAPTURE_QUEUE_URL"},
     "SchedulerFunction": {"FLOTILLA_RECONCILE_QUEUE_URL"},
     "IcebergFunction": {"FLOTILLA_ICEBERG_TOKEN_URL"},
+    "EventsFunction": {"FLOTILLA_EVENT_BUS_NAME"},
 }
 # Functions that touch no object storage at all: the reconciler queues capture jobs for the
 # capture function instead of writing captured state itself.
-NO_S3 = {"ReconcilerFunction", "SchedulerFunction", "FinalizeFunction", "QueryFunction"}
+NO_S3 = {"ReconcilerFunction", "SchedulerFunction", "FinalizeFunction", "QueryFunction",
+         "EventsFunction"}
 # The only routes without the JWT authorizer, each with its one method.
 PUBLIC_ROUTES = {
     "/v1/health": "get",
@@ -85,6 +96,11 @@ PUBLIC_ROUTES = {
 }
 # Writes that must stay inside one partition (dynamodb:LeadingKeys).
 PARTITION_BOUND = {"FinalizeFunction": ["SYSTEM"]}
+# Item access that must stay inside partitions of one kind (dynamodb:LeadingKeys patterns):
+# the events function seals the event logs of catalogs and of accounts and touches nothing else.
+PARTITION_PATTERN_BOUND = {"EventsFunction": ["CAT#*", "ACCT#*"]}
+# DynamoDB actions on items (the table), as opposed to its stream.
+ITEM_ACTIONS = METASTORE_RW
 
 
 def statements(policy):
@@ -309,7 +325,52 @@ def self_test(path):
         policy["PolicyDocument"]["Statement"] = [
             st for st in policy["PolicyDocument"]["Statement"] if "s3:PutObject" not in json.dumps(st)]
 
-    cases = [(reconciler_writes_warehouses, "ReconcilerFunction: role may use S3"),
+    def events_function(t):
+        return t["Resources"]["EventsFunction"]["Properties"]
+
+    def stream_mapping(t):
+        return next(r["Properties"] for r in t["Resources"].values()
+                    if r["Type"] == "AWS::Lambda::EventSourceMapping" and "StartingPosition" in r["Properties"])
+
+    def stream_keys_only(t):
+        t["Resources"]["MetastoreTable"]["Properties"]["StreamSpecification"]["StreamViewType"] = "KEYS_ONLY"
+
+    def stream_retries_forever(t):
+        stream_mapping(t)["MaximumRetryAttempts"] = -1
+
+    def stream_without_destination(t):
+        del stream_mapping(t)["DestinationConfig"]
+
+    def stream_unfiltered(t):
+        del stream_mapping(t)["FilterCriteria"]
+
+    def iterator_age_unalarmed(t):
+        del t["Resources"]["EventsIteratorAgeAlarm"]
+
+    def events_any_partition(t):
+        role = t["Resources"]["EventsFunctionRole"]["Properties"]["Policies"][0]
+        for st in role["PolicyDocument"]["Statement"]:
+            st.pop("Condition", None)
+
+    def events_catalogs_only(t):
+        role = t["Resources"]["EventsFunctionRole"]["Properties"]["Policies"][0]
+        for st in role["PolicyDocument"]["Statement"]:
+            cond = st.get("Condition", {}).get("ForAllValues:StringLike", {})
+            if "dynamodb:LeadingKeys" in cond:
+                cond["dynamodb:LeadingKeys"] = ["CAT#*"]
+
+    def events_without_bus_env(t):
+        del events_function(t)["Environment"]["Variables"]["FLOTILLA_EVENT_BUS_NAME"]
+
+    cases = [(stream_keys_only, "the stream must carry new images"),
+             (stream_retries_forever, "MaximumRetryAttempts must be bounded"),
+             (stream_without_destination, "OnFailure must send to the EventsDeadLetterQueue"),
+             (stream_unfiltered, "FilterCriteria must admit the inserts of EVQ# items"),
+             (iterator_age_unalarmed, "no alarm on the events function's iterator age"),
+             (events_any_partition, "EventsFunction: DynamoDB item access must be limited"),
+             (events_catalogs_only, "EventsFunction: DynamoDB item access must be limited"),
+             (events_without_bus_env, "EventsFunction: environment variable FLOTILLA_EVENT_BUS_NAME missing"),
+             (reconciler_writes_warehouses, "ReconcilerFunction: role may use S3"),
              (capture_without_warehouses, "CaptureFunction: role lacks s3:PutObject"),
              (vending_trusts_anyone, "must trust exactly the iceberg function's role"),
              (vending_bucket_wide, "limited to the Iceberg warehouse bucket"),
@@ -346,8 +407,8 @@ def check(template):
         return {k: v for k, v in resources.items() if v["Type"] == t}
 
     functions = of_type("AWS::Lambda::Function")
-    if len(functions) != 7:
-        fail(errors, f"expected 7 functions, found {sorted(functions)}")
+    if len(functions) != 8:
+        fail(errors, f"expected 8 functions, found {sorted(functions)}")
     for name, fn in functions.items():
         p = fn["Properties"]
         if p.get("Architectures") != ["arm64"]:
@@ -386,6 +447,7 @@ def check(template):
     for name, m in mappings.items():
         if "ReportBatchItemFailures" not in m["Properties"].get("FunctionResponseTypes", []):
             fail(errors, f"{name}: FunctionResponseTypes must include ReportBatchItemFailures")
+    check_event_stream(resources, mappings, errors)
 
     queues = of_type("AWS::SQS::Queue")
     if not any("RedrivePolicy" in q["Properties"] for q in queues.values()):
@@ -423,6 +485,12 @@ def check(template):
                             .get("dynamodb:LeadingKeys"))
                     if keys != bound:
                         fail(errors, f"{fn_name}: DynamoDB access must be limited to LeadingKeys {bound}")
+                patterns = PARTITION_PATTERN_BOUND.get(fn_name)
+                if patterns and any(a in ITEM_ACTIONS for a in actions_of(stmt)):
+                    keys = (stmt.get("Condition", {}).get("ForAllValues:StringLike", {})
+                            .get("dynamodb:LeadingKeys"))
+                    if keys != patterns:
+                        fail(errors, f"{fn_name}: DynamoDB item access must be limited to LeadingKeys {patterns}")
         for action in sorted(REQUIRED_ACTIONS.get(fn_name, set()) - granted):
             fail(errors, f"{fn_name}: role lacks {action}, which the function's code calls")
         if fn_name in NO_S3 and any(a.startswith("s3:") for a in granted):
@@ -446,6 +514,50 @@ def check(template):
 
     check_iceberg_vending(resources, errors)
     return errors
+
+
+def check_event_stream(resources, mappings, errors):
+    """The push path of change events (docs/events.md "Push"): the table's stream carries new
+    images (the handler reads each event's body), and the events function's mapping reads
+    it with bounded retries, bisection and an on-failure destination (a failing batch can
+    neither block the shard forever nor vanish), invoked only by the inserts of event items,
+    with the alarms the runbook lists."""
+    table = resources.get("MetastoreTable", {}).get("Properties", {})
+    view = table.get("StreamSpecification", {}).get("StreamViewType")
+    if view not in ("NEW_IMAGE", "NEW_AND_OLD_IMAGES"):
+        fail(errors, f"MetastoreTable: the stream must carry new images, not {view!r}")
+    streams = {n: m["Properties"] for n, m in mappings.items()
+               if "StartingPosition" in m["Properties"]}
+    ours = {n: p for n, p in streams.items() if p.get("FunctionName") == {"Ref": "EventsFunction"}}
+    if len(ours) != 1:
+        fail(errors, f"EventsFunction: expected one stream mapping, found {sorted(ours)}")
+    for name, p in ours.items():
+        if p.get("EventSourceArn") != {"Fn::GetAtt": ["MetastoreTable", "StreamArn"]}:
+            fail(errors, f"{name}: must read the metastore table's stream")
+        if p.get("BisectBatchOnFunctionError") is not True:
+            fail(errors, f"{name}: BisectBatchOnFunctionError must be true")
+        retries = p.get("MaximumRetryAttempts")
+        if not isinstance(retries, int) or not 0 <= retries <= 10000:
+            fail(errors, f"{name}: MaximumRetryAttempts must be bounded, not {retries!r}")
+        destination = p.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+        if destination != {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}:
+            fail(errors, f"{name}: OnFailure must send to the EventsDeadLetterQueue, not {destination!r}")
+        patterns = [f.get("Pattern", "") for f in p.get("FilterCriteria", {}).get("Filters", [])]
+        for prefix in ("EVQ#", "EVT#"):
+            if not any(f'"{prefix}"' in pat and '"INSERT"' in pat for pat in patterns):
+                fail(errors, f"{name}: FilterCriteria must admit the inserts of {prefix} items")
+    alarms = [a["Properties"] for a in resources.values() if a["Type"] == "AWS::CloudWatch::Alarm"]
+    if not any(a.get("MetricName") == "IteratorAge"
+               and {"Name": "FunctionName", "Value": {"Ref": "EventsFunction"}} in a.get("Dimensions", [])
+               for a in alarms):
+        fail(errors, "no alarm on the events function's iterator age")
+    if not any(a.get("MetricName") == "ApproximateNumberOfMessagesVisible"
+               and {"Name": "QueueName", "Value": {"Fn::GetAtt": ["EventsDeadLetterQueue", "QueueName"]}}
+               in a.get("Dimensions", []) for a in alarms):
+        fail(errors, "no alarm on the events dead-letter queue depth")
+    bus = resources.get("EventBus", {})
+    if bus.get("Type") != "AWS::Events::EventBus":
+        fail(errors, "EventBus (AWS::Events::EventBus) is missing")
 
 
 def check_iceberg_vending(resources, errors):

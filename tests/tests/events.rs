@@ -4,7 +4,7 @@
 //! These are the shape checks (what AWS sends, what the template routes). The samples also
 //! drive the real handlers: `functions/api/src/sample_events.rs` (lambda_http conversion into
 //! the router), `functions/iceberg/src/sample_events.rs`, `functions/reconciler/tests/sqs.rs`, `functions/scheduler/tests/schedule.rs`,
-//! and the handler tests of `functions/finalize` and `functions/query`;
+//! and the handler tests of `functions/finalize`, `functions/query` and `functions/events`;
 //! `tests/tests/lambda_e2e.rs` invokes them through `cargo lambda`.
 
 use std::collections::HashMap;
@@ -99,6 +99,7 @@ fn every_sample_belongs_to_a_function() {
         "scheduler",
         "finalize",
         "query",
+        "events",
     ];
     for entry in std::fs::read_dir(events_dir()).expect("events/") {
         let path = entry.expect("dir entry").path();
@@ -346,5 +347,56 @@ fn query_samples_name_a_catalog_directory() {
             !input.account_id.is_empty() && !input.catalog_id.is_empty(),
             "{file}"
         );
+    }
+}
+
+#[test]
+fn events_samples_are_stream_batches_of_event_item_inserts() {
+    use aws_lambda_events::dynamodb::{Event, StreamViewType};
+    for (path, text) in samples("events") {
+        let file = path.display();
+        let event: Event = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{file}: not a DynamoDB stream event: {e}"));
+        assert!(!event.records.is_empty(), "{file}");
+        for record in &event.records {
+            // What the mapping's FilterCriteria (infra/template.yaml) admits: the inserts of
+            // pending events and log entries, from a stream of new images.
+            assert_eq!(record.event_name, "INSERT", "{file}");
+            assert_eq!(
+                record.event_source.as_deref(),
+                Some("aws:dynamodb"),
+                "{file}"
+            );
+            let change = &record.change;
+            assert_eq!(
+                change.stream_view_type,
+                Some(StreamViewType::NewImage),
+                "{file}"
+            );
+            assert!(
+                change
+                    .sequence_number
+                    .as_deref()
+                    .is_some_and(|s| !s.is_empty()),
+                "{file}"
+            );
+            let keys = serde_json::to_value(&change.keys).expect("keys");
+            let image = serde_json::to_value(&change.new_image).expect("image");
+            let sk = keys["sk"]["S"].as_str().unwrap_or_default();
+            assert!(
+                sk.starts_with("EVQ#") || sk.starts_with("EVT#"),
+                "{file}: {sk}"
+            );
+            assert!(
+                keys["pk"]["S"]
+                    .as_str()
+                    .is_some_and(|pk| pk.starts_with("CAT#")),
+                "{file}"
+            );
+            assert_eq!(image["pk"], keys["pk"], "{file}");
+            assert_eq!(image["sk"], keys["sk"], "{file}");
+            assert!(image["v"]["N"].is_string(), "{file}: the item version");
+            assert!(image["b"]["B"].is_string(), "{file}: the item body");
+        }
     }
 }

@@ -577,6 +577,7 @@ pub async fn commit(ctx: &Ctx, changes: Vec<TableChange>) -> IcebergResult<Vec<C
                 };
                 events::record_commit(
                     &ctx.state,
+                    &ctx.account,
                     &mut tx,
                     Operation {
                         updates: Some(events::summarize_updates(&updates)),

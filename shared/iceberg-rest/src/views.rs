@@ -263,6 +263,7 @@ pub async fn create_view(
     tx.push(directory_bump(ctx.catalog_id()).map_err(api)?);
     events::record(
         &state,
+        &ctx.account,
         &mut tx,
         Operation::relation("create-view", ctx.catalog_id(), &path, &req.name)
             .with_metadata_location(Some(&metadata_location)),
@@ -529,6 +530,7 @@ pub async fn replace_view(
             .with(directory_bump(ctx.catalog_id()).map_err(api)?);
         events::record_commit(
             &state,
+            &ctx.account,
             &mut tx,
             Operation::relation("replace-view", ctx.catalog_id(), &path, &view)
                 .with_metadata_location(Some(&new_loc)),

@@ -415,13 +415,14 @@ impl<'a> Publisher<'a> {
             )
             .with_metadata_location(record.and_then(|r| r.metadata_location.as_deref()))
         };
+        let account = &self.overlay.account_id;
         let actor = Some(events::Actor::overlay(&self.overlay.id));
         let op = match record {
             // A commit of the object: ordered by its record's revision within a seal batch.
             Some(r) if verb == "update" || verb == "replace" => {
-                events::commit_op(self.state, actor, operation, r.revision)?
+                events::commit_op(self.state, account, actor, operation, r.revision)?
             }
-            _ => events::event_op_by(self.state, actor, operation)?,
+            _ => events::event_op_by(self.state, account, actor, operation)?,
         };
         Ok(op.into_iter().collect())
     }

@@ -173,3 +173,25 @@ pub async fn in_record<F: Future>(
     );
     trace::scope(ctx, work.instrument(span)).await
 }
+
+/// The state a function's telemetry test runs on: a fresh redb store in `dir` whose requests
+/// are counted (a metric source, as `aws::build_state` counts DynamoDB's), the system clock
+/// and `authenticator`.
+#[cfg(any(test, feature = "testing"))]
+pub fn counted_test_state(
+    dir: &std::path::Path,
+    authenticator: Arc<dyn flotilla_services::auth::Authenticator>,
+) -> AppState {
+    let store = flotilla_metastore::metrics::CountingMetastore::new(
+        flotilla_metastore::redb_store::RedbMetastore::open(dir.join("m.redb"))
+            .unwrap_or_else(|e| panic!("a redb store in {}: {e}", dir.display())),
+    );
+    let counters = store.counters();
+    AppState::new(
+        Arc::new(store),
+        Arc::new(flotilla_base::clock::SystemClock),
+        authenticator,
+        flotilla_services::Config::default(),
+    )
+    .with_metric_source(counters)
+}

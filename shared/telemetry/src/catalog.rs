@@ -187,6 +187,7 @@ pub const FUNCTIONS: &[&str] = &[
     "scheduler",
     "finalize",
     "query",
+    "events",
 ];
 
 // ---- labels ------------------------------------------------------------------------------
@@ -256,6 +257,12 @@ pub const FAILURE_REASON: Label = Label::closed(
     ],
 );
 pub const VALIDATION_OUTCOME: Label = Label::closed("outcome", "Outcome", &["valid", "invalid"]);
+/// What the events function did with one DynamoDB stream record.
+pub const PUSH_OUTCOME: Label = Label::closed(
+    "outcome",
+    "Outcome",
+    &["published", "sealed", "ignored", "malformed", "failed"],
+);
 /// The matched route template with its method (`GET /v1/accounts/{account_id}`), never the
 /// concrete path.
 pub const ROUTE: Label = Label::open("route", "Route");
@@ -402,6 +409,16 @@ pub static VALIDATION_RUNS: MetricDef = MetricDef::counter(
     &[VALIDATION_OUTCOME],
 );
 
+pub static EVENT_PUSH_RECORDS: MetricDef = MetricDef::counter(
+    "flotilla_event_push_records_total",
+    "EventPushRecords",
+    "DynamoDB stream records the events function handled, by outcome (published: put on the \
+     event bus; sealed: a pending event whose log was sealed; malformed: skipped; failed: \
+     delivered again).",
+    &[PUSH_OUTCOME],
+)
+.with_rollups(&[&[STAGE, PUSH_OUTCOME.dimension]]);
+
 // Extension points. Capture results, when they exist, get a counter here (like
 // `VALIDATION_RUNS`) recorded where the result is known. An Iceberg REST endpoint mounted on the shared router is counted by
 // `API_REQUESTS`/`API_LATENCY` under its route templates without any change; a metric of
@@ -430,6 +447,7 @@ pub static ALL: &[&MetricDef] = &[
     &API_REQUESTS,
     &API_LATENCY,
     &VALIDATION_RUNS,
+    &EVENT_PUSH_RECORDS,
 ];
 
 /// The catalogue as JSON (`infra/metrics.json`): namespace, the fixed dimensions and

@@ -109,33 +109,54 @@ where
         .with(filter)
 }
 
+/// Log lines written into memory: the writer of [`json_subscriber`] in the tests of the
+/// log format and of each function's log lines.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Clone, Default)]
+pub struct CapturedLogs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(any(test, feature = "testing"))]
+impl CapturedLogs {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl<'a> MakeWriter<'a> for CapturedLogs {
+    type Writer = CapturedLogs;
+    fn make_writer(&'a self) -> CapturedLogs {
+        self.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use super::*;
-
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("buf").extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    impl<'a> MakeWriter<'a> for Buf {
-        type Writer = Buf;
-        fn make_writer(&'a self) -> Buf {
-            self.clone()
-        }
-    }
 
     #[test]
     fn the_filter_keeps_what_its_directives_name_and_refuses_what_does_not_parse() {
-        let buf = Buf::default();
+        let buf = CapturedLogs::default();
         let sub = json_subscriber(filter("warn,kept=debug").expect("parses"), buf.clone());
         tracing::subscriber::with_default(sub, || {
             tracing::info!(target: "dropped", "below the default");
@@ -143,7 +164,7 @@ mod tests {
             tracing::debug!(target: "kept", "named");
             tracing::trace!(target: "kept", "below its level");
         });
-        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let out = buf.text();
         let messages: Vec<String> = out
             .lines()
             .map(|l| serde_json::from_str::<Json>(l).unwrap()["message"].to_string())
@@ -155,7 +176,7 @@ mod tests {
 
     #[test]
     fn span_fields_are_flattened_into_each_line() {
-        let buf = Buf::default();
+        let buf = CapturedLogs::default();
         let sub = json_subscriber(filter("info").unwrap(), buf.clone());
         tracing::subscriber::with_default(sub, || {
             let outer = tracing::info_span!("invocation", request_id = "r-1", function = "api");
@@ -164,7 +185,7 @@ mod tests {
             let _i = inner.enter();
             tracing::info!(count = 3, "done");
         });
-        let text = String::from_utf8(buf.0.lock().expect("buf").clone()).expect("utf8");
+        let text = buf.text();
         let line: Json = serde_json::from_str(text.trim()).expect("one JSON line");
         assert_eq!(line["request_id"], "r-1");
         assert_eq!(line["function"], "api");

@@ -1,12 +1,12 @@
 #![forbid(unsafe_code)]
-//! Cold-start figures of the seven Lambda functions: the size of each release binary
+//! Cold-start figures of the eight Lambda functions: the size of each release binary
 //! (stripped by the workspace release profile) and its init time, measured as the time from
 //! process start to the function's first `GET /2018-06-01/runtime/invocation/next` against a
 //! minimal Lambda runtime API emulator served here. That request is the runtime telling
 //! Lambda "ready for the first invocation", so everything before it (telemetry set-up,
 //! reading the environment, building the AWS clients and the app state) is init.
 //!
-//! Usage (after building the seven release binaries into their own target directory, one
+//! Usage (after building the eight release binaries into their own target directory, one
 //! `cargo build --release -p flotilla-fn-<name>` each so that no function compiles the
 //! features another one selects; `docs/performance.md` gives the commands):
 //!
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-const FUNCTIONS: [&str; 7] = [
+const FUNCTIONS: [&str; 8] = [
     "api",
     "iceberg",
     "reconciler",
@@ -38,6 +38,7 @@ const FUNCTIONS: [&str; 7] = [
     "scheduler",
     "finalize",
     "query",
+    "events",
 ];
 const SIZE_TARGET_MB: f64 = 15.0;
 const INIT_TARGET_MS: f64 = 50.0;
@@ -182,6 +183,7 @@ fn init_once(
             "FLOTILLA_RECONCILE_QUEUE_URL",
             "https://sqs.us-east-1.amazonaws.com/123456789012/flotilla-bench-reconcile",
         )
+        .env("FLOTILLA_EVENT_BUS_NAME", "flotilla-bench-events")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -851,6 +851,7 @@ impl Job<'_> {
                     }));
             ops.extend(events::event_op_by(
                 self.state,
+                &self.plan.account,
                 Some(events::Actor::overlay(&pointer.overlay_id)),
                 operation,
             )?);

@@ -10,7 +10,10 @@
 //! pending item at the version it read. A log position is therefore assigned exactly once,
 //! only to an event that has committed, and never before a position already handed out: a
 //! reader resuming after sequence `n` sees every event sealed later exactly once, however
-//! late its writer committed. Only readers ever contend on the head.
+//! late its writer committed. Only sealers ever contend on the head: the readers and, on
+//! AWS, the `events` function, which seals a log when the table's stream shows a pending
+//! event of it ([`Log::of_partition`] names the log) and pushes each sealed entry to
+//! EventBridge.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -374,6 +377,12 @@ pub fn relation_type(verb: &str, kind: RelationKind) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub event_id: String,
+    /// The account the change was made in. It travels with the event because the catalog
+    /// partition does not name its account, and a consumer of the pushed events (the
+    /// `events` function: EventBridge) reads nothing but the event. Absent on events written
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
     /// The event's place in its catalog's log; 0 while pending.
     #[serde(default)]
     pub sequence: u64,
@@ -507,29 +516,50 @@ impl Window {
 
 // ---- writing ----------------------------------------------------------------------------
 
-/// The operation that records `operation` in the transaction making the change: one new
-/// pending item (created only if absent) in the catalog's log, expiring after the longest
-/// retention. `None` when the host turned events off.
-pub fn event_op(state: &AppState, operation: Operation) -> Result<Option<Op>> {
-    event_op_by(state, None, operation)
+/// The operation that records `operation` of `account` in the transaction making the
+/// change: one new pending item (created only if absent) in the catalog's log, expiring
+/// after the longest retention. `None` when the host turned events off.
+pub fn event_op(state: &AppState, account: &str, operation: Operation) -> Result<Option<Op>> {
+    event_op_by(state, account, None, operation)
 }
 
 /// [`event_op`] for a change made by someone other than the request's principal (an
 /// overlay's reconciliation): `actor` replaces the request's.
 pub fn event_op_by(
     state: &AppState,
+    account: &str,
     actor: Option<Actor>,
     operation: Operation,
+) -> Result<Option<Op>> {
+    catalog_pending_op(state, account, actor, operation, None)
+}
+
+/// The pending item of `operation` in the log of the catalog it names.
+fn catalog_pending_op(
+    state: &AppState,
+    account: &str,
+    actor: Option<Actor>,
+    operation: Operation,
+    object_version: Option<u64>,
 ) -> Result<Option<Op>> {
     let Some(catalog_id) = operation.catalog_id.clone() else {
         return Err(Error::internal("a catalog event without its catalog"));
     };
-    pending_op(state, &Log::Catalog(catalog_id), actor, operation, None)
+    pending_op(
+        state,
+        account,
+        &Log::Catalog(catalog_id),
+        actor,
+        operation,
+        object_version,
+    )
 }
 
-/// The pending item of `operation` in `log`.
+/// The pending item of `operation` of `account` in `log` (the event carries its account
+/// whichever log it is placed in).
 fn pending_op(
     state: &AppState,
+    account: &str,
     log: &Log,
     actor: Option<Actor>,
     operation: Operation,
@@ -543,6 +573,7 @@ fn pending_op(
     let now = state.clock.now_ms();
     let event = Event {
         event_id: new_id(),
+        account_id: Some(account.to_owned()),
         sequence: 0,
         timestamp_ms: now,
         request_id,
@@ -557,17 +588,27 @@ fn pending_op(
     ))
 }
 
-/// Pushes the event of `operation` onto `tx` (nothing when events are off).
-pub fn record(state: &AppState, tx: &mut Transaction, operation: Operation) -> Result<()> {
-    if let Some(op) = event_op(state, operation)? {
+/// Pushes the event of `operation` of `account` onto `tx` (nothing when events are off).
+pub fn record(
+    state: &AppState,
+    account: &str,
+    tx: &mut Transaction,
+    operation: Operation,
+) -> Result<()> {
+    if let Some(op) = event_op(state, account, operation)? {
         tx.push(op);
     }
     Ok(())
 }
 
 /// [`record`] for a list of operations being built.
-pub fn record_into(state: &AppState, ops: &mut Vec<Op>, operation: Operation) -> Result<()> {
-    if let Some(op) = event_op(state, operation)? {
+pub fn record_into(
+    state: &AppState,
+    account: &str,
+    ops: &mut Vec<Op>,
+    operation: Operation,
+) -> Result<()> {
+    if let Some(op) = event_op(state, account, operation)? {
         ops.push(op);
     }
     Ok(())
@@ -578,30 +619,23 @@ pub fn record_into(state: &AppState, ops: &mut Vec<Op>, operation: Operation) ->
 /// batch ([`Event::object_version`]). `actor` as in [`event_op_by`].
 pub fn commit_op(
     state: &AppState,
+    account: &str,
     actor: Option<Actor>,
     operation: Operation,
     revision: u64,
 ) -> Result<Option<Op>> {
-    let Some(catalog_id) = operation.catalog_id.clone() else {
-        return Err(Error::internal("a catalog event without its catalog"));
-    };
-    pending_op(
-        state,
-        &Log::Catalog(catalog_id),
-        actor,
-        operation,
-        Some(revision),
-    )
+    catalog_pending_op(state, account, actor, operation, Some(revision))
 }
 
 /// [`commit_op`] by the request's principal, pushed onto `tx`.
 pub fn record_commit(
     state: &AppState,
+    account: &str,
     tx: &mut Transaction,
     operation: Operation,
     revision: u64,
 ) -> Result<()> {
-    if let Some(op) = commit_op(state, None, operation, revision)? {
+    if let Some(op) = commit_op(state, account, None, operation, revision)? {
         tx.push(op);
     }
     Ok(())
@@ -612,6 +646,7 @@ pub fn record_commit(
 pub fn account_op(state: &AppState, account: &str, operation: Operation) -> Result<Option<Op>> {
     pending_op(
         state,
+        account,
         &Log::Account(account.to_owned()),
         None,
         operation,
@@ -685,6 +720,16 @@ fn batch_order(events: &mut [Event]) {
     }
 }
 
+/// Whether a seal left the log's pending events drained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sealed {
+    /// No pending event was left when the seal last looked.
+    Drained,
+    /// The round bound was reached with pending events left (a larger backlog, or writers
+    /// still committing): the next seal goes on from there.
+    More,
+}
+
 /// Moves the log's pending events into it, oldest first, until none are pending or
 /// [`MAX_SEALS_PER_READ`] seals committed (this reader's or concurrent readers'). Each seal
 /// is conditional on the head and on every pending item it moves, so two sealers never give
@@ -692,12 +737,19 @@ fn batch_order(events: &mut [Event]) {
 /// left. A lost race is progress (the winner sealed), so concurrent readers never starve
 /// one another.
 pub async fn seal(store: &dyn Metastore, log: &Log) -> Result<()> {
+    seal_log(store, log, MAX_SEALS_PER_READ).await.map(|_| ())
+}
+
+/// [`seal`] committing at most `max_rounds` seals (this caller's or concurrent ones'):
+/// answers whether the pending events were drained (the push path seals in bounded rounds
+/// and asks for a redelivery while some are left).
+pub async fn seal_log(store: &dyn Metastore, log: &Log, max_rounds: usize) -> Result<Sealed> {
     let pk = log.partition();
     let head_key = keys::log_head(&pk);
-    // Rounds: seals that committed, this reader's or a concurrent one's.
+    // Rounds: seals that committed, this caller's or a concurrent one's.
     let mut rounds = 0;
     let mut failures = 0;
-    while rounds < MAX_SEALS_PER_READ {
+    while rounds < max_rounds {
         let head = read_head(store, log).await?;
         let pending = store
             .query(
@@ -706,7 +758,7 @@ pub async fn seal(store: &dyn Metastore, log: &Log) -> Result<()> {
             )
             .await?;
         if pending.items.is_empty() {
-            return Ok(());
+            return Ok(Sealed::Drained);
         }
         let (next, first, head_condition) = match &head {
             Some((h, version)) => (h.next, h.first, Condition::Version(*version)),
@@ -737,10 +789,10 @@ pub async fn seal(store: &dyn Metastore, log: &Log) -> Result<()> {
             Ok(()) => {
                 rounds += 1;
                 if pending.next.is_none() {
-                    return Ok(());
+                    return Ok(Sealed::Drained);
                 }
             }
-            // A failed condition means another reader sealed meanwhile (the head or a
+            // A failed condition means another sealer sealed meanwhile (the head or a
             // pending item moved): progress all the same. Re-read and go on from there.
             Err(e) if is_condition_failure(&e) => rounds += 1,
             // The store was busy, or the seal may have applied: re-read, after a pause.
@@ -754,7 +806,7 @@ pub async fn seal(store: &dyn Metastore, log: &Log) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(Sealed::More)
 }
 
 /// Removes entries older than `cutoff_ms` (the longest retention) from the start of the

@@ -209,6 +209,7 @@ pub async fn create(
             }
             events::record_into(
                 state,
+                account,
                 &mut ops,
                 Operation::namespace("create-namespace", catalog_id, path),
             )?;
@@ -381,6 +382,7 @@ pub async fn patch(
         ));
         events::record(
             state,
+            account,
             &mut tx,
             Operation::namespace("update-namespace-properties", catalog_id, path),
         )?;
@@ -412,6 +414,7 @@ pub async fn delete(
             .await?;
         events::record_into(
             state,
+            account,
             &mut final_ops,
             Operation::namespace("drop-namespace", catalog_id, path),
         )?;

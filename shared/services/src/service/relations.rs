@@ -264,6 +264,7 @@ async fn create_relation(
             ops.push(directory_bump(catalog_id)?);
             events::record_into(
                 state,
+                account,
                 &mut ops,
                 Operation::relation(event_type, catalog_id, ns, &rec.name)
                     .with_metadata_location(rec.metadata_location.as_deref()),
@@ -610,7 +611,7 @@ pub async fn patch(
                 }),
                 ..Operation::relation(&relation_type("rename", kind), catalog_id, ns, name)
             };
-            events::record(state, &mut tx, operation)?;
+            events::record(state, account, &mut tx, operation)?;
         } else {
             let verb = match kind {
                 RelationKind::Table => "update",
@@ -618,7 +619,7 @@ pub async fn patch(
             };
             let operation = Operation::relation(&relation_type(verb, kind), catalog_id, ns, name)
                 .with_metadata_location(next.metadata_location.as_deref());
-            events::record_commit(state, &mut tx, operation, next.revision)?;
+            events::record_commit(state, account, &mut tx, operation, next.revision)?;
         }
         match store.transact(tx).await {
             Ok(()) => return Ok(next.to_api()),
@@ -659,6 +660,7 @@ pub async fn delete(
         }
         events::record(
             state,
+            account,
             &mut tx,
             Operation::relation(&relation_type("drop", kind), catalog_id, ns, name),
         )?;
