@@ -297,7 +297,7 @@ fn upstream_times(
 ) -> Value {
     let version = Version {
         metadata_location: relation["metadata_location"].as_str(),
-        stated: relation["properties"][crate::capture::select::SHARING_VERSION_PROPERTY]
+        stated: relation["properties"][crate::plan::SHARING_VERSION_PROPERTY]
             .as_str()
             .and_then(|v| v.trim().parse().ok()),
     };

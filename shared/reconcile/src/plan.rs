@@ -19,6 +19,10 @@ use serde_json::Value;
 use super::Conflict;
 use super::target::{CONTENT_FINGERPRINT_PREFIX, Slot, Stored, UNTRUSTED_ETAG_PREFIX};
 
+/// The table property holding a Delta Sharing table's version: what stands for the metadata
+/// location of a shared table (capture planning and run planning compare it).
+pub const SHARING_VERSION_PROPERTY: &str = "delta-sharing.table-version";
+
 /// The normalized full upstream path: the explicitly unstable identity of an object whose
 /// provider has no stable id. JSON keeps segment boundaries (`["a.b"]` is not `["a","b"]`).
 pub fn path_identity(ns: &NamespacePath, name: &str) -> String {
@@ -173,8 +177,7 @@ pub struct Ctx<'a> {
 fn upstream_version(r: &RelationRecord) -> (Option<&String>, Option<&String>) {
     (
         r.metadata_location.as_ref(),
-        r.properties
-            .get(crate::capture::select::SHARING_VERSION_PROPERTY),
+        r.properties.get(SHARING_VERSION_PROPERTY),
     )
 }
 

@@ -120,7 +120,7 @@ impl CapturePlan {
 pub const DELTA: &str = "DELTA";
 
 /// The relation property the Delta Sharing provider records the table version in.
-pub const SHARING_VERSION_PROPERTY: &str = "delta-sharing.table-version";
+pub use crate::plan::SHARING_VERSION_PROPERTY;
 
 /// Whether a relation is a Delta table this overlay manages (capture reads its log or its
 /// sharing query).

@@ -24,7 +24,7 @@ use crate::state::AppState;
 
 /// How long refusal records are kept: 90 days (DynamoDB TTL, and a read-time filter and sweep
 /// on every backend).
-pub const RETENTION_SECS: i64 = 90 * 24 * 3600;
+pub const RETENTION_SECS: i64 = super::events::AUDIT_RETENTION_SECS;
 /// Refusal records younger than this are not listed yet: a record is written right after
 /// its answer, so one written a little late (a slow host) is not passed over by a reader
 /// that already read a later one.

@@ -14,7 +14,7 @@ use super::events::{Operation, record_account};
 use super::idempotency::{IdempotencyRequest, Plan, RecordedResponse, run_create_with};
 use super::{
     GuardedOutcome, MAX_ATTEMPTS, Versioned, account_guards, backoff, check_if_match,
-    guarded_delete, read, to_body,
+    guarded_delete, to_body,
 };
 use super::{OnConflict, delete_items, strong_scan};
 use crate::error::{Error, ErrorKind, Result};
@@ -91,10 +91,7 @@ pub async fn load(
     account: &str,
     id: &str,
 ) -> Result<Versioned<CatalogRecord>> {
-    flotilla_domain::names::validate_resource_id(id).map_err(|_| Error::not_found("catalog"))?;
-    read::<CatalogRecord>(store, keys::catalog(account, id), Consistency::Strong)
-        .await?
-        .ok_or_else(|| Error::not_found("catalog"))
+    super::records::catalog(store, account, id).await
 }
 
 /// [`load`] on items already read.

@@ -487,13 +487,15 @@ pub fn position_key(event: &Event) -> &str {
     }
 }
 
+/// How long the audit keeps what it lists: the mutations it reads from these logs, and its
+/// refusal records (`audit::RETENTION_SECS`). Here, below the audit, because the logs'
+/// physical retention follows it.
+pub const AUDIT_RETENTION_SECS: i64 = 90 * 24 * 3600;
+
 /// How long log entries and pending events are physically kept: the longer of the events'
 /// retention and the audit's (the audit reads mutations from the same log).
 pub fn kept_secs(state: &AppState) -> i64 {
-    state
-        .config
-        .event_retention_secs
-        .max(super::audit::RETENTION_SECS)
+    state.config.event_retention_secs.max(AUDIT_RETENTION_SECS)
 }
 
 /// The oldest event time a reader is answered: the events' retention for the feed, the
@@ -508,7 +510,7 @@ impl Window {
     fn cutoff_ms(self, state: &AppState) -> i64 {
         let secs = match self {
             Window::Feed => state.config.event_retention_secs,
-            Window::Audit => super::audit::RETENTION_SECS,
+            Window::Audit => AUDIT_RETENTION_SECS,
         };
         state.clock.now_ms() - secs * 1000
     }
@@ -1160,7 +1162,7 @@ pub async fn list(
 ) -> Result<Value> {
     filter.validate()?;
     access.authorize(Action::Describe, &Securable::catalog(catalog_id))?;
-    super::catalogs::load(state.store.as_ref(), &access.account, catalog_id).await?;
+    super::records::catalog(state.store.as_ref(), &access.account, catalog_id).await?;
     let after = match token {
         Some(t) => decode_position(catalog_id, t)?,
         None => 0,

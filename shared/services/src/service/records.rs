@@ -4,7 +4,7 @@
 //! delete calls the overlay service, one way).
 
 use flotilla_domain::keys;
-use flotilla_domain::model::IntegrationRecord;
+use flotilla_domain::model::{CatalogRecord, IntegrationRecord};
 use flotilla_domain::names::validate_resource_id;
 use flotilla_metastore::{Consistency, Metastore};
 
@@ -21,4 +21,18 @@ pub async fn integration(
     read::<IntegrationRecord>(store, keys::integration(account, id), Consistency::Strong)
         .await?
         .ok_or_else(|| Error::not_found("integration"))
+}
+
+/// A catalog by id, strongly read; `404` when the id is malformed or names nothing (the
+/// catalog service's own load, and the event readers' existence check, which the catalog
+/// service records events through).
+pub async fn catalog(
+    store: &dyn Metastore,
+    account: &str,
+    id: &str,
+) -> Result<Versioned<CatalogRecord>> {
+    validate_resource_id(id).map_err(|_| Error::not_found("catalog"))?;
+    read::<CatalogRecord>(store, keys::catalog(account, id), Consistency::Strong)
+        .await?
+        .ok_or_else(|| Error::not_found("catalog"))
 }
