@@ -5,7 +5,8 @@
 //! over 100 tables. Also counts the items each operation writes, which is what DynamoDB
 //! charges for (a transactional write of an item up to 1 KB costs 2 write units).
 //!
-//! Run: `cargo run --profile bench-fast -p flotilla-core --example events_bench [-- CREATES COMMITS]`
+//! Run: `cargo run --profile bench-fast -p flotilla-core --example events_bench [-- CREATES COMMITS [GROUP]]`
+//! (GROUP: the redb store's group-commit bound, default 64; 1 commits each transaction alone).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -147,10 +148,12 @@ where
     }
 }
 
-async fn run(events: bool, creates: usize, commits: usize) -> (Run, Run) {
+async fn run(events: bool, group: usize, creates: usize, commits: usize) -> (Run, Run) {
     let dir = tempfile::tempdir().expect("tempdir");
     let counter = Arc::new(WriteCounter {
-        inner: RedbMetastore::open(dir.path().join("meta.redb")).expect("redb"),
+        inner: RedbMetastore::open(dir.path().join("meta.redb"))
+            .expect("redb")
+            .with_max_group(group),
         written: AtomicU64::new(0),
     });
     let mut tokens = StaticTokens::new();
@@ -238,10 +241,12 @@ async fn main() {
         .collect();
     let creates = args.first().copied().unwrap_or(2000);
     let commits = args.get(1).copied().unwrap_or(8000);
+    let group = args.get(2).copied().unwrap_or(64);
+    println!("redb group commit: at most {group} transactions per commit");
     // Alternate off/on twice so that a warming disk does not favour one side.
     let mut results: Vec<(bool, Run, Run)> = Vec::new();
     for events in [false, true, false, true] {
-        let (create, commit) = run(events, creates, commits).await;
+        let (create, commit) = run(events, group, creates, commits).await;
         results.push((events, create, commit));
     }
     println!(

@@ -50,6 +50,17 @@ pub struct RedbMetastore {
     group: Arc<GroupCommit>,
 }
 
+impl GroupCommit {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            queue: Mutex::default(),
+            commit: Mutex::default(),
+            commits: Default::default(),
+        }
+    }
+}
+
 /// A transaction waiting for the next group commit, with where to send its outcome.
 struct Queued {
     tx: Transaction,
@@ -59,8 +70,9 @@ struct Queued {
 /// Writers queue their transactions in `queue`; the holder of `commit` drains it. A writer
 /// pushes first and then takes the lock, so every queued transaction is drained by its own
 /// writer or by one that held the lock after the push.
-#[derive(Default)]
 struct GroupCommit {
+    /// Most transactions one commit carries ([`MAX_GROUP`]; 1 commits each alone).
+    max: usize,
     queue: Mutex<Vec<Queued>>,
     commit: Mutex<()>,
     /// redb write transactions committed (each carrying one or more metastore transactions).
@@ -95,8 +107,18 @@ impl RedbMetastore {
         txn.commit().map_err(backend)?;
         Ok(Self {
             db: Arc::new(db),
-            group: Arc::default(),
+            group: Arc::new(GroupCommit::new(MAX_GROUP)),
         })
+    }
+
+    /// The same database, committing at most `max` transactions together (at least 1; 1
+    /// commits every transaction alone, as a store without group commit would: what the
+    /// benchmarks compare against). For a store not yet in use.
+    pub fn with_max_group(self, max: usize) -> Self {
+        Self {
+            db: self.db,
+            group: Arc::new(GroupCommit::new(max.max(1))),
+        }
     }
 
     /// redb write transactions committed since open: at most the number of metastore
@@ -447,7 +469,7 @@ impl Metastore for RedbMetastore {
                         .queue
                         .lock()
                         .map_err(|_| MetastoreError::Backend("metastore queue poisoned".into()))?;
-                    let n = queue.len().min(MAX_GROUP);
+                    let n = queue.len().min(group.max);
                     queue.drain(..n).collect()
                 };
                 if batch.is_empty() {
