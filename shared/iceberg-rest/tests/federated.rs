@@ -345,8 +345,19 @@ async fn engines_read_overlay_tables_captured_from_an_iceberg_rest_upstream() {
     let (_, v) = env.call(reqwest::Method::GET, &list, None).await;
     assert_eq!(v["identifiers"], json!([]), "{v}");
 
-    // The queued reconciliation captures it; the engines read the upstream's rows.
-    env.run_queue(&overlay).await;
+    // The reconcile queued the capture of what it published; the worker runs it, and the
+    // engines read the upstream's rows.
+    let ran = env.drain().await;
+    assert!(
+        matches!(
+            ran.as_slice(),
+            [(
+                WorkMessage::Capture(_),
+                MessageOutcome::Captured { captured: 1, .. }
+            )]
+        ),
+        "{ran:?}"
+    );
     let (s, v) = env.call(reqwest::Method::GET, &validation, None).await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["state"], "VALID", "{v}");
