@@ -264,29 +264,13 @@ fn commit_group(
 ) -> Vec<Queued> {
     let txn = match db.begin_write() {
         Ok(txn) => txn,
-        Err(e) => {
-            let message = backend(e).to_string();
-            for queued in group {
-                let _ = queued
-                    .done
-                    .send(Err(MetastoreError::Backend(message.clone())));
-            }
-            return Vec::new();
-        }
+        Err(e) => return answer_all(group, Err(backend(e).to_string())),
     };
     let mut applied: Vec<Queued> = Vec::with_capacity(group.len());
     {
         let mut table = match txn.open_table(ITEMS) {
             Ok(table) => table,
-            Err(e) => {
-                let message = backend(e).to_string();
-                for queued in group {
-                    let _ = queued
-                        .done
-                        .send(Err(MetastoreError::Backend(message.clone())));
-                }
-                return Vec::new();
-            }
+            Err(e) => return answer_all(group, Err(backend(e).to_string())),
         };
         let mut rest = group.into_iter();
         while let Some(queued) = rest.next() {
@@ -314,7 +298,13 @@ fn commit_group(
     if result.is_ok() {
         commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    for queued in applied {
+    answer_all(applied, result)
+}
+
+/// Answers every transaction of `group` with `result` (a failure as a backend error, which
+/// is not `MetastoreError: Clone`, by its message); nothing is handed back.
+fn answer_all(group: Vec<Queued>, result: Result<(), String>) -> Vec<Queued> {
+    for queued in group {
         let _ = queued
             .done
             .send(result.clone().map_err(MetastoreError::Backend));
